@@ -1,0 +1,118 @@
+# kbandit - build, test, run, benchmark.
+#
+#   make            libkbandit, the daemon (when server/ exists), the benchmark tool
+#   make test       unit + integration tests; ends with "N passed, N failed"
+#   make asan       the same tests built with AddressSanitizer + UBSan (in build-asan/)
+#   make run        the daemon on 127.0.0.1:8080 with ./kbandit.db
+#   make bench      benchmarks (see docs/BENCHMARKS.md)
+#   make install    PREFIX=/usr/local: library, header, pkg-config file, daemon
+#
+# Sources are found by wildcard: a new engine in core/engines/ or a new test in
+# tests/unit/test_*.c needs no edit here.
+
+PREFIX ?= /usr/local
+BUILD ?= build
+CC ?= cc
+OPT ?= -O2 -g
+SAN ?=
+
+PKG_CORE := openblas lapacke
+PKG_SERVER := libmicrohttpd jansson sqlite3
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
+	-Werror=implicit-function-declaration -fPIC -pthread -Icore/include
+CFLAGS_PKG = $(shell pkg-config --cflags $(PKG_CORE) $(PKG_SERVER) cmocka 2>/dev/null)
+ALL_CFLAGS = $(CFLAGS_BASE) $(OPT) $(SAN) $(CFLAGS_PKG) $(CFLAGS)
+LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE) 2>/dev/null) -lm -pthread
+LIBS_SERVER = $(shell pkg-config --libs $(PKG_SERVER) 2>/dev/null)
+
+CORE_SRC := $(wildcard core/src/*.c core/engines/*.c core/engines/*/*.c)
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
+PROTO_SRC := $(wildcard proto/*.c)
+SERVER_SRC := $(wildcard server/*.c)
+SERVER_OBJ := $(filter-out $(BUILD)/server/main.o,$(SERVER_SRC:%.c=$(BUILD)/%.o)) \
+	$(PROTO_SRC:%.c=$(BUILD)/%.o)
+BENCH_SRC := $(wildcard bench/*.c)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TESTUTIL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/unit/util/*.c))
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+
+LIB := $(BUILD)/libkbandit.a
+DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
+BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
+
+.PHONY: all deps test unit asan run bench install clean fuzz
+all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(UNIT_BIN)
+
+deps:
+	@scripts/install-deps
+
+$(BUILD)/%.o: %.c $(wildcard core/include/*.h core/src/*.h server/*.h proto/*.h tests/unit/util/*.h bench/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIB): $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libkbandit.so: $(CORE_OBJ)
+	$(CC) -shared $(SAN) -o $@ $^ $(LIBS_CORE)
+
+$(BUILD)/kbanditd: $(BUILD)/server/main.o $(SERVER_OBJ) $(LIB)
+	$(CC) $(SAN) -o $@ $^ $(LIBS_SERVER) $(LIBS_CORE)
+
+$(BUILD)/kb-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
+	$(CC) $(SAN) -o $@ $^ $(LIBS_CORE)
+
+# Unit tests link the core, the server objects (for proto/storage tests) and cmocka.
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TESTUTIL_OBJ) $(SERVER_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN) -o $@ $^ -lcmocka $(if $(SERVER_OBJ),$(LIBS_SERVER)) $(LIBS_CORE)
+
+unit: deps
+	@$(MAKE) --no-print-directory all
+	@tests/run-all $(BUILD) unit
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@tests/run-all $(BUILD)
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" \
+		SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" all
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		KB_SANITIZED=1 tests/run-all build-asan
+
+run: deps
+	@$(MAKE) --no-print-directory $(DAEMON)
+	$(BUILD)/kbanditd $(ARGS)
+
+bench: deps
+	@$(MAKE) --no-print-directory $(BENCH)
+	bench/run-all $(BUILD)
+
+FUZZ_CC ?= clang
+fuzz: deps
+	@mkdir -p $(BUILD)/fuzz
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+		$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined $(CFLAGS_BASE) $(CFLAGS_PKG) \
+		$$f $(filter-out %/main.c,$(SERVER_SRC)) $(PROTO_SRC) $(CORE_SRC) \
+		-o $(BUILD)/fuzz/$$n $(LIBS_SERVER) $(LIBS_CORE) || exit 1; done
+	@tests/fuzz/run $(BUILD)/fuzz
+
+$(BUILD)/kbandit.pc: core/kbandit.pc.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' $< > $@
+
+install: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BUILD)/kbandit.pc
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libkbandit.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 core/include/kbandit.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/kbandit.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	$(if $(DAEMON),install -m 755 $(DAEMON) $(DESTDIR)$(PREFIX)/bin/)
+
+clean:
+	rm -rf build build-asan
+
+

@@ -1,0 +1,264 @@
+/*
+ * kbandit.h - the one public header of libkbandit, the Gaussian-process bandit core.
+ *
+ * This file contains the whole public API: error codes and the caller-owned error
+ * struct, the deterministic RNG, kernels, search spaces, engine configuration and the
+ * ask/tell engine interface. The library knows nothing of HTTP or SQLite.
+ *
+ * Conventions (see docs/ARCHITECTURE.md):
+ *   - every fallible call returns 0 (KB_OK) or a negative KB_E* code and, when the
+ *     caller passes a kb_error, fills it with the code, the offending field and a
+ *     message; filling an error never allocates;
+ *   - *_new / *_create return an owned object, *_get borrows, *_take steals;
+ *     *_free(NULL) is a no-op;
+ *   - engines maximize. Minimization is the caller's business (the daemon negates).
+ *   - a kb_engine is not thread-safe: one thread at a time per engine (the daemon holds
+ *     a per-study lock). Distinct engines may be used from distinct threads at once.
+ */
+#ifndef KBANDIT_H
+#define KBANDIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KB_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------ errors */
+
+enum {
+    KB_OK = 0,
+    KB_EINVAL = -1,       /* invalid argument or configuration value */
+    KB_ENOMEM = -2,       /* allocation failed */
+    KB_ENUMERIC = -3,     /* numerical failure (not positive definite, NaN produced) */
+    KB_ESTATE = -4,       /* call not valid in the current state (e.g. tell twice) */
+    KB_ENOTFOUND = -5,    /* unknown engine, kernel, option or handle */
+    KB_ECORRUPT = -6,     /* snapshot bytes malformed or from another version */
+    KB_EUNSUPPORTED = -7, /* valid request this engine/space cannot serve */
+    KB_ERANGE = -8,       /* value out of its allowed range */
+};
+
+#define KB_ERROR_FIELD_MAX 64
+#define KB_ERROR_MESSAGE_MAX 256
+
+/* Caller-owned; filled by failing calls. `field` names the offending configuration
+ * option or argument ("lengthscale", "candidates[3][1]", ...), empty when none. */
+typedef struct kb_error {
+    int code;
+    char field[KB_ERROR_FIELD_MAX];
+    char message[KB_ERROR_MESSAGE_MAX];
+} kb_error;
+
+/* Stable lower-case name of a code ("invalid", "not_found", ...). Never NULL. */
+const char *kb_strerror(int code);
+
+/* --------------------------------------------------------------------- RNG */
+
+/* xoshiro256** with a splitmix64 seeder. The whole state is these four words, so a
+ * generator is serialized by copying the struct. Same seed, same calls, same outputs. */
+typedef struct kb_rng {
+    uint64_t s[4];
+} kb_rng;
+
+void kb_rng_seed(kb_rng *rng, uint64_t seed);
+uint64_t kb_rng_u64(kb_rng *rng);
+double kb_rng_uniform(kb_rng *rng);           /* in [0, 1), 53 random bits */
+uint64_t kb_rng_below(kb_rng *rng, uint64_t n); /* uniform in [0, n), n > 0, unbiased */
+double kb_rng_normal(kb_rng *rng);            /* standard normal */
+
+/* ----------------------------------------------------------------- kernels */
+
+typedef enum kb_kernel_kind {
+    KB_KERNEL_RBF = 0,     /* exp(-r^2 / 2), r = ||(x - y) / l|| */
+    KB_KERNEL_MATERN12,    /* exp(-r) */
+    KB_KERNEL_MATERN32,    /* (1 + sqrt3 r) exp(-sqrt3 r) */
+    KB_KERNEL_MATERN52,    /* (1 + sqrt5 r + 5 r^2 / 3) exp(-sqrt5 r) */
+    KB_KERNEL_LINEAR,      /* x . y / l^2 (per-dimension l allowed) */
+} kb_kernel_kind;
+
+/* Every kernel is variance * base(x, y). Owned by whoever created it. */
+typedef struct kb_kernel {
+    kb_kernel_kind kind;
+    size_t dim;
+    double variance;       /* > 0, k(x, x) for stationary kernels */
+    double *lengthscales;  /* dim entries, each > 0 (owned) */
+} kb_kernel;
+
+/* Parses "rbf" (alias "gaussian"), "matern12", "matern32", "matern52", "linear". */
+int kb_kernel_kind_parse(const char *name, kb_kernel_kind *out);
+const char *kb_kernel_kind_name(kb_kernel_kind kind);
+
+/* out[i * m + j] = k(X[i], Y[j]) for X (n x dim) and Y (m x dim), both row-major.
+ * Uses BLAS gemm for the inner products. */
+void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n,
+                      const double *Y, size_t m, double *out);
+double kb_kernel_eval(const kb_kernel *k, const double *x, const double *y);
+/* k(x, x) for each row of X. */
+void kb_kernel_diag(const kb_kernel *k, const double *X, size_t n, double *out);
+
+/* ------------------------------------------------------------ search space */
+
+typedef struct kb_space kb_space;
+
+typedef enum kb_scaling {
+    KB_SCALE_UNIT = 0,     /* each column min-max to [0, 1] (default) */
+    KB_SCALE_STANDARDIZE,  /* each column to zero mean, unit variance */
+    KB_SCALE_NONE,         /* used as given */
+} kb_scaling;
+
+int kb_scaling_parse(const char *name, kb_scaling *out);
+
+/* A finite candidate set: n rows of dim numbers (row-major, copied). Rejects n == 0,
+ * dim == 0 and non-finite entries (field "candidates[i][j]"). */
+kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, kb_error *err);
+
+/* The unit cube [0,1]^dim searched through a candidate pool of pool_size points
+ * (quasi-random points plus local perturbations around the best observed points),
+ * refreshed by the engines at each resparsification. */
+kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
+
+void kb_space_free(kb_space *space);
+size_t kb_space_dim(const kb_space *space);
+int kb_space_is_finite(const kb_space *space);
+/* Number of rows of the finite set, or the pool size of a box. */
+size_t kb_space_size(const kb_space *space);
+
+/* --------------------------------------------------------- configuration */
+
+/* A configuration is a named engine plus a set of named options, checked against the
+ * engine's option table when set: unknown names, wrong types and out-of-range values
+ * are rejected with the option's name in err->field. Options common to all engines:
+ *   seed (int, 0), kernel ("rbf"), lengthscale (>0, 1.0), lengthscales (vector, one per
+ *   dimension; overrides lengthscale), kernel_variance (>0, 1.0),
+ *   input_scaling ("unit" | "standardize" | "none"; "unit"),
+ *   output_scaling ("standardize" | "none"; "standardize"),
+ *   repeats ("allow" | "no_pending" | "never"; "allow"),
+ *   pool_size (box spaces only, >= 1; 2048).
+ * Engine-specific options are listed by kb_engine_options(). */
+typedef struct kb_config kb_config;
+
+typedef enum kb_option_type {
+    KB_OPT_NUMBER = 0,
+    KB_OPT_INTEGER,
+    KB_OPT_STRING,
+    KB_OPT_VECTOR,
+} kb_option_type;
+
+typedef struct kb_option_spec {
+    const char *name;
+    kb_option_type type;
+    double min, max;          /* inclusive bounds for NUMBER/INTEGER (and VECTOR entries) */
+    int min_exclusive;        /* 1 when the value must be > min */
+    double def_number;        /* default for NUMBER/INTEGER */
+    const char *def_string;   /* default for STRING */
+    const char *const *choices; /* NULL-terminated allowed strings, or NULL */
+    const char *help;
+} kb_option_spec;
+
+kb_config *kb_config_new(const char *engine, kb_error *err);
+kb_config *kb_config_copy(const kb_config *cfg);
+void kb_config_free(kb_config *cfg);
+const char *kb_config_engine(const kb_config *cfg);
+int kb_config_set_number(kb_config *cfg, const char *name, double value, kb_error *err);
+int kb_config_set_string(kb_config *cfg, const char *name, const char *value, kb_error *err);
+int kb_config_set_vector(kb_config *cfg, const char *name, const double *v, size_t n,
+                         kb_error *err);
+/* Getters return the set value or the option's default; unknown names abort in debug
+ * builds (they are programming errors inside the library). */
+double kb_config_number(const kb_config *cfg, const char *name);
+const char *kb_config_string(const kb_config *cfg, const char *name);
+/* Borrowed pointer, NULL when unset. */
+const double *kb_config_vector(const kb_config *cfg, const char *name, size_t *n);
+/* Whether the option was set explicitly (not defaulted). */
+int kb_config_is_set(const kb_config *cfg, const char *name);
+
+/* ---------------------------------------------------------------- engines */
+
+typedef struct kb_engine kb_engine;
+
+/* Names of the registered engines, NULL-terminated; and the options of one. */
+const char *const *kb_engine_names(void);
+/* NULL-terminated array (terminated by an entry with name == NULL); NULL if unknown. */
+const kb_option_spec *kb_engine_options(const char *engine);
+const kb_option_spec *kb_common_options(void);
+
+/* Creates an engine; takes ownership of neither argument (both are copied). */
+kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_error *err);
+void kb_engine_free(kb_engine *e);
+const char *kb_engine_name(const kb_engine *e);
+size_t kb_engine_dim(const kb_engine *e);
+
+/* One point handed out by ask. `x` points into engine-owned storage that stays valid
+ * until the engine is freed; it is in the space's input coordinates (the original row
+ * for a finite set, the unit cube for a box). */
+typedef struct kb_point {
+    uint64_t handle;   /* > 0, unique within the engine, assigned in ask order */
+    size_t index;      /* row of the finite set, or of the box's current pool */
+    const double *x;
+} kb_point;
+
+typedef enum kb_ask_status {
+    KB_ASK_OK = 0,          /* at least one point returned */
+    KB_ASK_AWAIT_FEEDBACK,  /* batch closed: tell (or abandon) pending points first */
+    KB_ASK_EXHAUSTED,       /* every candidate excluded by the repeats policy */
+} kb_ask_status;
+
+typedef struct kb_ask_result {
+    size_t n;               /* points written to the caller's array */
+    kb_ask_status status;   /* why n may be smaller than requested */
+    size_t awaiting;        /* pending points whose feedback closes the wait */
+} kb_ask_result;
+
+/* Asks for up to n points, written to out[0..res->n). Returns 0 even when no point can
+ * be given now (res->status says why). */
+int kb_engine_ask(kb_engine *e, size_t n, kb_point *out, kb_ask_result *res, kb_error *err);
+/* Feedback for a handed-out point. KB_ENOTFOUND for an unknown handle, KB_ESTATE when
+ * it was already told or abandoned, KB_EINVAL for a non-finite y. */
+int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err);
+/* The point's worker failed or its lease expired: forget the hallucinated observation. */
+int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err);
+/* Pre-existing data (warm start): x in input coordinates, dim entries. */
+int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err);
+
+/* The handle's point (borrowed) and its state; KB_ENOTFOUND for unknown handles. */
+typedef enum kb_trial_state { KB_TRIAL_PENDING = 0, KB_TRIAL_TOLD, KB_TRIAL_ABANDONED } kb_trial_state;
+int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_state *state);
+
+typedef struct kb_stats {
+    uint64_t asks;          /* points handed out */
+    uint64_t tells, abandons, observed, pending;
+    uint64_t epoch;         /* resparsifications so far (0 before the first) */
+    uint64_t epoch_asks;    /* points handed out in the current epoch */
+    uint64_t last_batch;    /* points handed out in the previous epoch */
+    size_t dict_size;       /* inducing points / dictionary size (0 when n/a) */
+    size_t candidates;      /* size of the current candidate set or pool */
+    int init_phase;         /* 1 while uncertainty sampling to reach parallelism P */
+    double sec_embed;       /* cumulative seconds: embedding candidates */
+    double sec_resparsify;  /* dictionary sampling and posterior rebuild */
+    double sec_ask;         /* selecting points */
+    double sec_tell;        /* feedback incorporation */
+} kb_stats;
+
+void kb_engine_stats(const kb_engine *e, kb_stats *out);
+
+/* Posterior mean and standard deviation (in the engine's internal units: scaled
+ * inputs, standardized outputs) at n points given in input coordinates, as the engine
+ * currently sees them (pending points hallucinated). For tests and diagnostics;
+ * KB_EUNSUPPORTED for engines without a posterior (random). */
+int kb_engine_posterior(kb_engine *e, const double *X, size_t n, double *mean,
+                        double *sd, kb_error *err);
+
+/* Snapshot: an owned byte buffer (free with free()) from which kb_engine_restore
+ * rebuilds an engine that makes exactly the choices the original would have made.
+ * Format: versioned, little-endian; see core/src/snapshot.c. */
+int kb_engine_snapshot(const kb_engine *e, unsigned char **bytes, size_t *len,
+                       kb_error *err);
+kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KBANDIT_H */

@@ -1,0 +1,293 @@
+/*
+ * config.c - engine configurations: a named engine and typed, validated options.
+ *
+ * Every option is declared once in a kb_option_spec table (common_options below, and
+ * each engine's own table); kb_config_set_* check name, type, range and choices against
+ * that table, so unknown or ill-typed options are rejected with the option's name and
+ * engines read values that are already valid. Values not set take the spec's default.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kernel_choices[] = {"rbf", "gaussian", "matern12", "matern32",
+                                             "matern52", "linear", NULL};
+static const char *const input_scaling_choices[] = {"unit", "standardize", "none", NULL};
+static const char *const output_scaling_choices[] = {"standardize", "none", NULL};
+static const char *const repeats_choices[] = {"allow", "no_pending", "never", NULL};
+
+static const kb_option_spec common_options[] = {
+    {"seed", KB_OPT_INTEGER, 0, 9007199254740992.0, 0, 0, NULL, NULL,
+     "seed of the engine's random number generator"},
+    {"kernel", KB_OPT_STRING, 0, 0, 0, 0, "rbf", kernel_choices, "covariance function"},
+    {"lengthscale", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
+     "kernel lengthscale (bandwidth), the same in every dimension"},
+    {"lengthscales", KB_OPT_VECTOR, 0, INFINITY, 1, 0, NULL, NULL,
+     "one lengthscale per dimension; overrides lengthscale"},
+    {"kernel_variance", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
+     "kernel amplitude k(x, x)"},
+    {"input_scaling", KB_OPT_STRING, 0, 0, 0, 0, "unit", input_scaling_choices,
+     "map of finite candidate columns before the kernel"},
+    {"output_scaling", KB_OPT_STRING, 0, 0, 0, 0, "standardize", output_scaling_choices,
+     "standardize observed values inside the engine"},
+    {"repeats", KB_OPT_STRING, 0, 0, 0, 0, "allow", repeats_choices,
+     "whether a candidate may be handed out again while pending (no_pending) or after "
+     "evaluation (never)"},
+    {"pool_size", KB_OPT_INTEGER, 1, 1e7, 0, 2048, NULL, NULL,
+     "candidate pool size for box spaces"},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+
+const kb_option_spec *kb_common_options(void) { return common_options; }
+
+typedef struct entry {
+    const kb_option_spec *spec;
+    int set;
+    double number;
+    char *string;
+    double *vector;
+    size_t n;
+} entry;
+
+struct kb_config {
+    const kb_engine_ops *ops;
+    entry *entries;
+    size_t n_entries;
+};
+
+static size_t count_specs(const kb_option_spec *s)
+{
+    size_t n = 0;
+    while (s && s[n].name)
+        n++;
+    return n;
+}
+
+kb_config *kb_config_new(const char *engine, kb_error *err)
+{
+    const kb_engine_ops *ops = engine ? kb__engine_lookup(engine) : NULL;
+    if (!ops) {
+        kb__fail(err, KB_ENOTFOUND, "engine", "unknown engine '%s'", engine ? engine : "");
+        return NULL;
+    }
+    size_t nc = count_specs(common_options), ne = count_specs(ops->options);
+    kb_config *cfg = calloc(1, sizeof *cfg);
+    entry *e = calloc(nc + ne, sizeof *e);
+    if (!cfg || !e) {
+        free(cfg);
+        free(e);
+        kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < nc; i++)
+        e[i].spec = &common_options[i];
+    for (size_t i = 0; i < ne; i++)
+        e[nc + i].spec = &ops->options[i];
+    cfg->ops = ops;
+    cfg->entries = e;
+    cfg->n_entries = nc + ne;
+    return cfg;
+}
+
+void kb_config_free(kb_config *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < cfg->n_entries; i++) {
+        free(cfg->entries[i].string);
+        free(cfg->entries[i].vector);
+    }
+    free(cfg->entries);
+    free(cfg);
+}
+
+kb_config *kb_config_copy(const kb_config *src)
+{
+    kb_config *cfg = kb_config_new(src->ops->name, NULL);
+    if (!cfg)
+        return NULL;
+    for (size_t i = 0; i < src->n_entries; i++) {
+        const entry *s = &src->entries[i];
+        entry *d = &cfg->entries[i];
+        d->set = s->set;
+        d->number = s->number;
+        d->n = s->n;
+        if (s->string && !(d->string = strdup(s->string)))
+            goto oom;
+        if (s->vector) {
+            if (!(d->vector = malloc(s->n * sizeof *d->vector)))
+                goto oom;
+            memcpy(d->vector, s->vector, s->n * sizeof *d->vector);
+        }
+    }
+    return cfg;
+oom:
+    kb_config_free(cfg);
+    return NULL;
+}
+
+const char *kb_config_engine(const kb_config *cfg) { return cfg->ops->name; }
+
+static entry *find(const kb_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->n_entries; i++)
+        if (strcmp(cfg->entries[i].spec->name, name) == 0)
+            return &cfg->entries[i];
+    return NULL;
+}
+
+/* The option or an error naming it. */
+static entry *find_typed(const kb_config *cfg, const char *name, kb_option_type type,
+                         kb_error *err)
+{
+    entry *e = find(cfg, name);
+    if (!e) {
+        kb__fail(err, KB_ENOTFOUND, name, "unknown option '%s' for engine %s", name,
+                 cfg->ops->name);
+        return NULL;
+    }
+    int numeric = type == KB_OPT_NUMBER || type == KB_OPT_INTEGER;
+    int want_numeric = e->spec->type == KB_OPT_NUMBER || e->spec->type == KB_OPT_INTEGER;
+    if (numeric ? !want_numeric : e->spec->type != type) {
+        static const char *const tn[] = {"a number", "an integer", "a string", "an array"};
+        kb__fail(err, KB_EINVAL, name, "option '%s' must be %s", name, tn[e->spec->type]);
+        return NULL;
+    }
+    return e;
+}
+
+static int check_range(const kb_option_spec *s, double v, kb_error *err)
+{
+    if (!isfinite(v))
+        return kb__fail(err, KB_EINVAL, s->name, "'%s' must be a finite number", s->name);
+    if (s->type == KB_OPT_INTEGER && v != floor(v))
+        return kb__fail(err, KB_EINVAL, s->name, "'%s' must be an integer", s->name);
+    if (s->min_exclusive ? v <= s->min : v < s->min)
+        return kb__fail(err, KB_ERANGE, s->name, "'%s' must be %s %g", s->name,
+                        s->min_exclusive ? ">" : ">=", s->min);
+    if (v > s->max)
+        return kb__fail(err, KB_ERANGE, s->name, "'%s' must be <= %g", s->name, s->max);
+    return KB_OK;
+}
+
+int kb_config_set_number(kb_config *cfg, const char *name, double value, kb_error *err)
+{
+    entry *e = find_typed(cfg, name, KB_OPT_NUMBER, err);
+    if (!e)
+        return err ? err->code : KB_EINVAL;
+    int rc = check_range(e->spec, value, err);
+    if (rc)
+        return rc;
+    e->number = value;
+    e->set = 1;
+    return KB_OK;
+}
+
+int kb_config_set_string(kb_config *cfg, const char *name, const char *value, kb_error *err)
+{
+    entry *e = find_typed(cfg, name, KB_OPT_STRING, err);
+    if (!e)
+        return err ? err->code : KB_EINVAL;
+    if (!value)
+        return kb__fail(err, KB_EINVAL, name, "'%s' must be a string", name);
+    if (e->spec->choices) {
+        const char *const *c = e->spec->choices;
+        while (*c && strcmp(*c, value) != 0)
+            c++;
+        if (!*c)
+            return kb__fail(err, strcmp(name, "kernel") == 0 ? KB_ENOTFOUND : KB_EINVAL,
+                            name, "'%s' is not a valid %s", value, name);
+    }
+    char *copy = strdup(value);
+    if (!copy)
+        return kb__fail(err, KB_ENOMEM, name, "out of memory");
+    free(e->string);
+    e->string = copy;
+    e->set = 1;
+    return KB_OK;
+}
+
+int kb_config_set_vector(kb_config *cfg, const char *name, const double *v, size_t n,
+                         kb_error *err)
+{
+    entry *e = find_typed(cfg, name, KB_OPT_VECTOR, err);
+    if (!e)
+        return err ? err->code : KB_EINVAL;
+    if (n == 0)
+        return kb__fail(err, KB_EINVAL, name, "'%s' must not be empty", name);
+    for (size_t i = 0; i < n; i++) {
+        int rc = check_range(e->spec, v[i], err);
+        if (rc)
+            return rc;
+    }
+    double *copy = malloc(n * sizeof *copy);
+    if (!copy)
+        return kb__fail(err, KB_ENOMEM, name, "out of memory");
+    memcpy(copy, v, n * sizeof *copy);
+    free(e->vector);
+    e->vector = copy;
+    e->n = n;
+    e->set = 1;
+    return KB_OK;
+}
+
+double kb_config_number(const kb_config *cfg, const char *name)
+{
+    const entry *e = find(cfg, name);
+    if (!e) {
+        fprintf(stderr, "kbandit: bug: engine reads undeclared option '%s'\n", name);
+        abort();
+    }
+    return e->set ? e->number : e->spec->def_number;
+}
+
+const char *kb_config_string(const kb_config *cfg, const char *name)
+{
+    const entry *e = find(cfg, name);
+    if (!e) {
+        fprintf(stderr, "kbandit: bug: engine reads undeclared option '%s'\n", name);
+        abort();
+    }
+    return e->set ? e->string : e->spec->def_string;
+}
+
+const double *kb_config_vector(const kb_config *cfg, const char *name, size_t *n)
+{
+    const entry *e = find(cfg, name);
+    *n = e && e->set ? e->n : 0;
+    return e && e->set ? e->vector : NULL;
+}
+
+int kb_config_is_set(const kb_config *cfg, const char *name)
+{
+    const entry *e = find(cfg, name);
+    return e && e->set;
+}
+
+int kb__config_build_kernel(const kb_config *cfg, size_t dim, kb_kernel *k, kb_error *err)
+{
+    size_t n;
+    const double *ls = kb_config_vector(cfg, "lengthscales", &n);
+    if (ls && n != dim)
+        return kb__fail(err, KB_EINVAL, "lengthscales",
+                        "lengthscales has %zu entries, the space has %zu dimensions", n, dim);
+    kb_kernel_kind_parse(kb_config_string(cfg, "kernel"), &k->kind);
+    k->dim = dim;
+    k->variance = kb_config_number(cfg, "kernel_variance");
+    k->lengthscales = malloc(dim * sizeof *k->lengthscales);
+    if (!k->lengthscales)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    for (size_t j = 0; j < dim; j++)
+        k->lengthscales[j] = ls ? ls[j] : kb_config_number(cfg, "lengthscale");
+    return KB_OK;
+}
+
+/* Used by snapshot.c to serialize: the i-th option's name and whether it was set. */
+size_t kb__config_count(const kb_config *cfg) { return cfg->n_entries; }
+const kb_option_spec *kb__config_spec(const kb_config *cfg, size_t i)
+{
+    return cfg->entries[i].spec;
+}

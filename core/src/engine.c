@@ -1,0 +1,451 @@
+/*
+ * engine.c - the engine registry and the common engine base: creation from a config
+ * and a space, trial bookkeeping, the repeats policy, argument checks, and the event
+ * log behind snapshots. Engine files implement kb_engine_ops (internal.h) and see only
+ * already-validated calls.
+ *
+ * Ownership: kb_engine owns its copies of the config and the space, the trial and
+ * observation arrays and the log; e->impl belongs to the engine's ops.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The registry: one line per engine. */
+static const kb_engine_ops *const registry[] = {
+    &kb_engine_random,
+};
+#define N_ENGINES (sizeof registry / sizeof registry[0])
+
+const kb_engine_ops *kb__engine_lookup(const char *name)
+{
+    for (size_t i = 0; i < N_ENGINES; i++)
+        if (strcmp(registry[i]->name, name) == 0)
+            return registry[i];
+    return NULL;
+}
+
+const char *const *kb_engine_names(void)
+{
+    static const char *names[N_ENGINES + 1];
+    for (size_t i = 0; i < N_ENGINES; i++)
+        names[i] = registry[i]->name;
+    return names;
+}
+
+const kb_option_spec *kb_engine_options(const char *engine)
+{
+    const kb_engine_ops *ops = kb__engine_lookup(engine);
+    return ops ? ops->options : NULL;
+}
+
+/* Grows *arr (elem bytes each) to hold at least `need` elements. */
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return KB_OK;
+    size_t nc = *cap ? *cap : 64;
+    while (nc < need)
+        nc *= 2;
+    void *p = realloc(*arr, nc * elem);
+    if (!p)
+        return KB_ENOMEM;
+    *arr = p;
+    *cap = nc;
+    return KB_OK;
+}
+
+static int reserve_trials(kb_engine *e, size_t need)
+{
+    if (grow((void **)&e->trials, &e->cap_trials, need, sizeof *e->trials))
+        return KB_ENOMEM;
+    size_t chunks = (need + KB_TRIAL_CHUNK - 1) / KB_TRIAL_CHUNK;
+    if (chunks <= e->n_chunks)
+        return KB_OK;
+    size_t rows = KB_TRIAL_CHUNK * e->space->dim;
+    double **xc = realloc(e->x_chunks, chunks * sizeof *xc);
+    if (!xc)
+        return KB_ENOMEM;
+    e->x_chunks = xc;
+    double **uc = realloc(e->u_chunks, chunks * sizeof *uc);
+    if (!uc)
+        return KB_ENOMEM;
+    e->u_chunks = uc;
+    for (; e->n_chunks < chunks; e->n_chunks++) {
+        xc[e->n_chunks] = malloc(rows * sizeof(double));
+        uc[e->n_chunks] = malloc(rows * sizeof(double));
+        if (!xc[e->n_chunks] || !uc[e->n_chunks]) {
+            free(xc[e->n_chunks]);
+            free(uc[e->n_chunks]);
+            return KB_ENOMEM;
+        }
+    }
+    return KB_OK;
+}
+
+static int reserve_obs(kb_engine *e, size_t need)
+{
+    size_t cap = e->cap_obs, c1 = cap, c2 = cap, c3 = cap;
+    if (grow((void **)&e->obs_u, &c1, need, e->space->dim * sizeof(double)) ||
+        grow((void **)&e->obs_y, &c2, need, sizeof(double)) ||
+        grow((void **)&e->obs_trial, &c3, need, sizeof(uint64_t)))
+        return KB_ENOMEM;
+    e->cap_obs = c1;
+    return KB_OK;
+}
+
+static int alloc_candidate_flags(kb_engine *e)
+{
+    free(e->cand_pending);
+    free(e->cand_told);
+    e->cand_pending = calloc(e->space->n, sizeof *e->cand_pending);
+    e->cand_told = calloc(e->space->n, sizeof *e->cand_told);
+    return e->cand_pending && e->cand_told ? KB_OK : KB_ENOMEM;
+}
+
+kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_error *err)
+{
+    kb_scaling scaling;
+    kb_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    e->ops = kb__engine_lookup(kb_config_engine(cfg));
+    e->cfg = kb_config_copy(cfg);
+    e->space = kb__space_copy(space);
+    e->log = kb__log_new();
+    if (!e->cfg || !e->space || !e->log) {
+        kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    kb_scaling_parse(kb_config_string(cfg, "input_scaling"), &scaling);
+    if (kb__space_apply_scaling(e->space, scaling, err))
+        goto fail;
+    if (!space->finite && kb_config_is_set(cfg, "pool_size") &&
+        (size_t)kb_config_number(cfg, "pool_size") != space->n) {
+        kb__fail(err, KB_EINVAL, "pool_size", "pool_size differs from the box's pool size");
+        goto fail;
+    }
+    const char *rep = kb_config_string(cfg, "repeats");
+    e->repeats = strcmp(rep, "allow") == 0 ? 0 : strcmp(rep, "no_pending") == 0 ? 1 : 2;
+    kb_rng_seed(&e->rng, (uint64_t)kb_config_number(cfg, "seed"));
+    if (kb__config_build_kernel(cfg, space->dim, &e->kernel, err))
+        goto fail;
+    if (alloc_candidate_flags(e)) {
+        kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    if (e->ops->create(e, err))
+        goto fail;
+    return e;
+fail:
+    e->ops = NULL; /* impl was not built: skip destroy */
+    kb_engine_free(e);
+    return NULL;
+}
+
+void kb_engine_free(kb_engine *e)
+{
+    if (!e)
+        return;
+    if (e->ops && e->ops->destroy)
+        e->ops->destroy(e);
+    kb_config_free(e->cfg);
+    kb_space_free(e->space);
+    kb__kernel_release(&e->kernel);
+    free(e->trials);
+    for (size_t i = 0; i < e->n_chunks; i++) {
+        free(e->x_chunks[i]);
+        free(e->u_chunks[i]);
+    }
+    free(e->x_chunks);
+    free(e->u_chunks);
+    free(e->obs_u);
+    free(e->obs_y);
+    free(e->obs_trial);
+    free(e->cand_pending);
+    free(e->cand_told);
+    kb__log_free(e->log);
+    free(e);
+}
+
+const char *kb_engine_name(const kb_engine *e) { return e->ops->name; }
+size_t kb_engine_dim(const kb_engine *e) { return e->space->dim; }
+
+/* Whether trial t's candidate index refers to the current candidate set. */
+static int trial_in_current_pool(const kb_engine *e, const kb_trial *t)
+{
+    return t->generation == e->space->generation;
+}
+
+/* Records the hand-out of candidate `index`; fills *pt. */
+static int hand_out(kb_engine *e, size_t index, kb_point *pt, kb_error *err)
+{
+    size_t d = e->space->dim;
+    if (reserve_trials(e, e->n_trials + 1))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    kb_trial *t = &e->trials[e->n_trials];
+    t->index = index;
+    t->generation = e->space->generation;
+    t->state = KB_TRIAL_PENDING;
+    t->y = NAN;
+    e->n_trials++;
+    memcpy(kb__trial_x(e, e->n_trials), e->space->rows + index * d, d * sizeof(double));
+    memcpy(kb__trial_u(e, e->n_trials), e->space->u + index * d, d * sizeof(double));
+    e->n_pending++;
+    e->cand_pending[index]++;
+    uint64_t h = e->n_trials;
+    if (e->ops->handed && e->ops->handed(e, h, err)) {
+        e->n_trials--;
+        e->n_pending--;
+        e->cand_pending[index]--;
+        return err ? err->code : KB_ENUMERIC;
+    }
+    pt->handle = h;
+    pt->index = index;
+    pt->x = kb__trial_x(e, h);
+    return KB_OK;
+}
+
+int kb_engine_ask(kb_engine *e, size_t n, kb_point *out, kb_ask_result *res, kb_error *err)
+{
+    res->n = 0;
+    res->status = KB_ASK_OK;
+    res->awaiting = 0;
+    while (res->n < n) {
+        size_t index = (size_t)-1;
+        kb_ask_result one = {0, KB_ASK_OK, 0};
+        int rc = e->ops->ask_one(e, &index, &one, err);
+        if (rc)
+            return rc;
+        if (one.status != KB_ASK_OK) {
+            res->status = one.status;
+            res->awaiting = one.awaiting;
+            break;
+        }
+        if ((rc = hand_out(e, index, &out[res->n], err)))
+            return rc;
+        if ((rc = kb__log_ask(e->log)))
+            return kb__fail(err, rc, NULL, "out of memory");
+        res->n++;
+    }
+    return KB_OK;
+}
+
+/* The trial of a handle that must still be pending. */
+static kb_trial *pending_trial(kb_engine *e, uint64_t handle, kb_error *err)
+{
+    if (handle == 0 || handle > e->n_trials) {
+        kb__fail(err, KB_ENOTFOUND, "handle", "no point was handed out with handle %llu",
+                 (unsigned long long)handle);
+        return NULL;
+    }
+    kb_trial *t = &e->trials[handle - 1];
+    if (t->state != KB_TRIAL_PENDING) {
+        kb__fail(err, KB_ESTATE, "handle", "point %llu was already %s",
+                 (unsigned long long)handle, t->state == KB_TRIAL_TOLD ? "told" : "abandoned");
+        return NULL;
+    }
+    return t;
+}
+
+static int push_obs(kb_engine *e, const double *u, double y, uint64_t handle)
+{
+    if (reserve_obs(e, e->n_obs + 1))
+        return KB_ENOMEM;
+    size_t d = e->space->dim;
+    memcpy(e->obs_u + e->n_obs * d, u, d * sizeof(double));
+    e->obs_y[e->n_obs] = y;
+    e->obs_trial[e->n_obs] = handle;
+    e->n_obs++;
+    return KB_OK;
+}
+
+/* Marks a pending trial done; `told` chooses between tell and abandon. */
+static void settle(kb_engine *e, kb_trial *t, int told, int undo)
+{
+    int in_pool = trial_in_current_pool(e, t);
+    if (!undo) {
+        t->state = told ? KB_TRIAL_TOLD : KB_TRIAL_ABANDONED;
+        e->n_pending--;
+        if (in_pool) {
+            e->cand_pending[t->index]--;
+            if (told)
+                e->cand_told[t->index] = 1;
+        }
+    } else {
+        t->state = KB_TRIAL_PENDING;
+        e->n_pending++;
+        if (in_pool)
+            e->cand_pending[t->index]++;
+    }
+}
+
+int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
+{
+    if (!isfinite(y))
+        return kb__fail(err, KB_EINVAL, "value", "the value must be a finite number");
+    kb_trial *t = pending_trial(e, handle, err);
+    if (!t)
+        return err ? err->code : KB_ESTATE;
+    unsigned char was_told = e->cand_told[t->index];
+    if (push_obs(e, kb__trial_u(e, handle), y, handle))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    t->y = y;
+    settle(e, t, 1, 0);
+    e->n_tells++;
+    int rc = e->ops->tell ? e->ops->tell(e, handle, err) : KB_OK;
+    if (!rc && (rc = kb__log_tell(e->log, handle, y)))
+        kb__fail(err, rc, NULL, "out of memory");
+    if (rc) {
+        e->n_obs--;
+        e->n_tells--;
+        settle(e, t, 1, 1);
+        if (trial_in_current_pool(e, t))
+            e->cand_told[t->index] = was_told;
+        t->y = NAN;
+    }
+    return rc;
+}
+
+int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err)
+{
+    kb_trial *t = pending_trial(e, handle, err);
+    if (!t)
+        return err ? err->code : KB_ESTATE;
+    settle(e, t, 0, 0);
+    e->n_abandons++;
+    int rc = e->ops->abandon ? e->ops->abandon(e, handle, err) : KB_OK;
+    if (!rc && (rc = kb__log_abandon(e->log, handle)))
+        kb__fail(err, rc, NULL, "out of memory");
+    if (rc) {
+        e->n_abandons--;
+        settle(e, t, 0, 1);
+    }
+    return rc;
+}
+
+int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
+{
+    size_t d = e->space->dim;
+    for (size_t j = 0; j < d; j++)
+        if (!isfinite(x[j])) {
+            char field[KB_ERROR_FIELD_MAX];
+            snprintf(field, sizeof field, "x[%zu]", j);
+            return kb__fail(err, KB_EINVAL, field, "coordinate is not a finite number");
+        }
+    if (!isfinite(y))
+        return kb__fail(err, KB_EINVAL, "value", "the value must be a finite number");
+    double u[d];
+    kb__space_to_internal(e->space, x, u);
+    if (push_obs(e, u, y, 0))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    e->n_observed++;
+    int rc = e->ops->observe ? e->ops->observe(e, err) : KB_OK;
+    if (!rc && (rc = kb__log_observe(e->log, x, d, y)))
+        kb__fail(err, rc, NULL, "out of memory");
+    if (rc) {
+        e->n_obs--;
+        e->n_observed--;
+    }
+    return rc;
+}
+
+int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_state *state)
+{
+    if (handle == 0 || handle > e->n_trials)
+        return KB_ENOTFOUND;
+    pt->handle = handle;
+    pt->index = e->trials[handle - 1].index;
+    pt->x = kb__trial_x(e, handle);
+    *state = e->trials[handle - 1].state;
+    return KB_OK;
+}
+
+void kb_engine_stats(const kb_engine *e, kb_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->asks = e->n_trials;
+    st->tells = e->n_tells;
+    st->abandons = e->n_abandons;
+    st->observed = e->n_observed;
+    st->pending = e->n_pending;
+    st->candidates = e->space->n;
+    if (e->ops->stats)
+        e->ops->stats(e, st);
+}
+
+int kb_engine_posterior(kb_engine *e, const double *X, size_t n, double *mean, double *sd,
+                        kb_error *err)
+{
+    if (!e->ops->posterior)
+        return kb__fail(err, KB_EUNSUPPORTED, "engine", "engine %s has no posterior",
+                        e->ops->name);
+    size_t d = e->space->dim;
+    double *U = malloc((n ? n : 1) * d * sizeof *U);
+    if (!U)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        kb__space_to_internal(e->space, X + i * d, U + i * d);
+    int rc = e->ops->posterior(e, U, n, mean, sd, err);
+    free(U);
+    return rc;
+}
+
+void kb__output_stats(const kb_engine *e, double *mean, double *sd)
+{
+    *mean = 0.0;
+    *sd = 1.0;
+    if (strcmp(kb_config_string(e->cfg, "output_scaling"), "none") == 0 || e->n_obs == 0)
+        return;
+    double s = 0.0, s2 = 0.0;
+    for (size_t i = 0; i < e->n_obs; i++)
+        s += e->obs_y[i];
+    *mean = s / (double)e->n_obs;
+    if (e->n_obs < 2)
+        return;
+    for (size_t i = 0; i < e->n_obs; i++)
+        s2 += (e->obs_y[i] - *mean) * (e->obs_y[i] - *mean);
+    double v = sqrt(s2 / (double)(e->n_obs - 1));
+    *sd = v > 1e-12 ? v : 1.0;
+}
+
+/* Indices of up to `k` best observations, best first (insertion into a short list). */
+static size_t best_obs(const kb_engine *e, size_t k, size_t *idx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_obs; i++) {
+        size_t p;
+        if (n < k)
+            p = n++;
+        else if (e->obs_y[i] > e->obs_y[idx[k - 1]])
+            p = k - 1;
+        else
+            continue;
+        while (p > 0 && e->obs_y[idx[p - 1]] < e->obs_y[i]) {
+            idx[p] = idx[p - 1];
+            p--;
+        }
+        idx[p] = i;
+    }
+    return n;
+}
+
+void kb__refresh_pool(kb_engine *e)
+{
+    if (e->space->finite)
+        return;
+    enum { NBEST = 8 };
+    size_t idx[NBEST], d = e->space->dim;
+    size_t nb = best_obs(e, NBEST, idx);
+    double best[NBEST * d > 0 ? NBEST * d : 1];
+    for (size_t i = 0; i < nb; i++)
+        memcpy(best + i * d, e->obs_u + idx[i] * d, d * sizeof(double));
+    kb__space_refresh_pool(e->space, &e->rng, best, nb);
+    memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);
+    memset(e->cand_told, 0, e->space->n * sizeof *e->cand_told);
+}

@@ -1,0 +1,183 @@
+/*
+ * internal.h - what engines see of the library: the engine vtable, the common engine
+ * base (trials, observations, repeats policy, statistics) and shared helpers.
+ *
+ * Invariants kept by the base (core/src/engine.c), which engines may rely on:
+ *   - trials[h - 1] is the trial of handle h; handles are assigned in ask order;
+ *   - obs_u / obs_y hold every observation in the order it arrived (tells and warm-start
+ *     observes), in internal coordinates; obs_trial[i] is the handle it came from (0 for
+ *     an observe);
+ *   - an engine's ask op chooses ONE point per call; the base loops. So ask(n) is the
+ *     same as n calls of ask(1), which makes the event log (snapshot.c) and the daemon's
+ *     trial history enough to rebuild any engine by replay;
+ *   - ops->tell / ops->abandon / ops->observe run after the base recorded the event; if
+ *     they fail, the base undoes its record, and the op must leave its own state as it
+ *     was.
+ */
+#ifndef KB_INTERNAL_H
+#define KB_INTERNAL_H
+
+#include "kbandit.h"
+
+#include <stdarg.h>
+
+/* ------------------------------------------------------------ errors */
+
+/* Fills err (if not NULL) and returns code. printf-style message. */
+int kb__fail(kb_error *err, int code, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Monotonic clock in seconds. */
+double kb__now(void);
+
+/* ------------------------------------------------------------- space */
+
+/* Internal view of a space. For a finite set, `rows` are the input rows and `u` the
+ * same rows scaled by the engine's input_scaling (column affine map u = (x - shift) /
+ * scale). For a box, rows == u == the current pool in [0,1]^dim. */
+struct kb_space {
+    int finite;
+    size_t n, dim;
+    size_t pool_size;      /* box only */
+    uint64_t generation;   /* box: incremented at each pool refresh */
+    double *rows;          /* n x dim, input coordinates (owned) */
+    double *u;             /* n x dim, internal coordinates (owned) */
+    double *shift, *scale; /* dim each (owned); identity for boxes */
+};
+
+kb_space *kb__space_copy(const kb_space *s);
+/* Computes shift/scale from the finite rows and fills u. */
+int kb__space_apply_scaling(kb_space *s, kb_scaling how, kb_error *err);
+/* Maps one input-coordinate point to internal coordinates. */
+void kb__space_to_internal(const kb_space *s, const double *x, double *u);
+/* Box only: draws a new pool. Half quasi-random (Halton, randomly shifted), half
+ * Gaussian perturbations (sd 0.05, clipped to the cube) around the `nbest` rows of
+ * `best` (internal coordinates); all quasi-random when nbest == 0. */
+void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest);
+
+/* -------------------------------------------------------- config */
+
+/* Engines read their options with kb_config_number / kb_config_string. */
+int kb__config_build_kernel(const kb_config *cfg, size_t dim, kb_kernel *k, kb_error *err);
+void kb__kernel_release(kb_kernel *k);
+/* For serialization: the i-th option of a config (common options first). */
+size_t kb__config_count(const kb_config *cfg);
+const kb_option_spec *kb__config_spec(const kb_config *cfg, size_t i);
+
+/* --------------------------------------------------------- engine */
+
+typedef struct kb_trial {
+    size_t index;        /* candidate index at hand-out time */
+    uint64_t generation; /* pool generation at hand-out time (boxes) */
+    kb_trial_state state;
+    double y;            /* internal units: the raw told value (engines standardize) */
+} kb_trial;
+
+typedef struct kb_engine_ops {
+    const char *name;
+    const char *summary;
+    const kb_option_spec *options; /* engine-specific; terminated by name == NULL */
+    /* Builds e->impl. Options are already validated one by one; check cross-field
+     * constraints here. */
+    int (*create)(kb_engine *e, kb_error *err);
+    void (*destroy)(kb_engine *e);
+    /* Chooses one candidate index of e->space into *index, or sets res->status to
+     * KB_ASK_AWAIT_FEEDBACK / KB_ASK_EXHAUSTED (with res->awaiting) and returns 0
+     * without choosing. Must skip candidates for which kb__excluded() is true. The base
+     * records the trial after the op returns with a choice, then calls ops->handed. */
+    int (*ask_one)(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err);
+    /* Called once the trial of `handle` exists (hallucinate it here). May be NULL. */
+    int (*handed)(kb_engine *e, uint64_t handle, kb_error *err);
+    int (*tell)(kb_engine *e, uint64_t handle, kb_error *err);
+    int (*abandon)(kb_engine *e, uint64_t handle, kb_error *err);
+    /* The new observation is the last row of obs_u / obs_y. */
+    int (*observe)(kb_engine *e, kb_error *err);
+    /* U is n x dim in internal coordinates. May be NULL (no posterior). */
+    int (*posterior)(kb_engine *e, const double *U, size_t n, double *mean, double *sd,
+                     kb_error *err);
+    /* Fills the engine-specific fields of st (epoch, dict_size, timings, ...). */
+    void (*stats)(const kb_engine *e, kb_stats *st);
+} kb_engine_ops;
+
+struct kb_engine {
+    const kb_engine_ops *ops;
+    kb_config *cfg;      /* owned copy */
+    kb_space *space;     /* owned copy, scaled */
+    kb_kernel kernel;    /* built from cfg for space->dim */
+    kb_rng rng;          /* seeded from cfg "seed"; engines draw from it */
+    void *impl;          /* engine state, owned by the engine's ops */
+
+    kb_trial *trials;    /* n_trials, handle h at [h - 1] */
+    /* Trial coordinates live in chunks of KB_TRIAL_CHUNK rows that never move, because
+     * kb_point.x handed to callers must stay valid: use kb__trial_x / kb__trial_u. */
+    double **x_chunks;   /* input coordinates (returned to callers) */
+    double **u_chunks;   /* internal coordinates */
+    size_t n_trials, cap_trials, n_chunks;
+
+    double *obs_u;       /* n_obs x dim */
+    double *obs_y;       /* n_obs, raw values as told */
+    uint64_t *obs_trial; /* n_obs, handle or 0 */
+    size_t n_obs, cap_obs;
+
+    int repeats;         /* 0 allow, 1 no_pending, 2 never */
+    uint32_t *cand_pending;  /* per candidate: pending trials on it */
+    unsigned char *cand_told;/* per candidate: told at least once */
+
+    uint64_t n_pending, n_tells, n_abandons, n_observed;
+    struct kb_log *log;  /* event log for snapshots (snapshot.c) */
+};
+
+#define KB_TRIAL_CHUNK 1024
+
+/* Coordinates of the trial with handle h (1 <= h <= n_trials). */
+static inline double *kb__trial_x(const kb_engine *e, uint64_t h)
+{
+    size_t i = (size_t)(h - 1);
+    return e->x_chunks[i / KB_TRIAL_CHUNK] + (i % KB_TRIAL_CHUNK) * e->space->dim;
+}
+static inline double *kb__trial_u(const kb_engine *e, uint64_t h)
+{
+    size_t i = (size_t)(h - 1);
+    return e->u_chunks[i / KB_TRIAL_CHUNK] + (i % KB_TRIAL_CHUNK) * e->space->dim;
+}
+
+/* Whether the repeats policy forbids handing out candidate i now. */
+static inline int kb__excluded(const kb_engine *e, size_t i)
+{
+    if (e->repeats == 0)
+        return 0;
+    if (e->cand_pending[i])
+        return 1;
+    return e->repeats == 2 && e->cand_told[i];
+}
+
+/* Standardization of the observed outputs: mean and sd (sd = 1 when fewer than two
+ * observations, or when output_scaling is "none" (then mean = 0 too)). */
+void kb__output_stats(const kb_engine *e, double *mean, double *sd);
+
+/* Called by box-space engines at resparsification: refreshes the pool around the best
+ * observations and resets the per-candidate repeat counters for the new pool. */
+void kb__refresh_pool(kb_engine *e);
+
+/* ------------------------------------------------------- registry */
+
+const kb_engine_ops *kb__engine_lookup(const char *name);
+
+/* One line per engine; defined in each engine's file. */
+extern const kb_engine_ops kb_engine_random;
+extern const kb_engine_ops kb_engine_bbkb;
+extern const kb_engine_ops kb_engine_bkb;
+extern const kb_engine_ops kb_engine_gp_ucb;
+extern const kb_engine_ops kb_engine_gp_bucb;
+
+/* ------------------------------------------------------- snapshot */
+
+struct kb_log;
+struct kb_log *kb__log_new(void);
+void kb__log_free(struct kb_log *log);
+int kb__log_ask(struct kb_log *log);
+int kb__log_tell(struct kb_log *log, uint64_t handle, double y);
+int kb__log_abandon(struct kb_log *log, uint64_t handle);
+int kb__log_observe(struct kb_log *log, const double *x, size_t dim, double y);
+
+#endif /* KB_INTERNAL_H */

@@ -1,0 +1,344 @@
+/*
+ * snapshot.c - engine snapshots as an event log, and restore by replay.
+ *
+ * A snapshot is the engine's configuration, its search space and the ordered list of
+ * successful calls that changed it (ask of one point, tell, abandon, observe). Every
+ * engine is a deterministic function of these (seeded RNG, ask(n) == n x ask(1); see
+ * internal.h), so replaying them rebuilds the engine exactly, whatever its internals:
+ * no engine needs serialization code of its own, and a restored engine makes the same
+ * choices the original would have made. Restore costs as much as the calls it replays.
+ *
+ * Format (all integers little-endian, doubles IEEE-754 binary64 little-endian):
+ *   "KBSNAP01"  u32 version(1)
+ *   str engine; u32 n_options; n_options x (str name, u8 type, value)
+ *     value: NUMBER/INTEGER f64 | STRING str | VECTOR u32 n, n x f64
+ *   u8 finite; u64 n; u64 dim; finite: n*dim x f64 rows (input coordinates)
+ *   u64 n_events; events: u8 kind, then ASK: - | TELL: u64 handle, f64 y |
+ *     ABANDON: u64 handle | OBSERVE: dim x f64 x, f64 y
+ *   str := u32 length, bytes (no terminator)
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "snapshot.c writes host-order numbers and assumes a little-endian host"
+#endif
+
+enum { EV_ASK = 1, EV_TELL = 2, EV_ABANDON = 3, EV_OBSERVE = 4 };
+#define MAGIC "KBSNAP01"
+#define VERSION 1u
+
+typedef struct buf {
+    unsigned char *p;
+    size_t len, cap;
+    int oom;
+} buf;
+
+struct kb_log {
+    buf b;
+    uint64_t n_events;
+};
+
+static void put(buf *b, const void *src, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->len + n)
+            nc *= 2;
+        unsigned char *p = realloc(b->p, nc);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+static void put_u8(buf *b, uint8_t v) { put(b, &v, 1); }
+static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
+static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_f64(buf *b, double v) { put(b, &v, 8); }
+static void put_str(buf *b, const char *s)
+{
+    put_u32(b, (uint32_t)strlen(s));
+    put(b, s, strlen(s));
+}
+
+struct kb_log *kb__log_new(void) { return calloc(1, sizeof(struct kb_log)); }
+
+void kb__log_free(struct kb_log *log)
+{
+    if (!log)
+        return;
+    free(log->b.p);
+    free(log);
+}
+
+static int log_done(struct kb_log *log, size_t mark)
+{
+    if (log->b.oom) {
+        log->b.oom = 0;
+        log->b.len = mark;
+        return KB_ENOMEM;
+    }
+    log->n_events++;
+    return KB_OK;
+}
+
+int kb__log_ask(struct kb_log *log)
+{
+    size_t mark = log->b.len;
+    put_u8(&log->b, EV_ASK);
+    return log_done(log, mark);
+}
+
+int kb__log_tell(struct kb_log *log, uint64_t handle, double y)
+{
+    size_t mark = log->b.len;
+    put_u8(&log->b, EV_TELL);
+    put_u64(&log->b, handle);
+    put_f64(&log->b, y);
+    return log_done(log, mark);
+}
+
+int kb__log_abandon(struct kb_log *log, uint64_t handle)
+{
+    size_t mark = log->b.len;
+    put_u8(&log->b, EV_ABANDON);
+    put_u64(&log->b, handle);
+    return log_done(log, mark);
+}
+
+int kb__log_observe(struct kb_log *log, const double *x, size_t dim, double y)
+{
+    size_t mark = log->b.len;
+    put_u8(&log->b, EV_OBSERVE);
+    put(&log->b, x, dim * sizeof *x);
+    put_f64(&log->b, y);
+    return log_done(log, mark);
+}
+
+static void put_config(buf *b, const kb_config *cfg)
+{
+    uint32_t n_set = 0;
+    for (size_t i = 0; i < kb__config_count(cfg); i++)
+        n_set += (uint32_t)kb_config_is_set(cfg, kb__config_spec(cfg, i)->name);
+    put_str(b, kb_config_engine(cfg));
+    put_u32(b, n_set);
+    for (size_t i = 0; i < kb__config_count(cfg); i++) {
+        const kb_option_spec *s = kb__config_spec(cfg, i);
+        if (!kb_config_is_set(cfg, s->name))
+            continue;
+        put_str(b, s->name);
+        put_u8(b, (uint8_t)s->type);
+        if (s->type == KB_OPT_STRING) {
+            put_str(b, kb_config_string(cfg, s->name));
+        } else if (s->type == KB_OPT_VECTOR) {
+            size_t n;
+            const double *v = kb_config_vector(cfg, s->name, &n);
+            put_u32(b, (uint32_t)n);
+            put(b, v, n * sizeof *v);
+        } else {
+            put_f64(b, kb_config_number(cfg, s->name));
+        }
+    }
+}
+
+int kb_engine_snapshot(const kb_engine *e, unsigned char **bytes, size_t *len, kb_error *err)
+{
+    buf b = {0};
+    const kb_space *s = e->space;
+    put(&b, MAGIC, 8);
+    put_u32(&b, VERSION);
+    put_config(&b, e->cfg);
+    put_u8(&b, (uint8_t)s->finite);
+    put_u64(&b, s->n);
+    put_u64(&b, s->dim);
+    if (s->finite)
+        put(&b, s->rows, s->n * s->dim * sizeof(double));
+    put_u64(&b, e->log->n_events);
+    put(&b, e->log->b.p, e->log->b.len);
+    if (b.oom) {
+        free(b.p);
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory for the snapshot");
+    }
+    *bytes = b.p;
+    *len = b.len;
+    return KB_OK;
+}
+
+/* ---------------------------------------------------------------- restore */
+
+typedef struct reader {
+    const unsigned char *p;
+    size_t len, pos;
+    int bad;
+} reader;
+
+static int get(reader *r, void *dst, size_t n)
+{
+    if (r->bad || n > r->len - r->pos) {
+        r->bad = 1;
+        memset(dst, 0, n);
+        return -1;
+    }
+    memcpy(dst, r->p + r->pos, n);
+    r->pos += n;
+    return 0;
+}
+
+static uint8_t get_u8(reader *r) { uint8_t v; get(r, &v, 1); return v; }
+static uint32_t get_u32(reader *r) { uint32_t v; get(r, &v, 4); return v; }
+static uint64_t get_u64(reader *r) { uint64_t v; get(r, &v, 8); return v; }
+static double get_f64(reader *r) { double v; get(r, &v, 8); return v; }
+
+/* A NUL-terminated copy of the next string, owned by the caller; NULL if malformed. */
+static char *get_str(reader *r)
+{
+    uint32_t n = get_u32(r);
+    if (r->bad || n > r->len - r->pos) {
+        r->bad = 1;
+        return NULL;
+    }
+    char *s = malloc((size_t)n + 1);
+    if (!s) {
+        r->bad = 1;
+        return NULL;
+    }
+    memcpy(s, r->p + r->pos, n);
+    s[n] = '\0';
+    r->pos += n;
+    return s;
+}
+
+static int read_option(reader *r, kb_config *cfg, kb_error *err)
+{
+    char *name = get_str(r);
+    uint8_t type = get_u8(r);
+    int rc = KB_ECORRUPT;
+    if (!name || r->bad)
+        goto done;
+    if (type == KB_OPT_STRING) {
+        char *v = get_str(r);
+        rc = v ? kb_config_set_string(cfg, name, v, err) : KB_ECORRUPT;
+        free(v);
+    } else if (type == KB_OPT_VECTOR) {
+        uint32_t n = get_u32(r);
+        if (r->bad || (size_t)n * 8 > r->len - r->pos)
+            goto done;
+        double *v = malloc((n ? n : 1) * sizeof *v);
+        if (!v)
+            goto done;
+        get(r, v, n * sizeof *v);
+        rc = kb_config_set_vector(cfg, name, v, n, err);
+        free(v);
+    } else if (type == KB_OPT_NUMBER || type == KB_OPT_INTEGER) {
+        rc = kb_config_set_number(cfg, name, get_f64(r), err);
+    }
+done:
+    free(name);
+    return rc;
+}
+
+static kb_config *read_config(reader *r, kb_error *err)
+{
+    char *engine = get_str(r);
+    kb_config *cfg = engine ? kb_config_new(engine, err) : NULL;
+    free(engine);
+    if (!cfg)
+        return NULL;
+    uint32_t n = get_u32(r);
+    for (uint32_t i = 0; i < n && !r->bad; i++)
+        if (read_option(r, cfg, err)) {
+            kb_config_free(cfg);
+            return NULL;
+        }
+    return cfg;
+}
+
+static kb_space *read_space(reader *r, kb_error *err)
+{
+    uint8_t finite = get_u8(r);
+    uint64_t n = get_u64(r), dim = get_u64(r);
+    if (r->bad || dim == 0 || n == 0)
+        return NULL;
+    if (!finite)
+        return kb_space_new_box(dim, n, err);
+    if (n > (r->len - r->pos) / 8 / dim)
+        return NULL;
+    double *rows = malloc(n * dim * sizeof *rows); /* the bytes may be misaligned */
+    if (!rows)
+        return NULL;
+    get(r, rows, n * dim * sizeof *rows);
+    kb_space *s = kb_space_new_finite(rows, n, dim, err);
+    free(rows);
+    return s;
+}
+
+static int replay_one(reader *r, kb_engine *e, kb_error *err)
+{
+    uint8_t kind = get_u8(r);
+    if (r->bad)
+        return KB_ECORRUPT;
+    if (kind == EV_ASK) {
+        kb_point pt;
+        kb_ask_result res;
+        int rc = kb_engine_ask(e, 1, &pt, &res, err);
+        return rc ? rc : res.n == 1 ? KB_OK : KB_ECORRUPT;
+    }
+    if (kind == EV_TELL) {
+        uint64_t h = get_u64(r);
+        double y = get_f64(r);
+        return r->bad ? KB_ECORRUPT : kb_engine_tell(e, h, y, err);
+    }
+    if (kind == EV_ABANDON) {
+        uint64_t h = get_u64(r);
+        return r->bad ? KB_ECORRUPT : kb_engine_abandon(e, h, err);
+    }
+    if (kind == EV_OBSERVE) {
+        size_t d = e->space->dim;
+        double x[d];
+        get(r, x, d * sizeof(double));
+        double y = get_f64(r);
+        return r->bad ? KB_ECORRUPT : kb_engine_observe(e, x, y, err);
+    }
+    return KB_ECORRUPT;
+}
+
+kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *err)
+{
+    reader r = {bytes, len, 0, 0};
+    char magic[8];
+    kb_config *cfg = NULL;
+    kb_space *space = NULL;
+    kb_engine *e = NULL;
+    get(&r, magic, 8);
+    if (r.bad || memcmp(magic, MAGIC, 8) != 0 || get_u32(&r) != VERSION)
+        goto corrupt;
+    if (!(cfg = read_config(&r, err)) || !(space = read_space(&r, err)))
+        goto corrupt;
+    if (!(e = kb_engine_create(cfg, space, err)))
+        goto corrupt;
+    uint64_t n = get_u64(&r);
+    for (uint64_t i = 0; i < n; i++)
+        if (replay_one(&r, e, err))
+            goto corrupt;
+    if (r.bad || r.pos != r.len)
+        goto corrupt;
+    kb_config_free(cfg);
+    kb_space_free(space);
+    return e;
+corrupt:
+    kb_engine_free(e);
+    kb_config_free(cfg);
+    kb_space_free(space);
+    kb__fail(err, KB_ECORRUPT, "snapshot", "snapshot is malformed or inconsistent");
+    return NULL;
+}

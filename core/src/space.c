@@ -1,0 +1,226 @@
+/*
+ * space.c - search spaces: finite candidate sets and unit-cube boxes with a candidate
+ * pool.
+ *
+ * A space holds its points twice: `rows` in the caller's input coordinates (what asks
+ * return) and `u` in the engine's internal coordinates (what kernels see). For finite
+ * sets `u` is the column-wise affine map of kb_scaling; for boxes both are the pool,
+ * already in [0,1]^dim. The pool is refreshed by kb__space_refresh_pool, which bumps
+ * `generation` so trials can tell which pool their index refers to.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kb_scaling_parse(const char *name, kb_scaling *out)
+{
+    if (strcmp(name, "unit") == 0)
+        *out = KB_SCALE_UNIT;
+    else if (strcmp(name, "standardize") == 0)
+        *out = KB_SCALE_STANDARDIZE;
+    else if (strcmp(name, "none") == 0)
+        *out = KB_SCALE_NONE;
+    else
+        return KB_ENOTFOUND;
+    return KB_OK;
+}
+
+static kb_space *space_alloc(int finite, size_t n, size_t dim)
+{
+    kb_space *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->finite = finite;
+    s->n = n;
+    s->dim = dim;
+    s->rows = malloc(n * dim * sizeof *s->rows);
+    s->u = malloc(n * dim * sizeof *s->u);
+    s->shift = calloc(dim, sizeof *s->shift);
+    s->scale = malloc(dim * sizeof *s->scale);
+    if (!s->rows || !s->u || !s->shift || !s->scale) {
+        kb_space_free(s);
+        return NULL;
+    }
+    for (size_t j = 0; j < dim; j++)
+        s->scale[j] = 1.0;
+    return s;
+}
+
+kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, kb_error *err)
+{
+    if (n == 0) {
+        kb__fail(err, KB_EINVAL, "candidates", "the candidate set is empty");
+        return NULL;
+    }
+    if (dim == 0) {
+        kb__fail(err, KB_EINVAL, "candidates", "candidates have no dimensions");
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < dim; j++)
+            if (!isfinite(rows[i * dim + j])) {
+                char field[KB_ERROR_FIELD_MAX];
+                snprintf(field, sizeof field, "candidates[%zu][%zu]", i, j);
+                kb__fail(err, KB_EINVAL, field, "candidate value is not a finite number");
+                return NULL;
+            }
+    kb_space *s = space_alloc(1, n, dim);
+    if (!s) {
+        kb__fail(err, KB_ENOMEM, "candidates", "out of memory for %zu x %zu candidates", n, dim);
+        return NULL;
+    }
+    memcpy(s->rows, rows, n * dim * sizeof *rows);
+    memcpy(s->u, rows, n * dim * sizeof *rows);
+    return s;
+}
+
+kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err)
+{
+    if (dim == 0) {
+        kb__fail(err, KB_EINVAL, "dim", "a box needs at least one dimension");
+        return NULL;
+    }
+    if (pool_size == 0) {
+        kb__fail(err, KB_EINVAL, "pool_size", "the candidate pool must not be empty");
+        return NULL;
+    }
+    kb_space *s = space_alloc(0, pool_size, dim);
+    if (!s) {
+        kb__fail(err, KB_ENOMEM, "pool_size", "out of memory for a pool of %zu", pool_size);
+        return NULL;
+    }
+    s->pool_size = pool_size;
+    kb_rng rng;
+    kb_rng_seed(&rng, 0);
+    kb__space_refresh_pool(s, &rng, NULL, 0);
+    s->generation = 0;
+    return s;
+}
+
+void kb_space_free(kb_space *s)
+{
+    if (!s)
+        return;
+    free(s->rows);
+    free(s->u);
+    free(s->shift);
+    free(s->scale);
+    free(s);
+}
+
+size_t kb_space_dim(const kb_space *s) { return s->dim; }
+int kb_space_is_finite(const kb_space *s) { return s->finite; }
+size_t kb_space_size(const kb_space *s) { return s->n; }
+
+kb_space *kb__space_copy(const kb_space *src)
+{
+    kb_space *s = space_alloc(src->finite, src->n, src->dim);
+    if (!s)
+        return NULL;
+    s->pool_size = src->pool_size;
+    s->generation = src->generation;
+    memcpy(s->rows, src->rows, src->n * src->dim * sizeof *s->rows);
+    memcpy(s->u, src->u, src->n * src->dim * sizeof *s->u);
+    memcpy(s->shift, src->shift, src->dim * sizeof *s->shift);
+    memcpy(s->scale, src->scale, src->dim * sizeof *s->scale);
+    return s;
+}
+
+/* Column j's shift and scale for the chosen scaling; constant columns keep scale 1. */
+static void column_map(const kb_space *s, size_t j, kb_scaling how, double *shift,
+                       double *scale)
+{
+    double lo = INFINITY, hi = -INFINITY, sum = 0.0, sum2 = 0.0;
+    for (size_t i = 0; i < s->n; i++) {
+        double v = s->rows[i * s->dim + j];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        sum += v;
+    }
+    double mean = sum / (double)s->n;
+    for (size_t i = 0; i < s->n; i++) {
+        double t = s->rows[i * s->dim + j] - mean;
+        sum2 += t * t;
+    }
+    double sd = sqrt(sum2 / (double)s->n);
+    *shift = 0.0;
+    *scale = 1.0;
+    if (how == KB_SCALE_UNIT) {
+        *shift = lo;
+        *scale = hi > lo ? hi - lo : 1.0;
+    } else if (how == KB_SCALE_STANDARDIZE) {
+        *shift = mean;
+        *scale = sd > 0.0 ? sd : 1.0;
+    }
+}
+
+int kb__space_apply_scaling(kb_space *s, kb_scaling how, kb_error *err)
+{
+    (void)err;
+    if (!s->finite)
+        return KB_OK; /* boxes live in the unit cube already */
+    for (size_t j = 0; j < s->dim; j++)
+        column_map(s, j, how, &s->shift[j], &s->scale[j]);
+    for (size_t i = 0; i < s->n; i++)
+        kb__space_to_internal(s, s->rows + i * s->dim, s->u + i * s->dim);
+    return KB_OK;
+}
+
+void kb__space_to_internal(const kb_space *s, const double *x, double *u)
+{
+    for (size_t j = 0; j < s->dim; j++)
+        u[j] = (x[j] - s->shift[j]) / s->scale[j];
+}
+
+/* Radical inverse of i in base b (van der Corput), the coordinates of Halton points. */
+static double radical_inverse(uint64_t i, unsigned b)
+{
+    double f = 1.0, r = 0.0;
+    while (i > 0) {
+        f /= b;
+        r += f * (double)(i % b);
+        i /= b;
+    }
+    return r;
+}
+
+static unsigned nth_prime(size_t j)
+{
+    unsigned p = 2, found = 0;
+    for (;; p++) {
+        unsigned q = 2;
+        while (q * q <= p && p % q)
+            q++;
+        if (q * q > p && found++ == j)
+            return p;
+    }
+}
+
+void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest)
+{
+    size_t n_local = nbest ? s->n / 2 : 0;
+    size_t n_qmc = s->n - n_local;
+    /* Cranley-Patterson rotation: a random shift per dimension, modulo 1, makes each
+     * refresh a fresh low-discrepancy set. A random start index skips correlations. */
+    uint64_t start = 1 + kb_rng_below(rng, 1u << 20);
+    for (size_t j = 0; j < s->dim; j++) {
+        double shift = kb_rng_uniform(rng);
+        unsigned b = nth_prime(j);
+        for (size_t i = 0; i < n_qmc; i++) {
+            double v = radical_inverse(start + i, b) + shift;
+            s->rows[i * s->dim + j] = v - floor(v);
+        }
+    }
+    for (size_t i = n_qmc; i < s->n; i++) {
+        const double *c = best + ((i - n_qmc) % nbest) * s->dim;
+        for (size_t j = 0; j < s->dim; j++) {
+            double v = c[j] + 0.05 * kb_rng_normal(rng);
+            s->rows[i * s->dim + j] = v < 0.0 ? 0.0 : v > 1.0 ? 1.0 : v;
+        }
+    }
+    memcpy(s->u, s->rows, s->n * s->dim * sizeof *s->u);
+    s->generation++;
+}

@@ -1,0 +1,353 @@
+/*
+ * test_base.c - unit tests of the library's common layer: RNG, kernels, configuration
+ * validation, spaces, the engine base (trials, repeats policy, errors) through the
+ * random engine, and snapshot/restore by replay.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kbandit.h"
+#include "util/testutil.h"
+
+static void rng_is_deterministic_and_uniform(void **state)
+{
+    (void)state;
+    kb_rng a, b;
+    kb_rng_seed(&a, 42);
+    kb_rng_seed(&b, 42);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(kb_rng_u64(&a), kb_rng_u64(&b));
+    kb_rng c = a; /* the struct is the whole state */
+    assert_true(kb_rng_uniform(&a) == kb_rng_uniform(&c));
+
+    enum { N = 200000 };
+    double s = 0, s2 = 0, u = 0;
+    for (int i = 0; i < N; i++) {
+        double z = kb_rng_normal(&a);
+        s += z;
+        s2 += z * z;
+        u += kb_rng_uniform(&a);
+        uint64_t r = kb_rng_below(&a, 7);
+        assert_true(r < 7);
+    }
+    /* 5-sigma bounds: mean sd 1/sqrt(N), var sd sqrt(2/N), uniform mean sd 0.29/sqrt(N). */
+    assert_true(fabs(s / N) < 5 / sqrt(N));
+    assert_true(fabs(s2 / N - 1) < 5 * sqrt(2.0 / N));
+    assert_true(fabs(u / N - 0.5) < 5 * 0.29 / sqrt(N));
+}
+
+static void kernel_matrix_matches_pairwise(void **state)
+{
+    (void)state;
+    kb_rng rng;
+    kb_rng_seed(&rng, 1);
+    kb_kernel_kind kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN12, KB_KERNEL_MATERN32,
+                              KB_KERNEL_MATERN52, KB_KERNEL_LINEAR};
+    for (size_t t = 0; t < sizeof kinds / sizeof kinds[0]; t++) {
+        kb_kernel k = tu_kernel(kinds[t], 3, 0.7);
+        k.lengthscales[1] = 1.9;
+        k.variance = 1.3;
+        double *X = tu_uniform_matrix(&rng, 17, 3, -1, 1);
+        double *Y = tu_uniform_matrix(&rng, 11, 3, -1, 1);
+        double K[17 * 11], R[17 * 11];
+        kb_kernel_matrix(&k, X, 17, Y, 11, K);
+        for (size_t i = 0; i < 17; i++)
+            for (size_t j = 0; j < 11; j++)
+                R[i * 11 + j] = kb_kernel_eval(&k, X + 3 * i, Y + 3 * j);
+        assert_true(tu_max_rel_err(K, R, 17 * 11, 1e-3) < 1e-10);
+        free(X);
+        free(Y);
+        tu_kernel_free(&k);
+    }
+    /* Known values: r = 1 after scaling. */
+    double x[1] = {0}, y[1] = {2};
+    kb_kernel k = tu_kernel(KB_KERNEL_RBF, 1, 2.0);
+    assert_true(fabs(kb_kernel_eval(&k, x, y) - exp(-0.5)) < 1e-15);
+    k.kind = KB_KERNEL_MATERN32;
+    assert_true(fabs(kb_kernel_eval(&k, x, y) - (1 + sqrt(3)) * exp(-sqrt(3))) < 1e-15);
+    k.kind = KB_KERNEL_MATERN52;
+    assert_true(fabs(kb_kernel_eval(&k, x, y) - (1 + sqrt(5) + 5.0 / 3) * exp(-sqrt(5))) < 1e-15);
+    k.kind = KB_KERNEL_MATERN12;
+    assert_true(fabs(kb_kernel_eval(&k, x, y) - exp(-1)) < 1e-15);
+    tu_kernel_free(&k);
+}
+
+/* Expects `rc` to be `code` with err.field equal to `field`. */
+static void expect_error(int rc, const kb_error *err, int code, const char *field)
+{
+    assert_int_equal(rc, code);
+    assert_int_equal(err->code, code);
+    assert_string_equal(err->field, field);
+    assert_true(strlen(err->message) > 0);
+}
+
+static void config_rejects_bad_options(void **state)
+{
+    (void)state;
+    kb_error err;
+    assert_null(kb_config_new("no-such-engine", &err));
+    expect_error(err.code, &err, KB_ENOTFOUND, "engine");
+
+    kb_config *cfg = kb_config_new("random", &err);
+    assert_non_null(cfg);
+    expect_error(kb_config_set_number(cfg, "lengthscale", 0.0, &err), &err, KB_ERANGE,
+                 "lengthscale");
+    expect_error(kb_config_set_number(cfg, "lengthscale", -1.0, &err), &err, KB_ERANGE,
+                 "lengthscale");
+    expect_error(kb_config_set_number(cfg, "lengthscale", NAN, &err), &err, KB_EINVAL,
+                 "lengthscale");
+    expect_error(kb_config_set_number(cfg, "bogus", 1.0, &err), &err, KB_ENOTFOUND, "bogus");
+    expect_error(kb_config_set_string(cfg, "kernel", "cosine", &err), &err, KB_ENOTFOUND,
+                 "kernel");
+    expect_error(kb_config_set_string(cfg, "lengthscale", "x", &err), &err, KB_EINVAL,
+                 "lengthscale");
+    expect_error(kb_config_set_number(cfg, "seed", 1.5, &err), &err, KB_EINVAL, "seed");
+    double bad[2] = {1.0, 0.0};
+    expect_error(kb_config_set_vector(cfg, "lengthscales", bad, 2, &err), &err, KB_ERANGE,
+                 "lengthscales");
+    /* Failed sets leave the defaults in place. */
+    assert_true(kb_config_number(cfg, "lengthscale") == 1.0);
+    assert_string_equal(kb_config_string(cfg, "kernel"), "rbf");
+    assert_int_equal(kb_config_set_string(cfg, "kernel", "matern52", &err), KB_OK);
+    assert_string_equal(kb_config_string(cfg, "kernel"), "matern52");
+
+    /* lengthscales must match the space's dimension. */
+    double good[2] = {1.0, 2.0};
+    assert_int_equal(kb_config_set_vector(cfg, "lengthscales", good, 2, &err), KB_OK);
+    double rows[3] = {0, 1, 2};
+    kb_space *sp = kb_space_new_finite(rows, 3, 1, &err);
+    assert_null(kb_engine_create(cfg, sp, &err));
+    expect_error(err.code, &err, KB_EINVAL, "lengthscales");
+    kb_space_free(sp);
+    kb_config_free(cfg);
+}
+
+static void space_rejects_bad_candidates(void **state)
+{
+    (void)state;
+    kb_error err;
+    double rows[4] = {0, 1, NAN, 2};
+    assert_null(kb_space_new_finite(rows, 0, 2, &err));
+    expect_error(err.code, &err, KB_EINVAL, "candidates");
+    assert_null(kb_space_new_finite(rows, 2, 2, &err));
+    expect_error(err.code, &err, KB_EINVAL, "candidates[1][0]");
+    rows[2] = INFINITY;
+    assert_null(kb_space_new_finite(rows, 2, 2, &err));
+    assert_null(kb_space_new_box(0, 10, &err));
+    assert_null(kb_space_new_box(2, 0, &err));
+    kb_space *box = kb_space_new_box(3, 100, &err);
+    assert_non_null(box);
+    assert_int_equal(kb_space_size(box), 100);
+    assert_false(kb_space_is_finite(box));
+    kb_space_free(box);
+    kb_space_free(NULL);
+}
+
+static kb_engine *random_engine(size_t n, const char *repeats, uint64_t seed)
+{
+    kb_error err;
+    double *rows = malloc(n * 2 * sizeof *rows);
+    for (size_t i = 0; i < n; i++) {
+        rows[2 * i] = (double)i;
+        rows[2 * i + 1] = -(double)i;
+    }
+    kb_space *sp = kb_space_new_finite(rows, n, 2, &err);
+    kb_config *cfg = kb_config_new("random", &err);
+    kb_config_set_string(cfg, "repeats", repeats, &err);
+    kb_config_set_number(cfg, "seed", (double)seed, &err);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+    free(rows);
+    return e;
+}
+
+static void base_checks_handles_and_values(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_engine *e = random_engine(5, "allow", 3);
+    kb_point pts[3];
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 3, pts, &res, &err), KB_OK);
+    assert_int_equal(res.n, 3);
+    assert_int_equal(res.status, KB_ASK_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pts[i].handle, (uint64_t)i + 1);
+        assert_true(pts[i].x[0] == (double)pts[i].index); /* input coordinates */
+    }
+    expect_error(kb_engine_tell(e, 99, 1.0, &err), &err, KB_ENOTFOUND, "handle");
+    expect_error(kb_engine_tell(e, 0, 1.0, &err), &err, KB_ENOTFOUND, "handle");
+    expect_error(kb_engine_tell(e, 1, NAN, &err), &err, KB_EINVAL, "value");
+    assert_int_equal(kb_engine_tell(e, 1, 0.5, &err), KB_OK);
+    expect_error(kb_engine_tell(e, 1, 0.5, &err), &err, KB_ESTATE, "handle");
+    assert_int_equal(kb_engine_abandon(e, 2, &err), KB_OK);
+    expect_error(kb_engine_abandon(e, 2, &err), &err, KB_ESTATE, "handle");
+    expect_error(kb_engine_tell(e, 2, 1.0, &err), &err, KB_ESTATE, "handle");
+    double x[2] = {1, INFINITY};
+    expect_error(kb_engine_observe(e, x, 1.0, &err), &err, KB_EINVAL, "x[1]");
+    x[1] = 0;
+    assert_int_equal(kb_engine_observe(e, x, 2.0, &err), KB_OK);
+    kb_stats st;
+    kb_engine_stats(e, &st);
+    assert_int_equal(st.asks, 3);
+    assert_int_equal(st.tells, 1);
+    assert_int_equal(st.abandons, 1);
+    assert_int_equal(st.pending, 1);
+    assert_int_equal(st.observed, 1);
+    double m, s;
+    expect_error(kb_engine_posterior(e, x, 1, &m, &s, &err), &err, KB_EUNSUPPORTED, "engine");
+    kb_point p;
+    kb_trial_state ts;
+    assert_int_equal(kb_engine_trial(e, 1, &p, &ts), KB_OK);
+    assert_int_equal(ts, KB_TRIAL_TOLD);
+    assert_int_equal(kb_engine_trial(e, 4, &p, &ts), KB_ENOTFOUND);
+    kb_engine_free(e);
+}
+
+static void repeats_policy_is_enforced(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_point pts[8];
+    kb_ask_result res;
+    /* no_pending: 4 candidates give 4 distinct points, then nothing until one settles. */
+    kb_engine *e = random_engine(4, "no_pending", 9);
+    assert_int_equal(kb_engine_ask(e, 8, pts, &res, &err), KB_OK);
+    assert_int_equal(res.n, 4);
+    assert_int_equal(res.status, KB_ASK_EXHAUSTED);
+    int seen[4] = {0};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(seen[pts[i].index]++, 0);
+    assert_int_equal(kb_engine_tell(e, pts[2].handle, 1.0, &err), KB_OK);
+    assert_int_equal(kb_engine_ask(e, 8, pts, &res, &err), KB_OK);
+    assert_int_equal(res.n, 1);
+    kb_engine_free(e);
+
+    /* never: once told, a candidate is never handed out again. */
+    e = random_engine(3, "never", 9);
+    assert_int_equal(kb_engine_ask(e, 3, pts, &res, &err), KB_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(kb_engine_tell(e, pts[i].handle, 1.0, &err), KB_OK);
+    assert_int_equal(kb_engine_ask(e, 1, pts, &res, &err), KB_OK);
+    assert_int_equal(res.n, 0);
+    assert_int_equal(res.status, KB_ASK_EXHAUSTED);
+    kb_engine_free(e);
+
+    /* abandon frees the candidate under no_pending. */
+    e = random_engine(1, "no_pending", 9);
+    assert_int_equal(kb_engine_ask(e, 2, pts, &res, &err), KB_OK);
+    assert_int_equal(res.n, 1);
+    assert_int_equal(kb_engine_abandon(e, pts[0].handle, &err), KB_OK);
+    assert_int_equal(kb_engine_ask(e, 1, pts, &res, &err), KB_OK);
+    assert_int_equal(res.n, 1);
+    kb_engine_free(e);
+}
+
+/* Runs a fixed mixed script of calls; returns the indices asked. */
+static void script(kb_engine *e, int steps, size_t *out_idx, kb_rng *driver)
+{
+    kb_error err;
+    kb_point pts[3];
+    kb_ask_result res;
+    for (int s = 0; s < steps; s++) {
+        assert_int_equal(kb_engine_ask(e, 2, pts, &res, &err), KB_OK);
+        out_idx[2 * s] = pts[0].index;
+        out_idx[2 * s + 1] = pts[1].index;
+        assert_int_equal(kb_engine_tell(e, pts[0].handle, kb_rng_uniform(driver), &err), KB_OK);
+        if (kb_rng_uniform(driver) < 0.5)
+            assert_int_equal(kb_engine_abandon(e, pts[1].handle, &err), KB_OK);
+    }
+}
+
+static void snapshot_restore_continues_identically(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_rng d1, d2;
+    kb_rng_seed(&d1, 5);
+    kb_rng_seed(&d2, 5);
+    size_t a[40], b[40], c[40];
+    kb_engine *e1 = random_engine(50, "allow", 11);
+    kb_engine *e2 = random_engine(50, "allow", 11);
+    script(e1, 10, a, &d1);
+    script(e2, 10, b, &d2);
+    double xo[2] = {3, -3};
+    assert_int_equal(kb_engine_observe(e1, xo, 0.7, &err), KB_OK);
+    assert_int_equal(kb_engine_observe(e2, xo, 0.7, &err), KB_OK);
+
+    unsigned char *bytes;
+    size_t len;
+    assert_int_equal(kb_engine_snapshot(e2, &bytes, &len, &err), KB_OK);
+    kb_engine_free(e2);
+    kb_engine *r = kb_engine_restore(bytes, len, &err);
+    assert_non_null(r);
+    kb_rng d3 = d1;
+    script(e1, 10, a + 20, &d1);
+    script(r, 10, c + 20, &d3);
+    assert_memory_equal(a + 20, c + 20, 20 * sizeof(size_t));
+    kb_stats s1, s2;
+    kb_engine_stats(e1, &s1);
+    kb_engine_stats(r, &s2);
+    assert_int_equal(s1.asks, s2.asks);
+    assert_int_equal(s1.pending, s2.pending);
+
+    /* Every truncation and a flipped magic byte are rejected, never crash. */
+    for (size_t cut = 0; cut < len; cut += 1 + cut / 8) {
+        kb_engine *t = kb_engine_restore(bytes, cut, &err);
+        assert_null(t);
+        assert_int_equal(err.code, KB_ECORRUPT);
+    }
+    bytes[0] ^= 1;
+    assert_null(kb_engine_restore(bytes, len, &err));
+    free(bytes);
+    kb_engine_free(e1);
+    kb_engine_free(r);
+}
+
+static void box_space_random_engine_stays_in_cube(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_space *box = kb_space_new_box(3, 64, &err);
+    kb_config *cfg = kb_config_new("random", &err);
+    kb_engine *e = kb_engine_create(cfg, box, &err);
+    assert_non_null(e);
+    kb_point pts[200];
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 200, pts, &res, &err), KB_OK);
+    assert_int_equal(res.n, 200);
+    int distinct_gt_pool = 0;
+    for (int i = 0; i < 200; i++)
+        for (int j = 0; j < 3; j++) {
+            assert_true(pts[i].x[j] >= 0.0 && pts[i].x[j] <= 1.0);
+            distinct_gt_pool += pts[i].x[j] != pts[0].x[j];
+        }
+    assert_true(distinct_gt_pool > 0);
+    kb_engine_free(e);
+    kb_config_free(cfg);
+    kb_space_free(box);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(rng_is_deterministic_and_uniform),
+        cmocka_unit_test(kernel_matrix_matches_pairwise),
+        cmocka_unit_test(config_rejects_bad_options),
+        cmocka_unit_test(space_rejects_bad_candidates),
+        cmocka_unit_test(base_checks_handles_and_values),
+        cmocka_unit_test(repeats_policy_is_enforced),
+        cmocka_unit_test(snapshot_restore_continues_identically),
+        cmocka_unit_test(box_space_random_engine_stays_in_cube),
+    };
+    return cmocka_run_group_tests_name("base", tests, NULL, NULL);
+}

@@ -1,0 +1,30 @@
+/*
+ * testutil.h - helpers shared by the unit tests: random instances and an independent
+ * exact GP posterior (dense Cholesky through LAPACKE) to check engines against.
+ */
+#ifndef KB_TESTUTIL_H
+#define KB_TESTUTIL_H
+
+#include "kbandit.h"
+
+#include <stddef.h>
+
+/* n x d uniform [lo, hi) matrix, owned by the caller. */
+double *tu_uniform_matrix(kb_rng *rng, size_t n, size_t d, double lo, double hi);
+
+/* Exact GP posterior with prior k and Gaussian noise variance `noise`: for each test
+ * row, mean = k_*^T (K + noise I)^{-1} y and var = k(x,x) - k_*^T (K + noise I)^{-1} k_*.
+ * Returns 0 on success. Independent of the engines: plain dpotrf/dpotrs on the full
+ * kernel matrix built with kb_kernel_eval (pairwise, not the gemm path). */
+int tu_exact_posterior(const kb_kernel *k, const double *X, const double *y, size_t n,
+                       double noise, const double *Xs, size_t m, double *mean, double *var);
+
+/* max_i |a_i - b_i| / max(|b_i|, floor) */
+double tu_max_rel_err(const double *a, const double *b, size_t n, double floor);
+
+/* A kernel of the given kind in d dimensions with lengthscale l (freed by caller with
+ * tu_kernel_free). */
+kb_kernel tu_kernel(kb_kernel_kind kind, size_t d, double l);
+void tu_kernel_free(kb_kernel *k);
+
+#endif
