@@ -369,11 +369,10 @@ static int parse_space(json_t *sp, study_spec *out, api_error *err)
     return 0;
 }
 
-/* Sets each engine.settings member on a fresh config by its JSON type. */
+/* engine: {"name", "settings"}; the config is built later (proto_study_spec_config). */
 static int parse_engine(json_t *eng, study_spec *out, api_error *err)
 {
     static const char *const keys[] = {"name", "settings", NULL};
-    kb_error kerr = {0};
     if (eng && (want_object(eng, "engine", err) || check_keys(eng, keys, "engine", err)))
         return -1;
     if (eng && json_object_get(eng, "name")) {
@@ -386,44 +385,64 @@ static int parse_engine(json_t *eng, study_spec *out, api_error *err)
     if (st && want_object(st, "engine.settings", err))
         return -1;
     out->settings = st ? json_deep_copy(st) : json_object();
-    out->cfg = kb_config_new(out->engine, &kerr);
-    if (!out->cfg) {
-        return api_fail(err, API_INVALID, "engine.name", "unknown engine '%s'", out->engine);
+    return out->engine && out->settings ? 0 : api_fail(err, API_INTERNAL, NULL, "out of memory");
+}
+
+/* Sets one engine.settings member on cfg by its JSON type. */
+static int set_option(kb_config *cfg, const char *key, json_t *v, api_error *err)
+{
+    kb_error kerr = {0};
+    char p[API_FIELD_MAX];
+    path_key(p, sizeof p, "engine.settings", key);
+    int rc;
+    if (json_is_number(v)) {
+        double d;
+        if (number_of(v, p, &d, err))
+            return -1;
+        rc = kb_config_set_number(cfg, key, d, &kerr);
+    } else if (json_is_string(v)) {
+        rc = kb_config_set_string(cfg, key, json_string_value(v), &kerr);
+    } else if (json_is_array(v) && json_array_size(v) > 0) {
+        size_t d = 0;
+        double *vec = malloc(json_array_size(v) * sizeof *vec);
+        if (!vec)
+            return api_fail(err, API_INTERNAL, NULL, "out of memory");
+        if (number_row(v, p, vec, &d, err)) {
+            free(vec);
+            return -1;
+        }
+        rc = kb_config_set_vector(cfg, key, vec, d, &kerr);
+        free(vec);
+    } else {
+        return api_fail(err, API_INVALID, p, "must be a number, string or non-empty array of numbers");
+    }
+    if (rc < 0) {
+        snprintf(kerr.field, sizeof kerr.field, "%s", key);
+        return api_fail_kb(err, &kerr, "engine.settings.");
+    }
+    return 0;
+}
+
+int proto_study_spec_config(study_spec *s, api_error *err)
+{
+    kb_error kerr = {0};
+    kb_config_free(s->cfg);
+    s->cfg = kb_config_new(s->engine, &kerr);
+    if (!s->cfg) {
+        const char *const *names = kb_engine_names();
+        char list[API_MESSAGE_MAX / 2] = "";
+        for (size_t i = 0; names[i]; i++) {
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", names[i]);
+        }
+        return api_fail(err, API_INVALID, "engine.name", "unknown engine '%s' (known: %s)",
+                        s->engine, list);
     }
     const char *key;
     json_t *v;
-    json_object_foreach(out->settings, key, v) {
-        char p[API_FIELD_MAX];
-        path_key(p, sizeof p, "engine.settings", key);
-        int rc;
-        if (json_is_number(v)) {
-            double d;
-            if (number_of(v, p, &d, err))
-                return -1;
-            rc = kb_config_set_number(out->cfg, key, d, &kerr);
-        } else if (json_is_string(v)) {
-            rc = kb_config_set_string(out->cfg, key, json_string_value(v), &kerr);
-        } else if (json_is_array(v)) {
-            size_t d = 0;
-            if (json_array_size(v) == 0)
-                return api_fail(err, API_INVALID, p, "must not be empty");
-            double *vec = malloc(json_array_size(v) * sizeof *vec);
-            if (!vec)
-                return api_fail(err, API_INTERNAL, NULL, "out of memory");
-            rc = number_row(v, p, vec, &d, err);
-            if (rc == 0)
-                rc = kb_config_set_vector(out->cfg, key, vec, d, &kerr);
-            free(vec);
-            if (rc == -1 && !kerr.code)
-                return -1;
-        } else {
-            return api_fail(err, API_INVALID, p, "must be a number, string or array of numbers");
-        }
-        if (rc < 0) {
-            if (!kerr.field[0])
-                snprintf(kerr.field, sizeof kerr.field, "%s", key);
-            return api_fail_kb(err, &kerr, "engine.settings.");
-        }
+    json_object_foreach(s->settings, key, v) {
+        if (set_option(s->cfg, key, v, err))
+            return -1;
     }
     return 0;
 }
@@ -445,13 +464,12 @@ int proto_study_spec_parse(json_t *doc, study_spec *out, api_error *err)
         }
         out->minimize = strcmp(d, "minimize") == 0;
     }
-    if (parse_space(json_object_get(doc, "space"), out, err) ||
-        parse_engine(json_object_get(doc, "engine"), out, err) ||
-        get_int(doc, "lease_seconds", "", 0, 1, 604800, 600, &out->lease_seconds, err))
-        goto fail;
     json_t *mt = json_object_get(doc, "max_trials");
-    if (mt && !json_is_null(mt) &&
-        get_int(doc, "max_trials", "", 0, 1, INT64_MAX, 0, &out->max_trials, err))
+    if (parse_space(json_object_get(doc, "space"), out, err) ||
+        get_int(doc, "lease_seconds", "", 0, 1, 604800, 600, &out->lease_seconds, err) ||
+        (mt && !json_is_null(mt) &&
+         get_int(doc, "max_trials", "", 0, 1, INT64_MAX, 0, &out->max_trials, err)) ||
+        parse_engine(json_object_get(doc, "engine"), out, err)) /* last: needs the others valid */
         goto fail;
     return 0;
 fail:

@@ -85,12 +85,16 @@ typedef struct study_spec {
     size_t n_params;
     char *engine;
     json_t *settings;    /* engine.settings as given (owned object) */
-    kb_config *cfg;      /* engine + settings, validated option by option */
+    kb_config *cfg;      /* engine + settings: NULL until proto_study_spec_config */
     int64_t lease_seconds;
     int64_t max_trials;  /* 0 = unlimited */
 } study_spec;
 
 int proto_study_spec_parse(json_t *doc, study_spec *out, api_error *err);
+/* Builds spec->cfg from engine name and settings: unknown engine -> field engine.name,
+ * bad option -> engine.settings.<option>. Separate from parsing so that the daemon can
+ * check what needs the database (name taken, candidate_set) first. */
+int proto_study_spec_config(study_spec *s, api_error *err);
 void proto_study_spec_clear(study_spec *s);
 /* The canonical stored document: the request with defaults filled in. With
  * with_candidates = 0, inline candidates are summarised (rows, dim) as in a Study. */

@@ -158,6 +158,17 @@ static study **reg_all(size_t *n)
     return v;
 }
 
+/* Fast path of the name check; the UNIQUE constraint in the store is the real guard. */
+static int name_taken(const char *name)
+{
+    int taken = 0;
+    pthread_rwlock_rdlock(&reg.lock);
+    for (size_t i = 0; i < reg.n && !taken; i++)
+        taken = strcmp(reg.v[i]->spec.name, name) == 0;
+    pthread_rwlock_unlock(&reg.lock);
+    return taken;
+}
+
 static void put_all(study **v, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -367,7 +378,10 @@ static int load_study_cb(void *ud, int64_t id, const char *name, const char *con
         return -1;
     }
     json_decref(doc);
-    if (load_candidates(&spec, &err)) {
+    if (load_candidates(&spec, &err) || proto_study_spec_config(&spec, &err)) {
+        log_json(LOG_ERROR, "stored study cannot be rebuilt",
+                 json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "field", err.field,
+                           "error", err.message));
         proto_study_spec_clear(&spec);
         return -1;
     }
@@ -519,7 +533,12 @@ json_t *study_create(study_spec *spec, api_error *err)
     kb_engine *e = NULL;
     int64_t id = 0, created = now_ms();
     study *s = NULL;
-    if (load_candidates(spec, err) || !(e = engine_new(spec, err)))
+    if (name_taken(spec->name)) {
+        api_fail(err, API_CONFLICT, "name", "a study named '%s' exists", spec->name);
+        goto fail;
+    }
+    if (load_candidates(spec, err) || proto_study_spec_config(spec, err) ||
+        !(e = engine_new(spec, err)))
         goto fail;
     cfg = proto_study_spec_json(spec, 1);
     text = json_dumps(cfg, JSON_COMPACT);
