@@ -11,7 +11,9 @@
 #include "proto.h"
 
 /* Paths are truncated on purpose when longer than API_FIELD_MAX. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 
 #include <math.h>
 #include <stdarg.h>
