@@ -41,12 +41,8 @@ double mono_sec(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void log_json(log_level level, const char *msg, json_t *fields)
+static void emit(log_level level, const char *msg, json_t *fields)
 {
-    if (!log_enabled(level)) {
-        json_decref(fields);
-        return;
-    }
     char ts[40];
     proto_time_format(now_ms(), ts, sizeof ts);
     json_t *o = json_pack("{s:s,s:s,s:s}", "ts", ts, "level", names[level], "msg", msg);
@@ -63,3 +59,13 @@ void log_json(log_level level, const char *msg, json_t *fields)
     (void)w;
     free(line);
 }
+
+void log_json(log_level level, const char *msg, json_t *fields)
+{
+    if (log_enabled(level))
+        emit(level, msg, fields);
+    else
+        json_decref(fields);
+}
+
+void log_json_always(const char *msg, json_t *fields) { emit(LOG_INFO, msg, fields); }

@@ -16,6 +16,8 @@ void log_set_level(log_level level);
 int log_enabled(log_level level);
 /* Logs msg with the members of fields (stolen; may be NULL). */
 void log_json(log_level level, const char *msg, json_t *fields);
+/* At level info whatever the configured level (the start-up "listening" line). */
+void log_json_always(const char *msg, json_t *fields);
 /* Wall-clock milliseconds since the epoch; monotonic seconds. */
 int64_t now_ms(void);
 double mono_sec(void);

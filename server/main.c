@@ -270,7 +270,7 @@ int main(int argc, char **argv)
     sweeper.period_ms = o.sweep_ms;
     pthread_t sweep_thread;
     pthread_create(&sweep_thread, NULL, sweeper_main, NULL);
-    log_json(LOG_INFO, "listening",
+    log_json_always("listening",
              json_pack("{s:i,s:s,s:s,s:i,s:b,s:s}", "port", port, "listen", o.listen, "db", o.db,
                        "threads", (int)o.threads, "auth", token != NULL, "version",
                        KB_VERSION_STRING));

@@ -38,7 +38,7 @@ int store_latest_version(void) { return N_MIGRATIONS; }
 /* ------------------------------------------------------------ connections */
 
 enum {
-    Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
+    Q_BEGIN, Q_SYNC_FULL, Q_SYNC_NORMAL, Q_COMMIT, Q_ROLLBACK,
     Q_STUDY_INSERT, Q_STUDY_DELETE, Q_STUDIES,
     Q_CSET_INSERT, Q_CSET_GET,
     Q_TRIAL_PUT, Q_TRIALS,
@@ -51,6 +51,8 @@ enum {
 
 static const char *const sql[Q__COUNT] = {
     [Q_BEGIN] = "BEGIN IMMEDIATE",
+    [Q_SYNC_FULL] = "PRAGMA synchronous=FULL",
+    [Q_SYNC_NORMAL] = "PRAGMA synchronous=NORMAL",
     [Q_COMMIT] = "COMMIT",
     [Q_ROLLBACK] = "ROLLBACK",
     [Q_STUDY_INSERT] = "INSERT INTO studies(name, config, created_ms) VALUES(?, ?, ?)",
@@ -85,6 +87,7 @@ typedef struct conn {
     sqlite3_stmt *st[Q__COUNT];
     struct conn *next;
     store *owner;
+    int relaxed;         /* synchronous=NORMAL currently set */
 } conn;
 
 struct store {
@@ -297,7 +300,20 @@ int store_integrity_check(store *s)
     return ok ? 0 : -1;
 }
 
-int store_begin(store *s) { return run(s, stmt(s, Q_BEGIN, NULL), "begin"); }
+int store_begin_mode(store *s, int durable)
+{
+    conn *c = get_conn(s);
+    if (!c)
+        return -1;
+    if (c->relaxed == durable) { /* switch mode: only possible outside a transaction */
+        if (run(s, stmt(s, durable ? Q_SYNC_FULL : Q_SYNC_NORMAL, NULL), "synchronous"))
+            return -1;
+        c->relaxed = !durable;
+    }
+    return run(s, stmt(s, Q_BEGIN, NULL), "begin");
+}
+
+int store_begin(store *s) { return store_begin_mode(s, 1); }
 int store_commit(store *s) { return run(s, stmt(s, Q_COMMIT, NULL), "commit"); }
 
 void store_rollback(store *s)

@@ -34,7 +34,12 @@ int store_latest_version(void);         /* the binary's migrations */
 /* PRAGMA integrity_check == "ok" (and foreign keys): 0, else -1. */
 int store_integrity_check(store *s);
 
-int store_begin(store *s);              /* BEGIN IMMEDIATE */
+int store_begin(store *s);              /* BEGIN IMMEDIATE, durable commit */
+/* durable = 0: the commit is atomic and survives a process crash, but not necessarily
+ * a power loss until the next durable commit (SQLite WAL with synchronous=NORMAL: the
+ * next FULL commit's fsync of the WAL covers every earlier frame). Used for asks,
+ * heartbeats and lease expiries, never for tells, fails or observations. */
+int store_begin_mode(store *s, int durable);
 int store_commit(store *s);             /* returns after the commit is durable */
 void store_rollback(store *s);
 
