@@ -777,9 +777,10 @@ json_t *study_ask(study *s, const ask_req *req, int *can_wait, uint64_t *version
 
 uint64_t study_version(study *s) { return atomic_load(&s->version); }
 
-/* Applies one tell inside the open transaction (s->mu held). *changed = 1 when the
- * engine and store were written. Returns the trial or NULL with err (404/409/400). */
-static trial_rec *tell_one(study *s, int64_t id, double value, int *changed, api_error *err)
+/* Checks a tell and applies it to the engine and to memory (s->mu held, no
+ * transaction: engine work never runs inside one). *changed = 1 when applied, 0 for a
+ * repeated identical tell. Returns the trial or NULL with err (404/409/400). */
+static trial_rec *tell_apply(study *s, int64_t id, double value, int *changed, api_error *err)
 {
     *changed = 0;
     trial_rec *t = find_trial(s, id, err);
@@ -809,37 +810,41 @@ static trial_rec *tell_one(study *s, int64_t id, double value, int *changed, api
     t->value = value;
     t->completed_ms = now_ms();
     set_state(s, t, TRIAL_COMPLETED);
-    if (append_event(s, 't', id, engine_value(s, value), NULL) ||
-        store_trial_put(reg.cfg.db, s->id, t, s->spec.dim)) {
-        *changed = -1;
-        return NULL;
-    }
     return t;
 }
 
+/* Records an applied tell or abandon (inside the transaction). */
+static int record(study *s, const trial_rec *t, char kind)
+{
+    return append_event(s, kind, t->id, kind == 't' ? engine_value(s, t->value) : 0, NULL) ||
+                   store_trial_put(reg.cfg.db, s->id, t, s->spec.dim)
+               ? -1 : 0;
+}
+
+/* Makes the applied changes of trials ts[0..n) durable (s->mu held); on failure the
+ * study is rebuilt from the store and -1 returned with err. */
+static int persist(study *s, trial_rec *const *ts, const char *kinds, size_t n, int durable,
+                   api_error *err)
+{
+    if (store_begin_mode(reg.cfg.db, durable))
+        return abort_txn(s, err);
+    for (size_t i = 0; i < n; i++)
+        if (record(s, ts[i], kinds[i]))
+            return abort_txn(s, err);
+    return finish_txn(s) ? abort_txn(s, err) : 0;
+}
 
 json_t *study_tell(study *s, int64_t trial_id, double value, api_error *err)
 {
     if (lock_live(s, err))
         return NULL;
-    json_t *o = NULL;
     int changed;
-    if (store_begin(reg.cfg.db)) {
-        abort_txn(s, err);
-        goto out;
-    }
-    trial_rec *t = tell_one(s, trial_id, value, &changed, err);
-    if (changed < 0 || (changed && finish_txn(s))) {
-        abort_txn(s, err);
-        goto out;
-    }
-    store_rollback(reg.cfg.db); /* no-op after a commit */
-    if (t) {
-        o = trial_json(s, t);
-        if (changed)
-            wake(s);
-    }
-out:
+    trial_rec *t = tell_apply(s, trial_id, value, &changed, err);
+    if (t && changed && persist(s, &t, "t", 1, 1, err))
+        t = NULL;
+    json_t *o = t ? trial_json(s, t) : NULL;
+    if (t && changed)
+        wake(s);
     pthread_mutex_unlock(&s->mu);
     return o;
 }
@@ -849,20 +854,21 @@ json_t *study_tell_batch(study *s, const tell_item *items, size_t n, api_error *
     if (lock_live(s, err))
         return NULL;
     json_t *arr = json_array(), *o = NULL;
-    int any = 0;
-    if (store_begin(reg.cfg.db)) {
-        abort_txn(s, err);
+    trial_rec **told = malloc(n * sizeof *told);
+    char *kinds = malloc(n);
+    size_t nt = 0;
+    if (!told || !kinds) {
+        api_fail(err, API_INTERNAL, NULL, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         api_error ie = {0};
         int changed;
-        trial_rec *t = tell_one(s, items[i].trial_id, items[i].value, &changed, &ie);
-        if (changed < 0) {
-            abort_txn(s, err);
-            goto out;
+        trial_rec *t = tell_apply(s, items[i].trial_id, items[i].value, &changed, &ie);
+        if (changed) {
+            kinds[nt] = 't';
+            told[nt++] = t;
         }
-        any |= changed;
         json_t *r = json_pack("{s:I,s:i}", "trial_id", (json_int_t)items[i].trial_id, "status",
                               t ? 200 : api_status(ie.code));
         if (t) {
@@ -874,29 +880,27 @@ json_t *study_tell_batch(study *s, const tell_item *items, size_t n, api_error *
         }
         json_array_append_new(arr, r);
     }
-    if (any ? finish_txn(s) : (store_rollback(reg.cfg.db), 0)) {
-        abort_txn(s, err);
+    if (nt && persist(s, told, kinds, nt, 1, err))
         goto out;
-    }
-    if (any)
+    if (nt)
         wake(s);
     o = json_pack("{s:O}", "results", arr);
 out:
+    free(told);
+    free(kinds);
     json_decref(arr);
     pthread_mutex_unlock(&s->mu);
     return o;
 }
 
-/* Abandons a pending trial in the engine and records it (transaction open). */
-static int abandon_one(study *s, trial_rec *t, trial_state to)
+/* The engine forgets a pending trial (failed or expired); memory follows. */
+static int abandon_apply(study *s, trial_rec *t, trial_state to)
 {
     kb_error kerr;
     if (kb_engine_abandon(s->engine, (uint64_t)t->id, &kerr))
         return -1;
     set_state(s, t, to);
-    return append_event(s, 'b', t->id, 0, NULL) ||
-                   store_trial_put(reg.cfg.db, s->id, t, s->spec.dim)
-               ? -1 : 0;
+    return 0;
 }
 
 json_t *study_fail(study *s, int64_t trial_id, const char *reason, api_error *err)
@@ -913,9 +917,9 @@ json_t *study_fail(study *s, int64_t trial_id, const char *reason, api_error *er
     if (t) {
         free(t->reason);
         t->reason = reason ? strdup(reason) : NULL;
-        if (store_begin(reg.cfg.db) || abandon_one(s, t, TRIAL_FAILED) || finish_txn(s)) {
+        if (abandon_apply(s, t, TRIAL_FAILED)) {
             abort_txn(s, err);
-        } else {
+        } else if (persist(s, &t, "b", 1, 1, err) == 0) {
             o = trial_json(s, t);
             wake(s);
         }
@@ -1002,23 +1006,24 @@ json_t *study_observe(study *s, const double *xs, const double *values, size_t n
         return NULL;
     json_t *o = NULL;
     size_t dim = s->spec.dim;
+    for (size_t i = 0; i < n; i++) {
+        kb_error kerr = {0};
+        if (kb_engine_observe(s->engine, xs + i * dim, engine_value(s, values[i]), &kerr)) {
+            char field[API_FIELD_MAX];
+            snprintf(field, sizeof field, "observations[%zu]", i);
+            abort_txn(s, err); /* undoes the observations applied so far */
+            api_fail(err, API_INVALID, field, "%s", kerr.message);
+            goto out;
+        }
+    }
+    int64_t now = now_ms();
     if (store_begin(reg.cfg.db)) {
         abort_txn(s, err);
         goto out;
     }
-    int64_t now = now_ms();
     for (size_t i = 0; i < n; i++) {
-        kb_error kerr = {0};
         const double *x = xs + i * dim;
-        double v = engine_value(s, values[i]);
-        if (kb_engine_observe(s->engine, x, v, &kerr)) {
-            char field[API_FIELD_MAX];
-            snprintf(field, sizeof field, "observations[%zu]", i);
-            abort_txn(s, err);
-            api_fail(err, API_INVALID, field, "%s", kerr.message);
-            goto out;
-        }
-        if (append_event(s, 'o', 0, v, x) ||
+        if (append_event(s, 'o', 0, engine_value(s, values[i]), x) ||
             store_observation_insert(reg.cfg.db, s->id, s->seq, x, dim, values[i], now)) {
             abort_txn(s, err);
             goto out;
@@ -1119,7 +1124,6 @@ char *study_export_csv(study *s, size_t *len, api_error *err)
 
 static size_t sweep_study(study *s, int64_t now)
 {
-    size_t expired = 0;
     pthread_mutex_lock(&s->mu);
     if (s->deleted || !s->counts[TRIAL_PENDING]) {
         pthread_mutex_unlock(&s->mu);
@@ -1127,31 +1131,45 @@ static size_t sweep_study(study *s, int64_t now)
     }
     while (s->first_pending < s->n_trials && s->trials[s->first_pending].state != TRIAL_PENDING)
         s->first_pending++;
-    int open = 0;
+    size_t n = 0, cap = 0;
+    trial_rec **ts = NULL;
+    char *kinds = NULL;
     api_error err;
     for (size_t i = s->first_pending; i < s->n_trials; i++) {
         trial_rec *t = &s->trials[i];
         if (t->state != TRIAL_PENDING || t->lease_ms > now)
             continue;
-        if ((!open && store_begin_mode(reg.cfg.db, 0)) || abandon_one(s, t, TRIAL_EXPIRED)) {
-            abort_txn(s, &err);
-            pthread_mutex_unlock(&s->mu);
-            return 0;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            trial_rec **nt = realloc(ts, cap * sizeof *ts);
+            char *nk = realloc(kinds, cap);
+            if (nt)
+                ts = nt;
+            if (nk)
+                kinds = nk;
+            if (!nt || !nk)
+                break;
         }
-        open = 1;
-        expired++;
+        if (abandon_apply(s, t, TRIAL_EXPIRED)) {
+            abort_txn(s, &err);
+            n = 0;
+            break;
+        }
+        kinds[n] = 'b';
+        ts[n++] = t;
     }
-    if (open && finish_txn(s)) {
-        abort_txn(s, &err);
-        expired = 0;
-    }
-    if (expired) {
+    /* Expiry needs no fsync of its own: lost to a power cut, it simply happens again. */
+    if (n && persist(s, ts, kinds, n, 0, &err))
+        n = 0;
+    if (n) {
         wake(s);
         log_json(LOG_INFO, "leases expired",
-                 json_pack("{s:I,s:I}", "study", (json_int_t)s->id, "count", (json_int_t)expired));
+                 json_pack("{s:I,s:I}", "study", (json_int_t)s->id, "count", (json_int_t)n));
     }
+    free(ts);
+    free(kinds);
     pthread_mutex_unlock(&s->mu);
-    return expired;
+    return n;
 }
 
 size_t registry_sweep(int64_t now)
