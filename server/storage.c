@@ -17,6 +17,7 @@
 #include "log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ int store_latest_version(void) { return N_MIGRATIONS; }
 
 enum {
     Q_BEGIN, Q_SYNC_FULL, Q_SYNC_NORMAL, Q_COMMIT, Q_ROLLBACK,
+    Q_SAVEPOINT, Q_RELEASE, Q_ROLLBACK_TO,
     Q_STUDY_INSERT, Q_STUDY_DELETE, Q_STUDIES,
     Q_CSET_INSERT, Q_CSET_GET,
     Q_TRIAL_PUT, Q_TRIALS,
@@ -55,6 +57,9 @@ static const char *const sql[Q__COUNT] = {
     [Q_SYNC_NORMAL] = "PRAGMA synchronous=NORMAL",
     [Q_COMMIT] = "COMMIT",
     [Q_ROLLBACK] = "ROLLBACK",
+    [Q_SAVEPOINT] = "SAVEPOINT op",
+    [Q_RELEASE] = "RELEASE op",
+    [Q_ROLLBACK_TO] = "ROLLBACK TO op",
     [Q_STUDY_INSERT] = "INSERT INTO studies(name, config, created_ms) VALUES(?, ?, ?)",
     [Q_STUDY_DELETE] = "DELETE FROM studies WHERE id = ?",
     [Q_STUDIES] = "SELECT id, name, config, created_ms FROM studies ORDER BY id",
@@ -88,13 +93,33 @@ typedef struct conn {
     struct conn *next;
     store *owner;
     int relaxed;         /* synchronous=NORMAL currently set */
+    int in_op;           /* this thread holds the writer (between begin and commit) */
 } conn;
+
+/* Group commit. All writes go through one connection; an operation (begin .. commit)
+ * holds `m` while it runs its statements inside a SAVEPOINT of the open batch
+ * transaction, then waits for the batch's COMMIT. The last operation of a batch (no
+ * other one arriving or waiting to enter) becomes the leader: it runs COMMIT with `m`
+ * released, while operations arriving meanwhile wait for the next batch. One fsync
+ * thus covers every operation that arrived during the previous one. */
+typedef struct writer {
+    pthread_mutex_t m;       /* protects every field below and the use of c */
+    pthread_cond_t cv;       /* broadcast when a batch ends or an operation leaves */
+    conn *c;
+    atomic_int arriving;     /* threads about to lock m in begin (read without m) */
+    int entering;            /* operations waiting in begin for a commit to end */
+    int in_txn, full;        /* a batch is open; it commits with synchronous=FULL */
+    int committing;          /* the leader is in COMMIT, m released */
+    uint64_t batch, done;    /* id of the open/last batch; last ended batch */
+    uint64_t failed;         /* bit (id % 64) set when batch id failed */
+} writer;
 
 struct store {
     char *path;
     pthread_key_t key;
     pthread_mutex_t lock; /* protects `conns` */
     conn *conns;
+    writer w;
 };
 
 static void conn_free(conn *c)
@@ -130,7 +155,7 @@ static void db_log(sqlite3 *db, const char *what)
              json_pack("{s:s,s:s}", "op", what, "error", db ? sqlite3_errmsg(db) : "open"));
 }
 
-static conn *conn_open(store *s)
+static conn *conn_raw(store *s)
 {
     conn *c = calloc(1, sizeof *c);
     if (!c)
@@ -148,6 +173,14 @@ static conn *conn_open(store *s)
         return NULL;
     }
     sqlite3_busy_timeout(c->db, 10000);
+    return c;
+}
+
+static conn *conn_open(store *s)
+{
+    conn *c = conn_raw(s);
+    if (!c)
+        return NULL;
     pthread_mutex_lock(&s->lock);
     c->next = s->conns;
     s->conns = c;
@@ -168,6 +201,27 @@ static sqlite3_stmt *stmt(store *s, int q, conn **out)
     conn *c = get_conn(s);
     if (!c)
         return NULL;
+    if (!c->st[q] &&
+        sqlite3_prepare_v3(c->db, sql[q], -1, SQLITE_PREPARE_PERSISTENT, &c->st[q], NULL) !=
+            SQLITE_OK) {
+        db_log(c->db, sql[q]);
+        return NULL;
+    }
+    sqlite3_reset(c->st[q]);
+    sqlite3_clear_bindings(c->st[q]);
+    if (out)
+        *out = c;
+    return c->st[q];
+}
+
+/* A write statement: on the writer connection, only inside begin .. commit. */
+static sqlite3_stmt *wstmt(store *s, int q, conn **out)
+{
+    conn *me = get_conn(s), *c = s->w.c;
+    if (!me || !me->in_op) {
+        log_json(LOG_ERROR, "write outside a transaction", json_pack("{s:s}", "sql", sql[q]));
+        return NULL;
+    }
     if (!c->st[q] &&
         sqlite3_prepare_v3(c->db, sql[q], -1, SQLITE_PREPARE_PERSISTENT, &c->st[q], NULL) !=
             SQLITE_OK) {
@@ -238,6 +292,8 @@ static int migrate(sqlite3 *db, char *errbuf, size_t errsize)
     return 0;
 }
 
+static int writer_open(store *s);
+
 store *store_open(const char *path, char *errbuf, size_t errsize)
 {
     store *s = calloc(1, sizeof *s);
@@ -254,7 +310,9 @@ store *store_open(const char *path, char *errbuf, size_t errsize)
         store_close(s);
         return NULL;
     }
-    if (migrate(c->db, errbuf, errsize)) {
+    if (migrate(c->db, errbuf, errsize) || writer_open(s)) {
+        if (!errbuf[0])
+            snprintf(errbuf, errsize, "cannot open the writer connection");
         store_close(s);
         return NULL;
     }
@@ -271,6 +329,11 @@ void store_close(store *s)
         conn *c = s->conns;
         s->conns = c->next;
         conn_free(c);
+    }
+    if (s->w.c) {
+        conn_free(s->w.c);
+        pthread_mutex_destroy(&s->w.m);
+        pthread_cond_destroy(&s->w.cv);
     }
     pthread_mutex_destroy(&s->lock);
     free(s->path);
@@ -300,27 +363,129 @@ int store_integrity_check(store *s)
     return ok ? 0 : -1;
 }
 
+static int writer_open(store *s)
+{
+    writer *w = &s->w;
+    if (!(w->c = conn_raw(s)))
+        return -1;
+    pthread_mutex_init(&w->m, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    atomic_init(&w->arriving, 0);
+    return 0;
+}
+
+/* Runs one statement of the writer connection (m held). */
+static int wrun(store *s, int q, const char *what)
+{
+    conn *c = s->w.c;
+    if (!c->st[q] &&
+        sqlite3_prepare_v3(c->db, sql[q], -1, SQLITE_PREPARE_PERSISTENT, &c->st[q], NULL) !=
+            SQLITE_OK) {
+        db_log(c->db, sql[q]);
+        return -1;
+    }
+    return run(s, c->st[q], what);
+}
+
+/* Commits the open batch as its leader (m held on entry and exit). */
+static void lead(store *s)
+{
+    writer *w = &s->w;
+    uint64_t b = w->batch;
+    w->committing = 1;
+    pthread_mutex_unlock(&w->m);
+    int rc = wrun(s, Q_COMMIT, "commit");
+    if (rc)
+        wrun(s, Q_ROLLBACK, "rollback");
+    pthread_mutex_lock(&w->m);
+    if (rc)
+        w->failed |= (uint64_t)1 << (b % 64);
+    w->done = b;
+    w->in_txn = 0;
+    w->committing = 0;
+    pthread_cond_broadcast(&w->cv);
+}
+
 int store_begin_mode(store *s, int durable)
 {
-    conn *c = get_conn(s);
-    if (!c)
+    writer *w = &s->w;
+    conn *me = get_conn(s);
+    if (!me || me->in_op)
         return -1;
-    if (c->relaxed == durable) { /* switch mode: only possible outside a transaction */
-        if (run(s, stmt(s, durable ? Q_SYNC_FULL : Q_SYNC_NORMAL, NULL), "synchronous"))
-            return -1;
-        c->relaxed = !durable;
+    atomic_fetch_add(&w->arriving, 1);
+    pthread_mutex_lock(&w->m);
+    atomic_fetch_sub(&w->arriving, 1);
+    for (;;) {
+        if (w->committing) {
+            w->entering++;
+            pthread_cond_wait(&w->cv, &w->m);
+            w->entering--;
+        } else if (w->in_txn && durable && !w->full) {
+            lead(s); /* a durable operation cannot join a relaxed batch: end it */
+        } else {
+            break;
+        }
     }
-    return run(s, stmt(s, Q_BEGIN, NULL), "begin");
+    if (!w->in_txn) {
+        if (w->c->relaxed == durable) { /* only settable outside a transaction */
+            if (wrun(s, durable ? Q_SYNC_FULL : Q_SYNC_NORMAL, "synchronous"))
+                goto fail;
+            w->c->relaxed = !durable;
+        }
+        if (wrun(s, Q_BEGIN, "begin"))
+            goto fail;
+        w->in_txn = 1;
+        w->full = durable;
+        w->batch++;
+        w->failed &= ~((uint64_t)1 << (w->batch % 64));
+    }
+    if (wrun(s, Q_SAVEPOINT, "savepoint"))
+        goto fail;
+    me->in_op = 1;
+    return 0; /* m stays held until commit or rollback */
+fail:
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->m);
+    return -1;
 }
 
 int store_begin(store *s) { return store_begin_mode(s, 1); }
-int store_commit(store *s) { return run(s, stmt(s, Q_COMMIT, NULL), "commit"); }
+
+int store_commit(store *s)
+{
+    writer *w = &s->w;
+    conn *me = get_conn(s);
+    if (!me || !me->in_op)
+        return -1;
+    if (wrun(s, Q_RELEASE, "release")) {
+        store_rollback(s);
+        return -1;
+    }
+    me->in_op = 0;
+    uint64_t b = w->batch;
+    while (w->done < b) {
+        if (!w->committing && w->in_txn && w->batch == b && w->entering == 0 &&
+            atomic_load(&w->arriving) == 0)
+            lead(s);
+        else
+            pthread_cond_wait(&w->cv, &w->m);
+    }
+    int rc = (w->failed >> (b % 64)) & 1 ? -1 : 0;
+    pthread_mutex_unlock(&w->m);
+    return rc;
+}
 
 void store_rollback(store *s)
 {
-    conn *c = get_conn(s);
-    if (c && !sqlite3_get_autocommit(c->db))
-        run(s, stmt(s, Q_ROLLBACK, NULL), "rollback");
+    writer *w = &s->w;
+    conn *me = get_conn(s);
+    if (!me || !me->in_op)
+        return;
+    wrun(s, Q_ROLLBACK_TO, "rollback to");
+    wrun(s, Q_RELEASE, "release");
+    me->in_op = 0;
+    pthread_cond_broadcast(&w->cv); /* a waiting operation may now lead */
+    pthread_mutex_unlock(&w->m);
 }
 
 /* ------------------------------------------------------------ queries */
@@ -331,7 +496,7 @@ int store_study_insert(store *s, const char *name, const char *config, int64_t c
                        int64_t *id)
 {
     conn *c;
-    sqlite3_stmt *st = stmt(s, Q_STUDY_INSERT, &c);
+    sqlite3_stmt *st = wstmt(s, Q_STUDY_INSERT, &c);
     if (!st)
         return -1;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
@@ -345,7 +510,7 @@ int store_study_insert(store *s, const char *name, const char *config, int64_t c
 
 int store_study_delete(store *s, int64_t id)
 {
-    sqlite3_stmt *st = stmt(s, Q_STUDY_DELETE, NULL);
+    sqlite3_stmt *st = wstmt(s, Q_STUDY_DELETE, NULL);
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, id);
@@ -372,9 +537,13 @@ int store_candidate_set_insert(store *s, const double *rows, size_t n, size_t di
                                const char *names_json, int64_t created_ms, int64_t *id)
 {
     conn *c;
-    sqlite3_stmt *st = stmt(s, Q_CSET_INSERT, &c);
-    if (!st)
+    if (store_begin(s))
         return -1;
+    sqlite3_stmt *st = wstmt(s, Q_CSET_INSERT, &c);
+    if (!st) {
+        store_rollback(s);
+        return -1;
+    }
     sqlite3_bind_int64(st, 1, (int64_t)n);
     sqlite3_bind_int64(st, 2, (int64_t)dim);
     if (names_json)
@@ -384,7 +553,11 @@ int store_candidate_set_insert(store *s, const double *rows, size_t n, size_t di
     int rc = run(s, st, "candidate set insert");
     if (rc == 0)
         *id = last_id(c);
-    return rc;
+    if (rc) {
+        store_rollback(s);
+        return rc;
+    }
+    return store_commit(s);
 }
 
 int store_candidate_set_get(store *s, int64_t id, double **rows, size_t *n, size_t *dim,
@@ -424,7 +597,7 @@ static void bind_x(sqlite3_stmt *st, int i, const double *x, size_t dim)
 
 int store_trial_put(store *s, int64_t study_id, const trial_rec *t, size_t dim)
 {
-    sqlite3_stmt *st = stmt(s, Q_TRIAL_PUT, NULL);
+    sqlite3_stmt *st = wstmt(s, Q_TRIAL_PUT, NULL);
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
@@ -483,7 +656,7 @@ static const char *kind_name(char k)
 
 int store_event_append(store *s, int64_t study_id, const store_event *ev, size_t dim)
 {
-    sqlite3_stmt *st = stmt(s, Q_EVENT_PUT, NULL);
+    sqlite3_stmt *st = wstmt(s, Q_EVENT_PUT, NULL);
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
@@ -531,7 +704,7 @@ int store_events_each(store *s, int64_t study_id, int64_t after_seq, size_t dim,
 int store_observation_insert(store *s, int64_t study_id, int64_t seq, const double *x,
                              size_t dim, double value, int64_t created_ms)
 {
-    sqlite3_stmt *st = stmt(s, Q_OBS_PUT, NULL);
+    sqlite3_stmt *st = wstmt(s, Q_OBS_PUT, NULL);
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
@@ -545,7 +718,7 @@ int store_observation_insert(store *s, int64_t study_id, int64_t seq, const doub
 int store_snapshot_put(store *s, int64_t study_id, int64_t event_seq,
                        const unsigned char *bytes, size_t len, int64_t created_ms)
 {
-    sqlite3_stmt *st = stmt(s, Q_SNAP_PUT, NULL);
+    sqlite3_stmt *st = wstmt(s, Q_SNAP_PUT, NULL);
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
@@ -554,7 +727,7 @@ int store_snapshot_put(store *s, int64_t study_id, int64_t event_seq,
     sqlite3_bind_int64(st, 4, created_ms);
     if (run(s, st, "snapshot put"))
         return -1;
-    st = stmt(s, Q_SNAP_PRUNE, NULL);
+    st = wstmt(s, Q_SNAP_PRUNE, NULL);
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
@@ -588,7 +761,7 @@ int store_snapshot_latest(store *s, int64_t study_id, unsigned char **bytes, siz
 int store_dictionary_put(store *s, int64_t study_id, uint64_t epoch, size_t dict_size,
                          uint64_t batch_size, int64_t event_seq, int64_t created_ms)
 {
-    sqlite3_stmt *st = stmt(s, Q_DICT_PUT, NULL);
+    sqlite3_stmt *st = wstmt(s, Q_DICT_PUT, NULL);
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);

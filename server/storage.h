@@ -34,7 +34,11 @@ int store_latest_version(void);         /* the binary's migrations */
 /* PRAGMA integrity_check == "ok" (and foreign keys): 0, else -1. */
 int store_integrity_check(store *s);
 
-int store_begin(store *s);              /* BEGIN IMMEDIATE, durable commit */
+/* A write operation: begin .. commit (or rollback). Operations of all threads are
+ * grouped into shared transactions (group commit); commit returns once the operation's
+ * batch is durable, -1 if the batch failed (then nothing of it was applied). Between
+ * begin and commit the thread holds the store's writer: do no slow work there. */
+int store_begin(store *s);              /* durable commit (synchronous=FULL) */
 /* durable = 0: the commit is atomic and survives a process crash, but not necessarily
  * a power loss until the next durable commit (SQLite WAL with synchronous=NORMAL: the
  * next FULL commit's fsync of the WAL covers every earlier frame). Used for asks,
@@ -51,7 +55,8 @@ typedef int (*store_study_cb)(void *ud, int64_t id, const char *name, const char
                               int64_t created_ms);
 int store_studies_each(store *s, store_study_cb cb, void *ud);
 
-/* Candidate sets. Get: STORE_NOTFOUND; *rows owned by the caller, *names (JSON text or
+/* Candidate sets (insert is its own operation: no begin/commit around it). Get:
+ * STORE_NOTFOUND; *rows owned by the caller, *names (JSON text or
  * NULL) too. */
 int store_candidate_set_insert(store *s, const double *rows, size_t n, size_t dim,
                                const char *names_json, int64_t created_ms, int64_t *id);
