@@ -786,6 +786,10 @@ static int csv_number(const char *s, const char *e, double *out)
 int proto_candidates_csv_parse(const char *text, size_t len, double **rows, size_t *n,
                                size_t *dim, json_t **names, api_error *err)
 {
+    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) { /* UTF-8 byte-order mark */
+        text += 3;
+        len -= 3;
+    }
     const char **fs = malloc(CSV_MAX_DIM * sizeof *fs), **fe = malloc(CSV_MAX_DIM * sizeof *fe);
     double *m = NULL;
     size_t cap = 0, nr = 0, d = 0, line = 0;
@@ -882,22 +886,25 @@ static double unit_of(const param_spec *p, double v)
 {
     if (p->log)
         return clamp01((log(v) - log(p->low)) / (log(p->high) - log(p->low)));
+    /* Halved operands: high - low may overflow a double (low = -1e308, high = 1e308). */
     if (p->type == PARAM_INT) /* centre of the value's bin */
-        return clamp01((v - p->low + 0.5) / (p->high - p->low + 1));
-    return clamp01((v - p->low) / (p->high - p->low));
+        return clamp01((v / 2 - p->low / 2 + 0.25) / (p->high / 2 - p->low / 2 + 0.5));
+    return clamp01((v / 2 - p->low / 2) / (p->high / 2 - p->low / 2));
 }
 
 static double value_of(const param_spec *p, double u)
 {
     u = clamp01(u);
-    if (p->type == PARAM_INT) {
-        double v = p->log ? round(exp(log(p->low) + u * (log(p->high) - log(p->low))))
-                          : floor(p->low + u * (p->high - p->low + 1));
-        return v < p->low ? p->low : v > p->high ? p->high : v;
-    }
+    double v;
     if (p->log)
-        return fmin(p->high, fmax(p->low, exp(log(p->low) + u * (log(p->high) - log(p->low)))));
-    return p->low + u * (p->high - p->low);
+        v = exp(log(p->low) + u * (log(p->high) - log(p->low)));
+    else if (p->type == PARAM_INT) /* equal bins of width (high - low + 1) / n_values */
+        v = floor(p->low + u * (p->high / 2 - p->low / 2 + 0.5) * 2);
+    else /* a convex combination cannot overflow */
+        v = p->low * (1 - u) + p->high * u;
+    if (p->type == PARAM_INT && p->log)
+        v = round(v);
+    return fmin(p->high, fmax(p->low, v));
 }
 
 json_t *proto_params_from_x(const study_spec *s, const double *x)

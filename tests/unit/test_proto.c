@@ -314,6 +314,39 @@ static void csv_parses_and_rejects(void **state)
     }
 }
 
+static void csv_bom_and_wide_box(void **state)
+{
+    (void)state;
+    double *rows;
+    size_t n, d;
+    json_t *names;
+    api_error err;
+    const char *bom = "\xef\xbb\xbfp,q\r\n1,2\r\n";
+    assert_int_equal(proto_candidates_csv_parse(bom, strlen(bom), &rows, &n, &d, &names, &err), 0);
+    assert_string_equal(json_string_value(json_array_get(names, 0)), "p");
+    free(rows);
+    json_decref(names);
+    /* high - low overflows a double: values stay finite and in range */
+    const char *doc = "{\"name\":\"w\",\"space\":{\"type\":\"box\",\"params\":["
+                      "{\"name\":\"f\",\"type\":\"float\",\"low\":-1e308,\"high\":1e308},"
+                      "{\"name\":\"k\",\"type\":\"int\",\"low\":-9007199254740992,\"high\":9007199254740992}]}}";
+    json_t *j = proto_parse_object(doc, strlen(doc), &err);
+    study_spec s;
+    assert_int_equal(proto_study_spec_parse(j, &s, &err), 0);
+    json_decref(j);
+    for (int i = 0; i <= 10; i++) {
+        double x[2] = {i / 10.0, i / 10.0}, back[2];
+        json_t *p = proto_params_from_x(&s, x);
+        double f = json_real_value(json_object_get(p, "f"));
+        assert_true(isfinite(f) && f >= -1e308 && f <= 1e308);
+        assert_non_null(json_object_get(p, "k"));
+        assert_int_equal(proto_params_to_x(&s, p, "params", back, &err), 0);
+        assert_true(fabs(back[0] - x[0]) < 1e-12);
+        json_decref(p);
+    }
+    proto_study_spec_clear(&s);
+}
+
 static void csv_20000_by_8(void **state)
 {
     (void)state;
@@ -383,6 +416,7 @@ int main(void)
         cmocka_unit_test(engine_settings_are_typed),
         cmocka_unit_test(stored_spec_round_trips),
         cmocka_unit_test(csv_parses_and_rejects),
+        cmocka_unit_test(csv_bom_and_wide_box),
         cmocka_unit_test(csv_20000_by_8),
         cmocka_unit_test(box_mapping),
     };
