@@ -223,6 +223,29 @@ static void posterior_matches_exact_on_every_kernel(void **state)
         }
 }
 
+/* Past the first regrowth of the factors (64 rows) and with repeated arms. */
+static void long_run_stays_exact(void **state)
+{
+    (void)state;
+    model m;
+    kb_rng drv;
+    kb_rng_seed(&drv, 8);
+    model_init(&m, "gp-ucb", KB_KERNEL_MATERN52, 1.0, 8);
+    kb_error err;
+    for (int t = 0; t < 150; t++) {
+        kb_point p;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(m.e, 1, &p, &res, &err), 0);
+        push_row(&m, p.x, p.handle);
+        double y = sin(3 * p.x[0]) + p.x[1] + 0.1 * kb_rng_normal(&drv);
+        assert_int_equal(kb_engine_tell(m.e, p.handle, y, &err), 0);
+        push_obs(&m, p.x, y);
+        m.n_mean = m.n_obs;
+    }
+    check_posterior(&m);
+    model_free(&m);
+}
+
 static void gamma_is_half_logdet(void **state)
 {
     (void)state;
@@ -432,6 +455,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(posterior_matches_exact_on_every_kernel),
+        cmocka_unit_test(long_run_stays_exact),
         cmocka_unit_test(gamma_is_half_logdet),
         cmocka_unit_test(deterministic_and_restorable),
         cmocka_unit_test(product_rule_closes_batches),
