@@ -27,7 +27,10 @@
  *   X (n x d)        the rows' internal coordinates;
  *   L (n x n, ld)    lower Cholesky factor of K(X, X) + lambda I;
  *   Kc (n x A)       k(X_i, candidate a), one row appended per new row;
- *   var (A)          k(a, a) - ||L^{-1} Kc[:, a]||^2, updated by one rank-one term per row;
+ *   var (A)          k(a, a) - ||L^{-1} Kc[:, a]||^2 over rows [0, n_var); rows appended
+ *                    since are folded in lazily by refresh_candidates, one rank-one term
+ *                    each, in the same pass over Kc as the mean (the pass over the
+ *                    n x A matrix is the per-step cost, so it is made once per ask);
  *   LT (nt x nt)     Cholesky of K + lambda I over e->obs_u[0..nt) (told + observed, in
  *                    the base's observation order), so that the mean needs no pending row;
  *   alpha (n_alpha)  (K_T + lambda I)^{-1} y_std over obs[0..n_alpha): the mean in use;
@@ -93,6 +96,7 @@ typedef struct gp_state {
     double *LT;
     double *alpha, *mean, *work;
     size_t n_alpha, cap_work;
+    size_t n_var;                 /* rows folded into var */
     int alpha_stale, mean_stale;
     /* batches (gp-bucb) and box pool refresh (gp-ucb) */
     int in_batch, closed;
@@ -189,6 +193,7 @@ static int recompute_var(gp_state *s)
     enum { BLK = 256 };
     size_t n = s->n, A = s->A;
     memcpy(s->var, s->kdiag, A * sizeof *s->var);
+    s->n_var = n;
     if (n == 0)
         return KB_OK;
     double *V = work(s, n * BLK);
@@ -236,44 +241,27 @@ static int rebuild(kb_engine *e, gp_state *s)
     return rc;
 }
 
-/* Appends a row for point u: Cholesky row, kernel row against the candidates and the
- * rank-one variance update. *s2 gets sigma^2_{n}(u) before the append (Bayesian units).
- * On failure the state is unchanged. */
+/* Appends a row for point u: its Cholesky row and its kernel row against the
+ * candidates (var takes it at the next refresh_candidates). *s2 gets sigma^2_n(u) before
+ * the append (Bayesian units). On failure the state is unchanged. */
 static int append_row(kb_engine *e, gp_state *s, const double *u, uint64_t h, size_t obs,
                       double *s2)
 {
     double t0 = kb__now();
-    size_t n = s->n, A = s->A, d = s->d;
-    double *w;
-    if (grow_rows(s, n + 1) || !(w = work(s, 2 * (n + 1) + A)))
+    size_t n = s->n, d = s->d;
+    double *l;
+    if (grow_rows(s, n + 1) || !(l = work(s, n + 1)))
         return KB_ENOMEM;
-    double *l = w, *r = w + n + 1, *v = w + 2 * (n + 1);
     double p2 = chol_new_row(e, s, s->L, s->cap, s->X, n, u, l);
-    double lnn = sqrt(p2);
     *s2 = p2 - s->lambda;
-    /* Last row of L_new^{-1}: [-L^{-T} l / lnn, 1 / lnn]; its product with Kc_new is the
-     * new row of L^{-1} Kc, whose square is what the new point removes from var. */
-    memcpy(r, l, n * sizeof *r);
-    if (n)
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, (int)n, s->L,
-                    (int)s->cap, r, 1);
-    for (size_t i = 0; i < n; i++)
-        r[i] = -r[i] / lnn;
-    r[n] = 1.0 / lnn;
     memcpy(s->L + n * s->cap, l, n * sizeof *l);
-    s->L[n * s->cap + n] = lnn;
+    s->L[n * s->cap + n] = sqrt(p2);
     memcpy(s->X + n * d, u, d * sizeof *u);
-    kb_kernel_matrix(&e->kernel, u, 1, e->space->u, A, s->Kc + n * A);
+    kb_kernel_matrix(&e->kernel, u, 1, e->space->u, s->A, s->Kc + n * s->A);
     s->handle[n] = h;
     s->obs_idx[n] = obs;
     s->n = n + 1;
     s->logdet += log(p2 / s->lambda);
-    cblas_dgemv(CblasRowMajor, CblasTrans, (int)(n + 1), (int)A, 1.0, s->Kc, (int)A, r, 1,
-                0.0, v, 1);
-    for (size_t a = 0; a < A; a++)
-        s->var[a] -= v[a] * v[a];
-    /* The mean is unchanged: the new row's alpha coefficient is 0 until the next
-     * refresh_alpha (hallucinated feedback equal to the current mean). */
     s->sec_embed += kb__now() - t0;
     return KB_OK;
 }
@@ -318,19 +306,37 @@ static int refresh_alpha(kb_engine *e, gp_state *s)
     return KB_OK;
 }
 
-/* mean = Kc^T alpha, alpha scattered to the rows of the observations it covers. */
-static int refresh_mean(gp_state *s)
+/* Brings mean and var up to date in one pass over Kc: B = [alpha scattered to rows |
+ * rows n_var..n-1 of L^{-1}] (rows of L^{-1} from one dtrsm against unit vectors), then
+ * Kc^T B gives the mean (first column, when stale) and the new rows of L^{-1} Kc, whose
+ * squares each new row removes from var. */
+static int refresh_candidates(gp_state *s)
 {
-    double *ar = work(s, s->n ? s->n : 1);
-    if (!ar)
+    size_t n = s->n, A = s->A, k = n - s->n_var, c0 = s->mean_stale ? 1 : 0, m = c0 + k;
+    if (m == 0)
+        return KB_OK;
+    double *B = work(s, n * m + A * m);
+    if (!B)
         return KB_ENOMEM;
-    for (size_t i = 0; i < s->n; i++)
-        ar[i] = s->obs_idx[i] < s->n_alpha ? s->alpha[s->obs_idx[i]] : 0.0;
-    memset(s->mean, 0, s->A * sizeof *s->mean);
-    if (s->n)
-        cblas_dgemv(CblasRowMajor, CblasTrans, (int)s->n, (int)s->A, 1.0, s->Kc, (int)s->A,
-                    ar, 1, 0.0, s->mean, 1);
+    double *out = B + n * m;
+    memset(B, 0, n * m * sizeof *B);
+    for (size_t i = 0; c0 && i < n; i++)
+        B[i * m] = s->obs_idx[i] < s->n_alpha ? s->alpha[s->obs_idx[i]] : 0.0;
+    for (size_t j = 0; j < k; j++)
+        B[(s->n_var + j) * m + c0 + j] = 1.0;
+    if (k)
+        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)n,
+                    (int)k, 1.0, s->L, (int)s->cap, B + c0, (int)m);
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)A, (int)m, (int)n, 1.0, s->Kc,
+                (int)A, B, (int)m, 0.0, out, (int)m);
+    for (size_t a = 0; a < A; a++) {
+        if (c0)
+            s->mean[a] = out[a * m];
+        for (size_t j = c0; j < m; j++)
+            s->var[a] -= out[a * m + j] * out[a * m + j];
+    }
     s->mean_stale = 0;
+    s->n_var = n;
     return KB_OK;
 }
 
@@ -453,8 +459,8 @@ static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error 
             rc = refresh_alpha(e, s);
         width = beta_now(e, s);
     }
-    if (!rc && !wait && s->mean_stale)
-        rc = refresh_mean(s);
+    if (!rc && !wait)
+        rc = refresh_candidates(s);
     if (rc)
         return fail_rc(err, rc);
     if (wait)
@@ -595,15 +601,18 @@ static void gp_stats(const kb_engine *e, kb_stats *st)
     st->sec_tell = s->sec_tell;
 }
 
-int kb__gp_candidate_posterior(const kb_engine *e, double *mean, double *var, double *gamma)
+int kb__gp_candidate_posterior(kb_engine *e, double *mean, double *var, double *gamma)
 {
-    const gp_state *s = e->impl;
     if (e->ops != &kb_engine_gp_ucb && e->ops != &kb_engine_gp_bucb)
         return KB_EUNSUPPORTED;
+    gp_state *s = e->impl;
+    int rc = !s->batched && s->alpha_stale ? refresh_alpha(e, s) : KB_OK;
+    if (rc || (rc = refresh_candidates(s)))
+        return rc;
     memcpy(mean, s->mean, s->A * sizeof *mean);
     memcpy(var, s->var, s->A * sizeof *var);
     *gamma = 0.5 * s->logdet;
-    return s->mean_stale ? KB_ESTATE : KB_OK;
+    return KB_OK;
 }
 
 const kb_engine_ops kb_engine_gp_ucb = {
