@@ -319,7 +319,9 @@ static int refresh_candidates(gp_state *s)
     if (!B)
         return KB_ENOMEM;
     double *out = B + n * m;
-    memset(B, 0, n * m * sizeof *B);
+    /* all zero: besides the unit vectors, some OpenBLAS versions propagate NaN from
+     * uninitialized y through beta = 0 */
+    memset(B, 0, (n + A) * m * sizeof *B);
     for (size_t i = 0; c0 && i < n; i++)
         B[i * m] = s->obs_idx[i] < s->n_alpha ? s->alpha[s->obs_idx[i]] : 0.0;
     for (size_t j = 0; j < k; j++)
@@ -327,8 +329,15 @@ static int refresh_candidates(gp_state *s)
     if (k)
         cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)n,
                     (int)k, 1.0, s->L, (int)s->cap, B + c0, (int)m);
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)A, (int)m, (int)n, 1.0, s->Kc,
-                (int)A, B, (int)m, 0.0, out, (int)m);
+    /* dgemm packs all of Kc, which costs as much as the product when m is 1 or 2 (the
+     * sequential case): then one dgemv per column. */
+    if (m <= 2)
+        for (size_t j = 0; j < m; j++)
+            cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)A, 1.0, s->Kc, (int)A, B + j,
+                        (int)m, 0.0, out + j, (int)m);
+    else
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)A, (int)m, (int)n, 1.0,
+                    s->Kc, (int)A, B, (int)m, 0.0, out, (int)m);
     for (size_t a = 0; a < A; a++) {
         if (c0)
             s->mean[a] = out[a * m];
@@ -566,12 +575,11 @@ static int gp_posterior(kb_engine *e, const double *U, size_t m, double *mean, d
     if (!Kx)
         return fail_rc(err, KB_ENOMEM);
     kb_kernel_diag(&e->kernel, U, m, sd);
+    memset(mean, 0, m * sizeof *mean); /* see refresh_candidates on beta = 0 */
     if (nt) {
         kb_kernel_matrix(&e->kernel, e->obs_u, nt, U, m, Kx);
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)nt, (int)m, 1.0, Kx, (int)m, s->alpha, 1,
                     0.0, mean, 1);
-    } else {
-        memset(mean, 0, m * sizeof *mean);
     }
     if (n) {
         kb_kernel_matrix(&e->kernel, s->X, n, U, m, Kx);
