@@ -416,6 +416,9 @@ int main(int argc, char **argv)
     double bmean, bmax, b1, b2;
     batch_summary(&r, r.evals, &bmean, &bmax, &b1, &b2);
     double gap = r.fstar - fmean;
+    char ask_us[32] = "null"; /* no in-batch ask at all (e.g. sync with --workers 0) */
+    if (r.ask_us_n)
+        snprintf(ask_us, sizeof ask_us, "%.2f", r.ask_us_sum / (double)r.ask_us_n);
     printf("{\"engine\": \"%s\", \"problem\": \"%s\", \"A\": %zu, \"d\": %zu, \"T\": %zu, "
            "\"seed\": %llu, \"workers\": %zu, \"mode\": \"%s\", \"regret_ratio\": %.6g, "
            "\"simple_regret\": %.6g, \"wall_s\": %.4f, \"sec_embed\": %.4f, "
@@ -423,13 +426,13 @@ int main(int argc, char **argv)
            "\"batches\": %zu, \"batch_mean\": %.4g, \"batch_max\": %.0f, "
            "\"batch_mean_first_half\": %.4g, \"batch_mean_second_half\": %.4g, "
            "\"dict_mean\": %.4g, \"dict_max\": %.0f, \"idle_fraction\": %.4f, "
-           "\"peak_rss_mb\": %.1f, \"ask_us_mean\": %.2f}\n",
+           "\"peak_rss_mb\": %.1f, \"ask_us_mean\": %s}\n",
            o.engine, o.problem, p.A, p.d, r.evals, (unsigned long long)o.seed, o.W, o.mode,
            r.evals && gap > 0 ? r.cum_regret / ((double)r.evals * gap) : 0.0,
            r.evals ? r.fstar - r.best_f : r.fstar, wall, st.sec_embed, st.sec_resparsify,
            st.sec_ask, st.sec_tell, r.n_batch, bmean, bmax, b1, b2,
            r.dict_n ? r.dict_sum / (double)r.dict_n : 0.0, r.dict_max, idle,
-           (double)ru.ru_maxrss / 1024.0, r.ask_us_n ? r.ask_us_sum / (double)r.ask_us_n : 0.0);
+           (double)ru.ru_maxrss / 1024.0, ask_us);
     kb_engine_free(r.e);
     kb_space_free(sp);
     kb_config_free(cfg);
