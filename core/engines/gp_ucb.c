@@ -36,7 +36,14 @@
  *   alpha (n_alpha)  (K_T + lambda I)^{-1} y_std over obs[0..n_alpha): the mean in use;
  *   mean (A)         Kc^T alpha (scattered to rows), valid unless mean_stale.
  * Appending a row is O(n^2 + n A) through BLAS; an abandon or a box pool refresh rebuilds
- * L, Kc and var from the remaining rows (O(n^3 + n^2 A)): correctness over speed.
+ * L, Kc and var from the remaining rows (O(n^3 + n^2 A)): correctness over speed. Box
+ * pools are refreshed at each batch start (gp-bucb) or once the observations grew by a
+ * quarter since the last refresh (gp-ucb: amortized O(n A) per step like the rest).
+ *
+ * kb_stats timings: sec_embed = Cholesky and kernel rows of new points; sec_ask = the
+ * argmax plus the lazy mean/variance pass over Kc (most of the time); sec_tell = the
+ * told-set factor; sec_resparsify = rebuilds (abandon, pool refresh) and batch starts.
+ * epoch = batches for gp-bucb; gp-ucb has no epochs (0).
  */
 #include "../src/internal.h"
 
@@ -97,6 +104,7 @@ typedef struct gp_state {
     double *alpha, *mean, *work;
     size_t n_alpha, cap_work;
     size_t n_var;                 /* rows folded into var */
+    int broken;                   /* L, Kc, var need a rebuild from X (it failed) */
     int alpha_stale, mean_stale;
     /* batches (gp-bucb) and box pool refresh (gp-ucb) */
     int in_batch, closed;
@@ -187,10 +195,11 @@ static double chol_new_row(const kb_engine *e, const gp_state *s, const double *
     return p2 > s->lambda * 1e-12 ? p2 : s->lambda * 1e-12;
 }
 
+enum { BLK = 256 }; /* candidate columns per block in recompute_var */
+
 /* var = kdiag - colsum((L^{-1} Kc)^2), in column blocks to bound the scratch. */
 static int recompute_var(gp_state *s)
 {
-    enum { BLK = 256 };
     size_t n = s->n, A = s->A;
     memcpy(s->var, s->kdiag, A * sizeof *s->var);
     s->n_var = n;
@@ -212,11 +221,13 @@ static int recompute_var(gp_state *s)
     return KB_OK;
 }
 
-/* Rebuilds L from X, then Kc and var for the current candidates. */
+/* Rebuilds L from X, then Kc and var for the current candidates. Everything it rebuilds
+ * is a cache of X: if it fails, `broken` makes the next ask or posterior retry. */
 static int rebuild(kb_engine *e, gp_state *s)
 {
     double t0 = kb__now();
     size_t n = s->n, ld = s->cap;
+    s->broken = 1;
     s->A = e->space->n;
     kb_kernel_diag(&e->kernel, e->space->u, s->A, s->kdiag);
     s->logdet = 0.0;
@@ -237,6 +248,7 @@ static int rebuild(kb_engine *e, gp_state *s)
     }
     s->mean_stale = 1;
     int rc = recompute_var(s);
+    s->broken = rc != KB_OK;
     s->sec_resparsify += kb__now() - t0;
     return rc;
 }
@@ -452,24 +464,34 @@ static int bucb_gate(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait)
     return KB_OK;
 }
 
-static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+/* Brings the state up to date for an ask: a pending rebuild, then the batch gate
+ * (gp-bucb) or the pool refresh and alpha (gp-ucb), then the pass over the candidates.
+ * *width is the UCB's multiplier of sd; *wait is set when gp-bucb awaits feedback. */
+static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
+                       double *width)
 {
-    gp_state *s = e->impl;
-    double t0 = kb__now();
-    int rc = KB_OK, wait = 0;
-    double width;
+    int rc = s->broken ? rebuild(e, s) : KB_OK;
+    *wait = 0;
+    if (rc)
+        return rc;
     if (s->batched) {
-        rc = bucb_gate(e, s, res, &wait);
-        width = s->alpha_ucb;
+        rc = bucb_gate(e, s, res, wait);
+        *width = s->alpha_ucb;
     } else {
         if (!e->space->finite && e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 4)
             rc = refresh_pool(e, s);
         if (!rc && s->alpha_stale)
             rc = refresh_alpha(e, s);
-        width = beta_now(e, s);
+        *width = beta_now(e, s);
     }
-    if (!rc && !wait)
-        rc = refresh_candidates(s);
+    return rc || *wait ? rc : refresh_candidates(s);
+}
+
+static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+{
+    gp_state *s = e->impl;
+    double t0 = kb__now(), r0 = s->sec_resparsify, width = 0.0;
+    int wait, rc = prepare_ask(e, s, res, &wait, &width);
     if (rc)
         return fail_rc(err, rc);
     if (wait)
@@ -489,7 +511,7 @@ static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error 
             best = a;
         }
     }
-    s->sec_ask += kb__now() - t0;
+    s->sec_ask += kb__now() - t0 - (s->sec_resparsify - r0); /* rebuilds counted there */
     if (best == SIZE_MAX) {
         res->status = KB_ASK_EXHAUSTED;
         return KB_OK;
@@ -552,13 +574,15 @@ static int gp_abandon(kb_engine *e, uint64_t h, kb_error *err)
         r++;
     if (r == s->n)
         return KB_OK; /* cannot happen: every pending trial has a row */
+    /* The rebuild's scratch first, so that past this point the abandon cannot fail (the
+     * base's contract); a numerical failure of the rebuild leaves `broken` set. */
+    if (!work(s, s->n * (s->n > BLK ? s->n : BLK)))
+        return fail_rc(err, KB_ENOMEM);
     memmove(s->X + r * d, s->X + (r + 1) * d, (s->n - r - 1) * d * sizeof *s->X);
     memmove(s->handle + r, s->handle + r + 1, (s->n - r - 1) * sizeof *s->handle);
     memmove(s->obs_idx + r, s->obs_idx + r + 1, (s->n - r - 1) * sizeof *s->obs_idx);
     s->n--;
-    int rc = rebuild(e, s);
-    if (rc)
-        return fail_rc(err, rc); /* the factor is lost: a later call rebuilds or fails */
+    rebuild(e, s);
     return KB_OK;
 }
 
@@ -566,10 +590,12 @@ static int gp_posterior(kb_engine *e, const double *U, size_t m, double *mean, d
                         kb_error *err)
 {
     gp_state *s = e->impl;
+    int rc = s->broken ? rebuild(e, s) : KB_OK;
+    if (!rc && !s->batched && s->alpha_stale)
+        rc = refresh_alpha(e, s);
+    if (rc)
+        return fail_rc(err, rc);
     size_t n = s->n, nt = s->n_alpha;
-    if (!s->batched && s->alpha_stale && refresh_alpha(e, s))
-        return fail_rc(err, KB_ENOMEM);
-    nt = s->n_alpha;
     size_t big = (n > nt ? n : nt) * m;
     double *Kx = malloc((big ? big : 1) * sizeof *Kx);
     if (!Kx)
