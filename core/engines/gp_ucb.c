@@ -448,8 +448,8 @@ static int bucb_gate(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait)
         *wait = 1;
         return KB_OK;
     }
+    int rc = !e->space->finite && s->batches ? refresh_pool(e, s) : KB_OK; /* timed */
     double t0 = kb__now();
-    int rc = !e->space->finite && s->batches ? refresh_pool(e, s) : KB_OK;
     if (!rc)
         rc = refresh_alpha(e, s);
     if (rc)
