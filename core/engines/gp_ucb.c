@@ -107,7 +107,7 @@ typedef struct gp_state {
     int broken;                   /* L, Kc, var need a rebuild from X (it failed) */
     int alpha_stale, mean_stale;
     /* batches (gp-bucb) and box pool refresh (gp-ucb) */
-    int in_batch, closed;
+    int closed;
     double prod, alpha_ucb;
     uint64_t batches, batch_asks, last_batch;
     size_t obs_at_refresh;
