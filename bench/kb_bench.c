@@ -319,8 +319,11 @@ static double simulate_async(run *r, size_t T, size_t W, kb_rng *clock_rng)
         for (size_t i = 0; i < W; i++)
             if (w[i].busy && (next == W || w[i].done_at < w[next].done_at))
                 next = i;
-        if (next == W)
+        if (next == W) {
+            if (r->evals < T)
+                die("engine waits for feedback with nothing pending", NULL);
             break;
+        }
         t = w[next].done_at;
         tell(r, &w[next].pt);
         w[next].busy = 0;
