@@ -1,0 +1,211 @@
+"""This file contains the full ask/tell loop over HTTP for every engine the daemon knows.
+
+Engines are discovered by name: a study is created with each name of conftest.ENGINES
+and the test skips when the daemon answers 400 with field "engine.name", so the suite
+grows as engines land. Each engine runs on a finite candidate set and on a box space with
+float (linear and log), int and categorical parameters.
+"""
+import math
+
+import pytest
+
+from conftest import ENGINES, ask, create_study, grid, tell, toy, try_create_engine_study
+
+BOX = {"type": "box", "params": [
+    {"name": "lr", "type": "float", "low": 1e-5, "high": 1.0, "log": True},
+    {"name": "x", "type": "float", "low": -2.0, "high": 2.0},
+    {"name": "layers", "type": "int", "low": 1, "high": 8},
+    {"name": "opt", "type": "categorical", "choices": ["adam", "sgd", "rmsprop"]},
+]}
+TRIALS = 12
+
+
+def box_objective(params):
+    return (-(math.log10(params["lr"]) + 3) ** 2 - (params["x"] - 0.5) ** 2
+            - 0.1 * (params["layers"] - 4) ** 2 + {"adam": 1, "sgd": 0, "rmsprop": 0.5}[params["opt"]])
+
+
+def check_box_trial(t):
+    p = t["params"]
+    assert set(p) == {"lr", "x", "layers", "opt"}, t
+    assert 1e-5 * (1 - 1e-9) <= p["lr"] <= 1.0 * (1 + 1e-9), t
+    assert -2.0 <= p["x"] <= 2.0, t
+    assert isinstance(p["layers"], int) and 1 <= p["layers"] <= 8, t
+    assert p["opt"] in ("adam", "sgd", "rmsprop"), t
+    assert all(0.0 <= u <= 1.0 for u in t["x"]), t
+    assert t["candidate_index"] is None
+
+
+def run_loop(api, study, objective, n):
+    """ask(2)/tell until n trials are completed; returns {trial_id: value}."""
+    sid = study["id"]
+    told = {}
+    rounds = 0
+    while len(told) < n:
+        rounds += 1
+        assert rounds <= 4 * n, f"no progress after {rounds} asks: {told}"
+        res = ask(api, sid, worker="loop", count=min(2, n - len(told)))
+        if not res["trials"]:
+            # Nothing is pending, so the engine must not wait for feedback.
+            assert res["status"] in ("exhausted", "max_trials_reached"), res
+            break
+        assert res["status"] == "ok", res
+        for t in res["trials"]:
+            assert t["state"] == "pending" and t["study_id"] == sid and t["worker"] == "loop"
+            v = objective(t)
+            done = tell(api, sid, t["id"], v)
+            assert done["state"] == "completed" and done["value"] == v and done["id"] == t["id"]
+            told[t["id"]] = v
+    return told
+
+
+def check_summary(api, study, told, maximize=True):
+    sid = study["id"]
+    s = api.get(f"/v1/studies/{sid}").json()
+    assert s["progress"]["trials"]["completed"] == len(told)
+    assert s["progress"]["trials"]["pending"] == 0
+    best = api.get(f"/v1/studies/{sid}/best").json()
+    target = max(told.values()) if maximize else min(told.values())
+    assert best["value"] == target and told[best["id"]] == target
+    listed = api.get(f"/v1/studies/{sid}/trials", params={"state": "completed", "limit": 1000}).json()
+    assert {t["id"]: t["value"] for t in listed["trials"]} == told
+    export = api.get(f"/v1/studies/{sid}/export", params={"format": "json"}).json()
+    assert export["study"]["id"] == sid and len(export["trials"]) == len(told)
+    csv = api.get(f"/v1/studies/{sid}/export", params={"format": "csv"})
+    assert csv.status_code == 200 and csv.headers["Content-Type"].startswith("text/csv")
+    assert csv.text.splitlines()[0].startswith("id,state,worker,value")
+    assert len(csv.text.strip().splitlines()) == 1 + len(told)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_candidates(api, engine):
+    rows = grid(40, 3)
+    study = try_create_engine_study(api, f"cand-{engine}", engine,
+                                    {"type": "candidates", "candidates": rows},
+                                    settings={"seed": 3})
+    assert study["engine"]["name"] == engine
+    assert study["space"]["rows"] == 40 and study["space"]["dim"] == 3
+
+    def objective(t):
+        assert t["x"] == rows[t["candidate_index"]] and t["params"] is None
+        return toy(t["x"])
+    told = run_loop(api, study, objective, TRIALS)
+    assert len(told) == TRIALS
+    check_summary(api, study, told)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_box(api, engine):
+    study = try_create_engine_study(api, f"box-{engine}", engine, BOX,
+                                    settings={"seed": 5, "pool_size": 256})
+    assert [p["name"] for p in study["space"]["params"]] == ["lr", "x", "layers", "opt"]
+
+    def objective(t):
+        check_box_trial(t)
+        return box_objective(t["params"])
+    told = run_loop(api, study, objective, TRIALS)
+    assert len(told) == TRIALS
+    check_summary(api, study, told)
+
+
+def test_minimize_best_is_smallest(api):
+    study = create_study(api, "min", direction="minimize")
+    assert study["direction"] == "minimize"
+    told = run_loop(api, study, lambda t: toy(t["x"]), 8)
+    check_summary(api, study, told, maximize=False)
+
+
+def test_candidate_set_upload_json_and_csv(api):
+    r = api.post("/v1/candidate-sets", json={"rows": [[1, 2], [3, 4], [5, 6]], "names": ["a", "b"]})
+    assert r.status_code == 201, r.text
+    cs = r.json()
+    assert cs["rows"] == 3 and cs["dim"] == 2 and cs["names"] == ["a", "b"]
+    assert api.get(f"/v1/candidate-sets/{cs['id']}").json() == cs
+    r = api.post("/v1/candidate-sets", data="p,q\n1,2\n3,4\n",
+                 headers={"Content-Type": "text/csv"})
+    assert r.status_code == 201, r.text
+    csv = r.json()
+    assert csv["rows"] == 2 and csv["dim"] == 2 and csv["names"] == ["p", "q"]
+    study = create_study(api, "from-set",
+                         space={"type": "candidates", "candidate_set": cs["id"]})
+    assert study["space"]["rows"] == 3 and study["space"].get("candidate_set") == cs["id"]
+    t = ask(api, study["id"])["trials"][0]
+    assert t["x"] == [[1, 2], [3, 4], [5, 6]][t["candidate_index"]]
+
+
+def test_observations_warm_start(api):
+    rows = grid(10, 2)
+    study = create_study(api, "warm", space={"type": "candidates", "candidates": rows})
+    r = api.post(f"/v1/studies/{study['id']}/observations",
+                 json={"observations": [{"x": rows[0], "value": 1.5}, {"x": rows[1], "value": -2}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["added"] == 2
+
+
+def test_batch_tell(api):
+    study = create_study(api, "batch")
+    sid = study["id"]
+    trials = ask(api, sid, count=3)["trials"]
+    assert len(trials) == 3
+    r = api.post(f"/v1/studies/{sid}/tell", json={"results": [
+        {"trial_id": trials[0]["id"], "value": 1.0},
+        {"trial_id": trials[1]["id"], "value": 2.0},
+        {"trial_id": 999999, "value": 3.0}]})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert [x["status"] for x in res] == [200, 200, 404]
+    assert res[0]["trial"]["state"] == "completed" and res[2]["error"]["code"] == "not_found"
+    # Telling the first again with a different value is a per-item conflict.
+    r = api.post(f"/v1/studies/{sid}/tell", json={"results": [
+        {"trial_id": trials[0]["id"], "value": 5.0}, {"trial_id": trials[2]["id"], "value": 0.5}]})
+    assert [x["status"] for x in r.json()["results"]] == [409, 200]
+
+
+def test_fail_trial(api):
+    study = create_study(api, "fail")
+    sid = study["id"]
+    t = ask(api, sid)["trials"][0]
+    r = api.post(f"/v1/studies/{sid}/trials/{t['id']}/fail", json={"reason": "OOM"})
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "failed" and r.json()["reason"] == "OOM"
+    assert api.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": 1}).status_code == 409
+    s = api.get(f"/v1/studies/{sid}").json()
+    assert s["progress"]["trials"]["failed"] == 1
+
+
+def test_max_trials(api):
+    study = create_study(api, "cap", max_trials=3)
+    sid = study["id"]
+    got = ask(api, sid, count=5)
+    assert len(got["trials"]) <= 3
+    for t in got["trials"]:
+        tell(api, sid, t["id"], 1.0)
+    while True:
+        res = ask(api, sid, count=1)
+        if not res["trials"]:
+            break
+        tell(api, sid, res["trials"][0]["id"], 1.0)
+    assert res["status"] == "max_trials_reached"
+    assert api.get(f"/v1/studies/{sid}").json()["progress"]["trials"]["completed"] == 3
+
+
+def test_list_studies_pagination(api):
+    ids = {create_study(api, f"page-{i}")["id"] for i in range(5)}
+    seen, cursor = [], None
+    for _ in range(10):
+        params = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+        page = api.get("/v1/studies", params=params).json()
+        assert len(page["studies"]) <= 2
+        seen += [s["id"] for s in page["studies"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert set(seen) == ids and len(seen) == len(ids)
+
+
+def test_healthz_and_metrics(daemon):
+    api = daemon.client()
+    h = api.get("/healthz")
+    assert h.status_code == 200 and h.json()["status"] == "ok" and "version" in h.json()
+    m = api.get("/metrics")
+    assert m.status_code == 200 and m.headers["Content-Type"].startswith("text/plain")
