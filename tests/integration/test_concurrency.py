@@ -15,6 +15,7 @@ import os
 import shutil
 import threading
 import time
+import warnings
 
 import pytest
 import requests
@@ -110,8 +111,9 @@ def load_study(api, name, rows=40, engine="random"):
 
 
 def test_sixteen_workers_four_studies(daemons):
-    if SANITIZED:
-        print(f"KB_SANITIZED=1: {TRIALS} trials per study instead of 2000")
+    if TRIALS != 2000:
+        warnings.warn(f"load scaled down: {TRIALS} trials per study instead of 2,000 "
+                      f"(KB_SANITIZED={int(SANITIZED)}, KB_LOAD_TRIALS)")
     d = daemons(args=["--threads", "4"])
     api = d.client()
     sids = [load_study(api, f"load-{k}") for k in range(4)]

@@ -131,8 +131,13 @@ def test_runtime_packages_cover_linked_libraries(dockerfile):
     missing = []
     for lib in needed:
         real = subprocess.run(["realpath", paths[lib]], capture_output=True, text=True).stdout.strip()
-        owner = subprocess.run(["dpkg", "-S", real], capture_output=True, text=True)
-        pkg = owner.stdout.split(":")[0] if owner.returncode == 0 else None
+        pkg = None
+        # merged /usr: dpkg may know the file under /lib rather than /usr/lib
+        for candidate in (real, real.removeprefix("/usr")):
+            owner = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
+            if owner.returncode == 0:
+                pkg = owner.stdout.split(":")[0]
+                break
         if pkg not in runtime | BASE_PACKAGES:
             missing.append((lib, real, pkg))
     assert not missing, f"libraries the runtime stage does not install: {missing}"

@@ -49,7 +49,7 @@ def test_heartbeat_keeps_trial_alive(daemons):
     first_expiry = t["lease_expires_at"]
     end = time.monotonic() + 3.0
     while time.monotonic() < end:
-        time.sleep(0.3)
+        time.sleep(0.2)
         r = api.post(f"/v1/studies/{sid}/trials/{t['id']}/heartbeat", json={})
         assert r.status_code == 200, r.text
         assert r.json()["state"] == "pending"
