@@ -62,3 +62,20 @@ def test_heartbeat_keeps_trial_alive(daemons):
     assert done["state"] == "completed"
     r = api.post(f"/v1/studies/{sid}/trials/{t['id']}/heartbeat", json={})
     assert r.status_code == 409
+
+
+def test_lease_expires_across_restart(daemons):
+    """A lease that ran out while the daemon was down expires after the restart."""
+    d = daemons(args=SWEEP)
+    api = d.client()
+    sid = create_study(api, "restart-lease", space={"type": "candidates", "candidates": [[1.0]]},
+                       settings={"repeats": "no_pending"}, lease_seconds=1)["id"]
+    t1 = ask(api, sid, worker="gone")["trials"][0]
+    assert d.stop() == 0
+    time.sleep(1.5)
+    d.start()
+    api = d.client()
+    t = wait_state(api, sid, t1["id"], "expired", SLACK)
+    assert t["state"] == "expired", t
+    t2 = ask(api, sid, worker="next")["trials"][0]
+    assert t2["candidate_index"] == 0 and t2["id"] != t1["id"]
