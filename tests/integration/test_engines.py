@@ -11,7 +11,8 @@ import math
 
 import pytest
 
-from conftest import ENGINES, ask, create_study, grid, tell, toy, try_create_engine_study
+from conftest import (ENGINES, ask, create_study, error_of, grid, tell, toy,
+                      try_create_engine_study)
 
 BOX = {"type": "box", "params": [
     {"name": "lr", "type": "float", "low": 1e-5, "high": 1.0, "log": True},
@@ -233,3 +234,51 @@ def test_trials_pagination_and_box_export(api):
     assert len(rows) == 21
     by_id = {int(r[0]): r for r in rows[1:]}
     assert {i: float(r[3]) for i, r in by_id.items()} == told
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_extreme_finite_values(api, engine):
+    """Finite extremes (coordinates and values near DBL_MAX, tiny differences) must neither
+    be refused by the engine nor turn into NaN/inf in what the daemon hands out."""
+    rows = [[1e308, -1e308], [-1e308, 1e308], [0.0, 5e-324], [1.0, 1.0 + 2.2e-16]]
+    study = try_create_engine_study(api, f"extreme-{engine}", engine,
+                                    {"type": "candidates", "candidates": rows},
+                                    settings={"seed": 2})
+    sid = study["id"]
+    values = [1.7976931348623157e308, -1.7976931348623157e308, 5e-324, 0.0]
+    for v in values:
+        res = ask(api, sid, worker="x")
+        assert res["trials"], res
+        t = res["trials"][0]
+        assert t["x"] == rows[t["candidate_index"]]
+        tell(api, sid, t["id"], v)
+    res = ask(api, sid, worker="x", count=2)
+    assert res["status"] in ("ok", "awaiting_feedback"), res
+    for t in res["trials"]:
+        assert all(math.isfinite(u) for u in t["x"])
+    best = api.get(f"/v1/studies/{sid}/best").json()
+    assert best["value"] == 1.7976931348623157e308
+
+
+def test_box_param_values_always_present(api):
+    """Every param of a box has a finite value in every trial, even when high - low
+    overflows a double (the daemon must then refuse the space or map without overflow)."""
+    space = {"type": "box", "params": [{"name": "wide", "type": "float", "low": -1e308, "high": 1e308},
+                                        {"name": "k", "type": "int", "low": -2 ** 53, "high": 2 ** 53}]}
+    r = api.post("/v1/studies", json={"name": "wide", "space": space, "engine": {"name": "random"}})
+    if r.status_code == 400:
+        assert error_of(r)["field"].startswith("space.params["), r.text
+        return
+    assert r.status_code == 201, r.text
+    for t in ask(api, r.json()["id"], count=5)["trials"]:
+        assert set(t["params"]) == {"wide", "k"}, t
+        assert -1e308 <= t["params"]["wide"] <= 1e308 and math.isfinite(t["params"]["wide"])
+        assert -2 ** 53 <= t["params"]["k"] <= 2 ** 53
+
+
+def test_csv_upload_with_bom_and_crlf(api):
+    """Spreadsheet exports start with a UTF-8 byte-order mark and end lines with CRLF."""
+    r = api.post("/v1/candidate-sets", data=b"\xef\xbb\xbfp,q\r\n1,2\r\n3,4\r\n",
+                 headers={"Content-Type": "text/csv"})
+    assert r.status_code == 201, r.text
+    assert r.json()["names"] == ["p", "q"] and r.json()["rows"] == 2
