@@ -8,6 +8,7 @@ float (linear and log), int and categorical parameters.
 import csv
 import io
 import math
+import re
 
 import pytest
 
@@ -158,6 +159,11 @@ def test_batch_tell(api):
     res = r.json()["results"]
     assert [x["status"] for x in res] == [200, 200, 404]
     assert res[0]["trial"]["state"] == "completed" and res[2]["error"]["code"] == "not_found"
+    # The same batch again is harmless (exactly-once per item) and answers the same trials.
+    again = api.post(f"/v1/studies/{sid}/tell", json={"results": [
+        {"trial_id": trials[0]["id"], "value": 1.0}, {"trial_id": trials[1]["id"], "value": 2.0}]})
+    assert [x["status"] for x in again.json()["results"]] == [200, 200]
+    assert [x["trial"] for x in again.json()["results"]] == [res[0]["trial"], res[1]["trial"]]
     # Telling the first again with a different value is a per-item conflict.
     r = api.post(f"/v1/studies/{sid}/tell", json={"results": [
         {"trial_id": trials[0]["id"], "value": 5.0}, {"trial_id": trials[2]["id"], "value": 0.5}]})
@@ -206,12 +212,42 @@ def test_list_studies_pagination(api):
     assert set(seen) == ids and len(seen) == len(ids)
 
 
+def metrics(api):
+    """Prometheus text exposition -> {(name, labels): value} (labels as a sorted tuple)."""
+    r = api.get("/metrics")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+    out = {}
+    for line in r.text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?', line)
+        assert m, f"not Prometheus text format: {line!r}"
+        labels = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or "")))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
 def test_healthz_and_metrics(daemon):
     api = daemon.client()
     h = api.get("/healthz")
     assert h.status_code == 200 and h.json()["status"] == "ok" and "version" in h.json()
-    m = api.get("/metrics")
-    assert m.status_code == 200 and m.headers["Content-Type"].startswith("text/plain")
+    sid = create_study(api, "metered")["id"]
+    create_study(api, "other")
+    trials = ask(api, sid, count=3)["trials"]
+    tell(api, sid, trials[0]["id"], 1.0)
+    api.post(f"/v1/studies/{sid}/trials/{trials[1]['id']}/fail", json={})
+    m = metrics(api)
+    names = {k[0] for k in m}
+    for name in ("kbandit_http_requests_total", "kbandit_http_request_duration_seconds_bucket",
+                 "kbandit_studies", "kbandit_trials", "kbandit_resparsifications_total",
+                 "kbandit_engine_seconds_total"):
+        assert name in names, f"{name} missing from /metrics"
+    assert m[("kbandit_studies", ())] == 2
+    for state, n in (("pending", 1), ("completed", 1), ("failed", 1), ("expired", 0)):
+        assert m[("kbandit_trials", (("state", state),))] == n, state
+    asks = [v for (n, labels), v in m.items() if n == "kbandit_http_requests_total"
+            and ("status", "200") in labels and any(l[0] == "route" and l[1].endswith("/ask") for l in labels)]
+    assert sum(asks) == 1
 
 
 def test_trials_pagination_and_box_export(api):
