@@ -52,6 +52,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """List the documented (operation, status) pairs no test response exercised."""
+    spec = load_spec()
+    if spec is None or not spec.seen:
+        return
+    missing = []
+    for template, item in spec.doc.get("paths", {}).items():
+        for method, op in item.items():
+            if not isinstance(op, dict) or "responses" not in op:
+                continue
+            for status in op["responses"]:
+                if (method, template, str(status)) not in spec.seen and str(status) not in ("500", "503"):
+                    missing.append(f"{method.upper()} {template} {status}")
+    total = len(spec.seen) + len(missing)
+    terminalreporter.write_line(f"openapi: {len(spec.seen)}/{total} documented responses exercised "
+                                "(500/503 not counted)")
+    if missing and terminalreporter.config.getoption("verbose") > 0:
+        terminalreporter.write_line("  not exercised: " + ", ".join(missing))
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_no_daemon: runs without a kbanditd binary")
 

@@ -9,6 +9,7 @@ Rules, for every response seen:
   - the request path matches a path template of the spec (else only 404 is allowed);
   - the method is an operation of that path (else only 405 is allowed);
   - the status is documented for the operation (exact, "4XX"-style range, or default);
+  - documented response headers, when present (or when marked required), match their schema;
   - the Content-Type is one the response documents, and a JSON body validates against
     its schema; a response documented without content has an empty body;
   - every error (>= 400) JSON body has the {"error": {"code","message","field"}} shape.
@@ -141,6 +142,9 @@ class OpenAPI:
         if op is None:
             if status not in (404, 405):
                 problems.append(f"{where}: method not in openapi.yaml for {template}")
+            with self._lock:  # a 405 exercises the path's documented 405 responses
+                self.seen |= {(m, template, str(status)) for m, o in item.items()
+                              if isinstance(o, dict) and str(status) in map(str, o.get("responses", {}))}
             return problems + self._check_error_schema(where, body)
         responses = op.get("responses", {})
         key = next((k for k in (str(status), f"{status // 100}XX", f"{status // 100}xx",
@@ -152,6 +156,7 @@ class OpenAPI:
         with self._lock:
             self.seen.add((method, template, key))
         robj = self.resolve(responses[key])
+        problems += self._check_headers(where, resp, robj)
         content = robj.get("content")
         if not content:
             if resp.content:
@@ -168,6 +173,28 @@ class OpenAPI:
         errs = sorted(self.validator(pointer).iter_errors(body), key=lambda e: e.path)
         problems += [f"{where}: schema: {'/'.join(map(str, e.absolute_path))}: {e.message}"
                      for e in errs[:5]]
+        return problems
+
+    def _check_headers(self, where, resp, robj):
+        """Documented headers: required ones must be present; present ones must match
+        their schema (integers are parsed from the header text)."""
+        problems = []
+        for name, h in (robj.get("headers") or {}).items():
+            h = self.resolve(h)
+            value = resp.headers.get(name)
+            if value is None:
+                if h.get("required"):
+                    problems.append(f"{where}: required header {name} missing")
+                continue
+            schema = self.resolve(h.get("schema", {}))
+            if schema.get("type") == "integer":
+                try:
+                    value = int(value)
+                except ValueError:
+                    problems.append(f"{where}: header {name}: {value!r} is not an integer")
+                    continue
+            problems += [f"{where}: header {name}: {e.message}"
+                         for e in Draft202012Validator(schema).iter_errors(value)]
         return problems
 
     def _schema_pointer(self, template, method, key, media, robj):
