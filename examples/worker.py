@@ -128,8 +128,12 @@ def main():
     ap.add_argument("--worker", default=f"{socket.gethostname()}-{os.getpid()}")
     args = ap.parse_args()
     client = Client(args.url, args.token)
-    study = find_or_create(client, args.study, args.engine)
-    told = run(client, study["id"], args.worker, args.trials)
+    try:
+        study = find_or_create(client, args.study, args.engine)
+        told = run(client, study["id"], args.worker, args.trials)
+    except RuntimeError as e:
+        print(f"worker: {e}", file=sys.stderr)
+        return 1
     status, best = client.call("GET", f"/v1/studies/{study['id']}/best")
     print(json.dumps({"study": study["id"], "told": told,
                       "best": best if status == 200 else None}))

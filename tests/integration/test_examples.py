@@ -63,3 +63,10 @@ def test_worker_loop(daemons, engine):
     assert s["progress"]["trials"]["pending"] == 0
     best = api.get(f"/v1/studies/{sid}/best").json()
     assert -400 < best["value"] <= -0.397887 + 1e-6  # negated Branin: max -0.397887
+
+
+def test_worker_reports_errors(daemons):
+    d = daemons(token="right")
+    r = subprocess.run([sys.executable, str(EXAMPLES / "worker.py"), "--url", d.url, "--token", "wrong",
+                        "--engine", "random", "--trials", "3"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "401" in r.stderr and "Traceback" not in r.stderr, r.stderr
