@@ -194,10 +194,6 @@ class Daemon:
     def kill9(self):
         return self.stop(signal.SIGKILL)
 
-    def restart(self):
-        self.stop()
-        return self.start()
-
     def stderr(self):
         return "".join(p.read_text(errors="replace") for p in self.logs if p.exists())
 

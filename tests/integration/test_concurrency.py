@@ -124,6 +124,8 @@ def test_sixteen_workers_four_studies(daemons):
     load.join(timeout=600)
     assert not load.errors, load.errors[:5]
     assert not load.violations, f"pending candidates handed out twice: {load.violations[:5]}"
+    # At most 4 of a study's 40 candidates are ever pending: an empty answer is a bug.
+    assert load.empty_asks == 0, f"{load.empty_asks} asks got no trial"
     rows = db_trials(d.db)
     for sid in sids:
         assert len(load.acked[sid]) == TRIALS
