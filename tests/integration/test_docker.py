@@ -111,13 +111,11 @@ def test_runtime_stage_contract(dockerfile):
 
 
 def test_copied_paths_exist(dockerfile):
-    for ins, arg in dockerfile[0]["ins"]:
-        if ins == "COPY" and not arg.startswith("--from"):
-            srcs = exec_form(arg)[:-1]
-            for s in srcs:
-                if (REPO / s).exists() or s in ("server/", "proto/", "migrations/"):
-                    continue  # server sources arrive with the server branch
-                pytest.fail(f"COPY source {s} does not exist")
+    missing = [s for ins, arg in dockerfile[0]["ins"] if ins == "COPY" and not arg.startswith("--from")
+               for s in exec_form(arg)[:-1] if not (REPO / s).exists()]
+    if missing and not (REPO / "server" / "main.c").exists():
+        pytest.skip(f"server branch not merged here: {missing} absent")
+    assert not missing, f"COPY sources that do not exist: {missing}"
 
 
 @pytest.mark.skipif(SANITIZED, reason="an ASan daemon links the sanitizer runtimes")
