@@ -40,9 +40,10 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 LIB := $(BUILD)/libkbandit.a
 DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
 BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
+LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load)
 
 .PHONY: all deps test unit asan run bench install clean fuzz
-all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(UNIT_BIN)
+all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(UNIT_BIN)
 
 deps:
 	@scripts/install-deps
@@ -66,6 +67,10 @@ $(BUILD)/kbanditd: $(BUILD)/server/main.o $(SERVER_OBJ) $(LIB)
 
 $(BUILD)/kb-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 	$(CC) $(SAN) -o $@ $^ $(LIBS_CORE)
+
+# The daemon load generator (bench/load/, outside kb-bench's wildcard): plain sockets.
+$(BUILD)/kb-load: $(BUILD)/bench/load/kb_load.o
+	$(CC) $(SAN) -o $@ $^ -pthread
 
 # Unit tests link the core, the server objects (for proto/storage tests) and cmocka.
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TESTUTIL_OBJ) $(SERVER_OBJ) $(LIB)
@@ -91,7 +96,7 @@ run: deps
 	$(BUILD)/kbanditd $(ARGS)
 
 bench: deps
-	@$(MAKE) --no-print-directory $(BENCH)
+	@$(MAKE) --no-print-directory $(BENCH) $(LOAD) $(DAEMON)
 	bench/run-all $(BUILD)
 
 FUZZ_CC ?= clang

@@ -1,0 +1,360 @@
+/*
+ * kb_load.c - This file contains kb-load, the daemon load generator: N client threads,
+ * each with one keep-alive HTTP/1.1 connection (plain blocking sockets), loop
+ * "ask one trial, tell it" against a running kbanditd for a bounded time, and the tool
+ * prints one JSON line: round trips per second and p50/p99 latency of ask and of tell.
+ *
+ *   kb-load --port P [--host 127.0.0.1] [--clients 32] [--studies 1] [--seconds 10]
+ *           [--engine random] [--token T]
+ *   kb-load --port P --create ROWSxDIM      time a CSV upload + study creation
+ *
+ * Client k works on study k % studies (studies are created, and deleted at the end).
+ * Any non-2xx answer or protocol error counts as an error and ends that client; the
+ * exit status is 1 when there was one. A round trip's latency is measured per request
+ * on the client (CLOCK_MONOTONIC), so it includes the loopback and the parsing.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct {
+    const char *host, *token, *engine, *create;
+    int port, clients, studies;
+    double seconds;
+} opt = {.host = "127.0.0.1", .engine = "random", .clients = 32, .studies = 1, .seconds = 10};
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------ one connection */
+
+typedef struct conn {
+    int fd;
+    char *buf;          /* response: headers + body */
+    size_t cap;
+    const char *body;   /* inside buf, NUL-terminated */
+    int status;
+} conn;
+
+static int conn_open(conn *c)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opt.port)};
+    int one = 1;
+    if (inet_pton(AF_INET, opt.host, &a.sin_addr) != 1)
+        return -1;
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof a)) {
+        perror("connect");
+        return -1;
+    }
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return 0;
+}
+
+static int send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Sends one request and reads its response (Content-Length framing). 0 or -1. */
+static int request(conn *c, const char *method, const char *path, const char *ctype,
+                   const char *body, size_t blen)
+{
+    char head[512];
+    int hl = snprintf(head, sizeof head,
+                      "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\n"
+                      "Content-Length: %zu\r\n%s%s%s\r\n",
+                      method, path, opt.host, ctype, blen, opt.token ? "Authorization: Bearer " : "",
+                      opt.token ? opt.token : "", opt.token ? "\r\n" : "");
+    if (send_all(c->fd, head, (size_t)hl) || (blen && send_all(c->fd, body, blen)))
+        return -1;
+    size_t have = 0, need = 0, hdr = 0;
+    for (;;) {
+        if (have + 4096 >= c->cap) {
+            size_t nc = c->cap ? c->cap * 2 : 65536;
+            char *nb = realloc(c->buf, nc);
+            if (!nb)
+                return -1;
+            c->buf = nb;
+            c->cap = nc;
+        }
+        ssize_t r = recv(c->fd, c->buf + have, c->cap - have - 1, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        have += (size_t)r;
+        c->buf[have] = 0;
+        if (!hdr) {
+            char *end = strstr(c->buf, "\r\n\r\n");
+            if (!end)
+                continue;
+            hdr = (size_t)(end - c->buf) + 4;
+            char *cl = strcasestr(c->buf, "\r\ncontent-length:");
+            need = hdr + (cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0);
+            c->status = atoi(c->buf + 9);
+        }
+        if (have >= need)
+            break;
+    }
+    c->body = c->buf + hdr;
+    return 0;
+}
+
+static int call(conn *c, const char *method, const char *path, const char *body)
+{
+    if (request(c, method, path, "application/json", body, body ? strlen(body) : 0))
+        return -1;
+    if (c->status / 100 != 2) {
+        fprintf(stderr, "%s %s: %d %.200s\n", method, path, c->status, c->body);
+        return -1;
+    }
+    return 0;
+}
+
+/* The first integer after key in the body, or -1. */
+static long long body_int(const conn *c, const char *key)
+{
+    const char *p = strstr(c->body, key);
+    return p ? strtoll(p + strlen(key), NULL, 10) : -1;
+}
+
+/* ------------------------------------------------------------ load */
+
+typedef struct lat {
+    double *v;
+    size_t n, cap;
+} lat;
+
+static int lat_add(lat *l, double x)
+{
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 4096;
+        double *nv = realloc(l->v, nc * sizeof *nv);
+        if (!nv)
+            return -1;
+        l->v = nv;
+        l->cap = nc;
+    }
+    l->v[l->n++] = x;
+    return 0;
+}
+
+typedef struct client {
+    pthread_t th;
+    long long study;
+    double deadline;
+    lat ask, tell;
+    int error;
+} client;
+
+static void *client_main(void *arg)
+{
+    client *k = arg;
+    conn c = {0};
+    char path[128];
+    if (conn_open(&c)) {
+        k->error = 1;
+        return NULL;
+    }
+    while (now_sec() < k->deadline) {
+        double t0 = now_sec();
+        snprintf(path, sizeof path, "/v1/studies/%lld/ask", k->study);
+        if (call(&c, "POST", path, "{\"worker\":\"load\"}"))
+            break;
+        double t1 = now_sec();
+        long long id = body_int(&c, "\"trials\":[{\"id\":");
+        if (id < 1) {
+            fprintf(stderr, "ask: no trial: %.200s\n", c.body);
+            break;
+        }
+        snprintf(path, sizeof path, "/v1/studies/%lld/trials/%lld/tell", k->study, id);
+        if (call(&c, "POST", path, "{\"value\":0.5}"))
+            break;
+        double t2 = now_sec();
+        if (lat_add(&k->ask, t1 - t0) || lat_add(&k->tell, t2 - t1))
+            break;
+    }
+    k->error = now_sec() < k->deadline;
+    close(c.fd);
+    free(c.buf);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* All clients' latencies of one kind, sorted; percentiles in ms. */
+static void pct(client *ks, int n, int tell, double *p50, double *p99)
+{
+    size_t total = 0, at = 0;
+    for (int i = 0; i < n; i++)
+        total += tell ? ks[i].tell.n : ks[i].ask.n;
+    double *all = malloc((total ? total : 1) * sizeof *all);
+    for (int i = 0; i < n && all; i++) {
+        lat *l = tell ? &ks[i].tell : &ks[i].ask;
+        memcpy(all + at, l->v, l->n * sizeof *all);
+        at += l->n;
+    }
+    *p50 = *p99 = 0;
+    if (all && total) {
+        qsort(all, total, sizeof *all, cmp_double);
+        *p50 = all[(size_t)(0.50 * (double)(total - 1))] * 1e3;
+        *p99 = all[(size_t)(0.99 * (double)(total - 1))] * 1e3;
+    }
+    free(all);
+}
+
+static long long create_study(conn *c, const char *space_json, double *sec)
+{
+    char body[512];
+    static int serial;
+    snprintf(body, sizeof body, "{\"name\":\"kb-load-%ld-%d\",\"engine\":{\"name\":\"%s\"},"
+             "\"space\":%s}", (long)getpid(), serial++, opt.engine, space_json);
+    double t0 = now_sec();
+    if (call(c, "POST", "/v1/studies", body))
+        return -1;
+    if (sec)
+        *sec = now_sec() - t0;
+    return body_int(c, "\"id\":");
+}
+
+static int run_load(conn *c0)
+{
+    long long *sids = calloc((size_t)opt.studies, sizeof *sids);
+    client *ks = calloc((size_t)opt.clients, sizeof *ks);
+    const char *box = "{\"type\":\"box\",\"params\":["
+                      "{\"name\":\"a\",\"type\":\"float\",\"low\":0,\"high\":1},"
+                      "{\"name\":\"b\",\"type\":\"float\",\"low\":0,\"high\":1},"
+                      "{\"name\":\"c\",\"type\":\"float\",\"low\":0,\"high\":1},"
+                      "{\"name\":\"d\",\"type\":\"float\",\"low\":0,\"high\":1}]}";
+    int bad = !sids || !ks;
+    for (int i = 0; i < opt.studies && !bad; i++)
+        bad = (sids[i] = create_study(c0, box, NULL)) < 1;
+    if (bad) {
+        free(sids);
+        free(ks);
+        return 1;
+    }
+    double t0 = now_sec();
+    for (int i = 0; i < opt.clients; i++) {
+        ks[i].study = sids[i % opt.studies];
+        ks[i].deadline = t0 + opt.seconds;
+        pthread_create(&ks[i].th, NULL, client_main, &ks[i]);
+    }
+    size_t rt = 0;
+    int errors = 0;
+    for (int i = 0; i < opt.clients; i++) {
+        pthread_join(ks[i].th, NULL);
+        rt += ks[i].tell.n;
+        errors += ks[i].error;
+    }
+    double dt = now_sec() - t0, a50, a99, t50, t99;
+    pct(ks, opt.clients, 0, &a50, &a99);
+    pct(ks, opt.clients, 1, &t50, &t99);
+    printf("{\"bench\":\"daemon_load\",\"engine\":\"%s\",\"clients\":%d,\"studies\":%d,"
+           "\"seconds\":%.2f,\"round_trips\":%zu,\"round_trips_per_sec\":%.0f,"
+           "\"ask_p50_ms\":%.3f,\"ask_p99_ms\":%.3f,\"tell_p50_ms\":%.3f,\"tell_p99_ms\":%.3f,"
+           "\"errors\":%d}\n",
+           opt.engine, opt.clients, opt.studies, dt, rt, (double)rt / dt, a50, a99, t50, t99,
+           errors);
+    char path[64];
+    for (int i = 0; i < opt.studies; i++) {
+        snprintf(path, sizeof path, "/v1/studies/%lld", sids[i]);
+        call(c0, "DELETE", path, NULL);
+    }
+    for (int i = 0; i < opt.clients; i++) {
+        free(ks[i].ask.v);
+        free(ks[i].tell.v);
+    }
+    free(ks);
+    free(sids);
+    return errors ? 1 : 0;
+}
+
+/* CSV upload of rows x dim random numbers, then a study on it: both timed. */
+static int run_create(conn *c)
+{
+    unsigned long rows, dim;
+    if (sscanf(opt.create, "%lux%lu", &rows, &dim) != 2 || !rows || !dim)
+        return fprintf(stderr, "--create ROWSxDIM\n"), 2;
+    char *csv = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&csv, &len);
+    unsigned long long z = 88172645463325252ull;
+    for (unsigned long i = 0; i < rows; i++)
+        for (unsigned long j = 0; j < dim; j++) {
+            z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+            fprintf(f, "%.17g%c", (double)(z >> 11) * 0x1p-53, j + 1 < dim ? ',' : '\n');
+        }
+    fclose(f);
+    double t0 = now_sec(), tc;
+    int rc = request(c, "POST", "/v1/candidate-sets", "text/csv", csv, len);
+    double tu = now_sec() - t0;
+    free(csv);
+    if (rc || c->status != 201)
+        return fprintf(stderr, "upload: %d %.200s\n", c->status, c->body ? c->body : ""), 1;
+    char space[96];
+    snprintf(space, sizeof space, "{\"type\":\"candidates\",\"candidate_set\":%lld}",
+             body_int(c, "\"id\":"));
+    long long sid = create_study(c, space, &tc);
+    if (sid < 1)
+        return 1;
+    printf("{\"bench\":\"daemon_create\",\"engine\":\"%s\",\"rows\":%lu,\"dim\":%lu,"
+           "\"csv_bytes\":%zu,\"upload_sec\":%.3f,\"create_sec\":%.3f}\n",
+           opt.engine, rows, dim, len, tu, tc);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/studies/%lld", sid);
+    return call(c, "DELETE", path, NULL) ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--port")) opt.port = atoi(v);
+        else if (!strcmp(k, "--host")) opt.host = v;
+        else if (!strcmp(k, "--clients")) opt.clients = atoi(v);
+        else if (!strcmp(k, "--studies")) opt.studies = atoi(v);
+        else if (!strcmp(k, "--seconds")) opt.seconds = atof(v);
+        else if (!strcmp(k, "--engine")) opt.engine = v;
+        else if (!strcmp(k, "--token")) opt.token = v;
+        else if (!strcmp(k, "--create")) opt.create = v;
+        else return fprintf(stderr, "unknown option %s\n", k), 2;
+    }
+    if (opt.port <= 0 || opt.clients < 1 || opt.studies < 1 || opt.seconds <= 0)
+        return fprintf(stderr, "usage: kb-load --port P [--clients N] [--studies N] "
+                               "[--seconds S] [--engine E] [--token T] [--create RxD]\n"), 2;
+    conn c0 = {0};
+    if (conn_open(&c0))
+        return 1;
+    int rc = opt.create ? run_create(&c0) : run_load(&c0);
+    close(c0.fd);
+    free(c0.buf);
+    return rc;
+}
