@@ -92,26 +92,67 @@ typedef struct conn {
     sqlite3_stmt *st[Q__COUNT];
     struct conn *next;
     store *owner;
-    int relaxed;         /* synchronous=NORMAL currently set */
-    int in_op;           /* this thread holds the writer (between begin and commit) */
+    int relaxed;         /* writer connection: synchronous=NORMAL currently set */
+    int in_op;           /* OP_*: this thread's write operation (begin .. commit) */
+    struct wop *rec;     /* OP_QUEUED: the operation being recorded */
 } conn;
 
-/* Group commit. All writes go through one connection; an operation (begin .. commit)
- * holds `m` while it runs its statements inside a SAVEPOINT of the open batch
- * transaction, then waits for the batch's COMMIT. The last operation of a batch (no
- * other one arriving or waiting to enter) becomes the leader: it runs COMMIT with `m`
- * released, while operations arriving meanwhile wait for the next batch. One fsync
- * thus covers every operation that arrived during the previous one. */
+/* ------------------------------------------------------------ the writer
+ *
+ * All writes go through one connection, w->c, used under w->conn_lock only. Two kinds
+ * of write operation:
+ *   - direct (store_begin .. store_commit): holds conn_lock from BEGIN to COMMIT and runs
+ *     its statements at once, so results (new ids, constraint conflicts) are known; its
+ *     COMMIT is its own (synchronous=FULL). For the rare writes: studies, candidate sets,
+ *     the snapshot at shutdown.
+ *   - queued (store_begin_queued .. store_commit_async, store_wait): the statements and
+ *     copies of their arguments are recorded, and the operation is appended to the queue
+ *     with a ticket (a sequence number). The writer thread takes everything queued, runs
+ *     it in one transaction (one fsync when any operation is durable) and publishes
+ *     `done` = the last ticket of the batch; operations queued meanwhile form the next
+ *     batch. This is group commit without any caller holding a lock during the fsync.
+ * Failure: a batch whose statements or COMMIT fail is rolled back entirely; its ticket
+ * range is recorded as failed. An operation queued `after` a ticket that failed is
+ * skipped (failed as well) without being applied: its caller computed it from state
+ * that never reached the store. Batches end in ticket order. */
+enum { OP_NONE, OP_DIRECT, OP_QUEUED };
+
+typedef struct wval {
+    enum { V_NULL, V_INT, V_REAL, V_TEXT, V_BLOB } type;
+    int64_t i;
+    double d;
+    void *p;      /* text (NUL-terminated) or blob: owned by the recorded statement */
+    size_t n;
+} wval;
+
+#define MAX_ARGS 11
+typedef struct wcall {
+    int q, n;
+    wval v[MAX_ARGS];
+} wcall;
+
+typedef struct wop {
+    uint64_t ticket, after;
+    int durable;
+    wcall *calls;
+    size_t n, cap;
+    struct wop *next;
+} wop;
+
+#define FAILED_KEEP 64
 typedef struct writer {
-    pthread_mutex_t m;       /* protects every field below and the use of c */
-    pthread_cond_t cv;       /* broadcast when a batch ends or an operation leaves */
     conn *c;
-    atomic_int arriving;     /* threads about to lock m in begin (read without m) */
-    int entering;            /* operations waiting in begin for a commit to end */
-    int in_txn, full;        /* a batch is open; it commits with synchronous=FULL */
-    int committing;          /* the leader is in COMMIT, m released */
-    uint64_t batch, done;    /* id of the open/last batch; last ended batch */
-    uint64_t failed;         /* bit (id % 64) set when batch id failed */
+    pthread_mutex_t conn_lock;  /* use of c: the writer thread's batch, or a direct op */
+    pthread_mutex_t m;          /* protects every field below */
+    pthread_cond_t queued;      /* to the writer thread: an operation was queued, or stop */
+    pthread_cond_t ended;       /* to waiters: a batch ended */
+    wop *head, *tail;
+    uint64_t last_ticket, done; /* last ticket given; last ticket of the last ended batch */
+    struct { uint64_t lo, hi; } failed[FAILED_KEEP]; /* last failed ticket ranges */
+    uint64_t n_failed;
+    uint64_t batches;           /* batches committed (statistics) */
+    int stop, started;
+    pthread_t th;
 } writer;
 
 struct store {
@@ -214,27 +255,6 @@ static sqlite3_stmt *stmt(store *s, int q, conn **out)
     return c->st[q];
 }
 
-/* A write statement: on the writer connection, only inside begin .. commit. */
-static sqlite3_stmt *wstmt(store *s, int q, conn **out)
-{
-    conn *me = get_conn(s), *c = s->w.c;
-    if (!me || !me->in_op) {
-        log_json(LOG_ERROR, "write outside a transaction", json_pack("{s:s}", "sql", sql[q]));
-        return NULL;
-    }
-    if (!c->st[q] &&
-        sqlite3_prepare_v3(c->db, sql[q], -1, SQLITE_PREPARE_PERSISTENT, &c->st[q], NULL) !=
-            SQLITE_OK) {
-        db_log(c->db, sql[q]);
-        return NULL;
-    }
-    sqlite3_reset(c->st[q]);
-    sqlite3_clear_bindings(c->st[q]);
-    if (out)
-        *out = c;
-    return c->st[q];
-}
-
 /* Steps a statement that returns no row; 0 ok, STORE_CONFLICT on a constraint, -1. */
 static int run(store *s, sqlite3_stmt *st, const char *what)
 {
@@ -293,6 +313,7 @@ static int migrate(sqlite3 *db, char *errbuf, size_t errsize)
 }
 
 static int writer_open(store *s);
+static void writer_close(store *s);
 
 store *store_open(const char *path, char *errbuf, size_t errsize)
 {
@@ -323,17 +344,13 @@ void store_close(store *s)
 {
     if (!s)
         return;
+    writer_close(s);
     pthread_setspecific(s->key, NULL);
     pthread_key_delete(s->key);
     while (s->conns) {
         conn *c = s->conns;
         s->conns = c->next;
         conn_free(c);
-    }
-    if (s->w.c) {
-        conn_free(s->w.c);
-        pthread_mutex_destroy(&s->w.m);
-        pthread_cond_destroy(&s->w.cv);
     }
     pthread_mutex_destroy(&s->lock);
     free(s->path);
@@ -363,19 +380,34 @@ int store_integrity_check(store *s)
     return ok ? 0 : -1;
 }
 
-static int writer_open(store *s)
+/* ------------------------------------------------------------ writer: statements */
+
+static void wop_free(wop *op)
 {
-    writer *w = &s->w;
-    if (!(w->c = conn_raw(s)))
-        return -1;
-    pthread_mutex_init(&w->m, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    atomic_init(&w->arriving, 0);
-    return 0;
+    for (size_t i = 0; i < op->n; i++)
+        for (int j = 0; j < op->calls[i].n; j++)
+            free(op->calls[i].v[j].p);
+    free(op->calls);
+    free(op);
 }
 
-/* Runs one statement of the writer connection (m held). */
-static int wrun(store *s, int q, const char *what)
+/* Binds v[0..n) to st (the values outlive the step). */
+static void bind_all(sqlite3_stmt *st, const wval *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (v[i].type == V_INT)
+            sqlite3_bind_int64(st, i + 1, v[i].i);
+        else if (v[i].type == V_REAL)
+            sqlite3_bind_double(st, i + 1, v[i].d);
+        else if (v[i].type == V_TEXT)
+            sqlite3_bind_text(st, i + 1, v[i].p, -1, SQLITE_STATIC);
+        else if (v[i].type == V_BLOB)
+            sqlite3_bind_blob64(st, i + 1, v[i].p, v[i].n, SQLITE_STATIC);
+    }
+}
+
+/* Runs statement q with v on the writer connection (conn_lock held). */
+static int exec_now(store *s, int q, const wval *v, int n)
 {
     conn *c = s->w.c;
     if (!c->st[q] &&
@@ -384,137 +416,329 @@ static int wrun(store *s, int q, const char *what)
         db_log(c->db, sql[q]);
         return -1;
     }
-    return run(s, c->st[q], what);
+    sqlite3_reset(c->st[q]);
+    sqlite3_clear_bindings(c->st[q]);
+    bind_all(c->st[q], v, n);
+    return run(s, c->st[q], sql[q]);
 }
 
-/* Commits the open batch as its leader (m held on entry and exit). */
-static void lead(store *s)
+/* Appends a copy of statement q with v to the operation being recorded. */
+static int record(wop *op, int q, const wval *v, int n)
 {
-    writer *w = &s->w;
-    uint64_t b = w->batch;
-    w->committing = 1;
-    pthread_mutex_unlock(&w->m);
-    int rc = wrun(s, Q_COMMIT, "commit");
-    if (rc)
-        wrun(s, Q_ROLLBACK, "rollback");
-    pthread_mutex_lock(&w->m);
-    if (rc)
-        w->failed |= (uint64_t)1 << (b % 64);
-    w->done = b;
-    w->in_txn = 0;
-    w->committing = 0;
-    pthread_cond_broadcast(&w->cv);
-}
-
-int store_begin_mode(store *s, int durable)
-{
-    writer *w = &s->w;
-    conn *me = get_conn(s);
-    if (!me || me->in_op)
-        return -1;
-    atomic_fetch_add(&w->arriving, 1);
-    pthread_mutex_lock(&w->m);
-    atomic_fetch_sub(&w->arriving, 1);
-    for (;;) {
-        if (w->committing) {
-            w->entering++;
-            pthread_cond_wait(&w->cv, &w->m);
-            w->entering--;
-        } else if (w->in_txn && durable && !w->full) {
-            lead(s); /* a durable operation cannot join a relaxed batch: end it */
-        } else {
-            break;
+    if (op->n == op->cap) {
+        size_t nc = op->cap ? op->cap * 2 : 4;
+        wcall *nb = realloc(op->calls, nc * sizeof *nb);
+        if (!nb)
+            return -1;
+        op->calls = nb;
+        op->cap = nc;
+    }
+    wcall *c = &op->calls[op->n];
+    c->q = q;
+    c->n = 0;
+    for (int i = 0; i < n; i++) {
+        c->v[i] = v[i];
+        c->v[i].p = NULL;
+        c->n = i + 1;
+        if (v[i].type == V_TEXT || v[i].type == V_BLOB) {
+            size_t len = v[i].type == V_TEXT ? strlen(v[i].p) + 1 : v[i].n;
+            if (!(c->v[i].p = malloc(len ? len : 1)))
+                goto oom;
+            memcpy(c->v[i].p, v[i].p, len);
         }
     }
-    if (!w->in_txn) {
-        if (w->c->relaxed == durable) { /* only settable outside a transaction */
-            if (wrun(s, durable ? Q_SYNC_FULL : Q_SYNC_NORMAL, "synchronous"))
-                goto fail;
-            w->c->relaxed = !durable;
-        }
-        if (wrun(s, Q_BEGIN, "begin"))
-            goto fail;
-        w->in_txn = 1;
-        w->full = durable;
-        w->batch++;
-        w->failed &= ~((uint64_t)1 << (w->batch % 64));
-    }
-    if (wrun(s, Q_SAVEPOINT, "savepoint"))
-        goto fail;
-    me->in_op = 1;
-    return 0; /* m stays held until commit or rollback */
-fail:
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->m);
+    op->n++;
+    return 0;
+oom:
+    for (int i = 0; i < c->n; i++)
+        free(c->v[i].p);
     return -1;
 }
 
-int store_begin(store *s) { return store_begin_mode(s, 1); }
+/* A write statement of the calling thread's operation: run now (direct) or recorded
+ * (queued). 0, STORE_CONFLICT (direct only) or -1. */
+static int wexec(store *s, int q, const wval *v, int n)
+{
+    conn *me = get_conn(s);
+    if (!me || me->in_op == OP_NONE) {
+        log_json(LOG_ERROR, "write outside a transaction", json_pack("{s:s}", "sql", sql[q]));
+        return -1;
+    }
+    return me->in_op == OP_QUEUED ? record(me->rec, q, v, n) : exec_now(s, q, v, n);
+}
 
-int store_commit(store *s)
+/* Runs one statement without arguments of the writer connection (conn_lock held). */
+static int wrun(store *s, int q) { return exec_now(s, q, NULL, 0); }
+
+/* Sets synchronous for the next transaction of the writer connection. */
+static int set_sync(store *s, int durable)
+{
+    conn *c = s->w.c;
+    if (c->relaxed == !durable)
+        return 0;
+    if (wrun(s, durable ? Q_SYNC_FULL : Q_SYNC_NORMAL))
+        return -1;
+    c->relaxed = !durable;
+    return 0;
+}
+
+/* ------------------------------------------------------------ writer: batches */
+
+/* Whether ticket t is in a failed range (m held). Beyond the last FAILED_KEEP failures
+ * the answer is conservatively yes. */
+static int ticket_failed(const writer *w, uint64_t t)
+{
+    uint64_t kept = w->n_failed < FAILED_KEEP ? w->n_failed : FAILED_KEEP, oldest = UINT64_MAX;
+    if (!t)
+        return 0;
+    for (uint64_t i = 0; i < kept; i++) {
+        if (w->failed[i].lo <= t && t <= w->failed[i].hi)
+            return 1;
+        oldest = w->failed[i].lo < oldest ? w->failed[i].lo : oldest;
+    }
+    return w->n_failed > FAILED_KEEP && t < oldest;
+}
+
+static void fail_range(writer *w, uint64_t lo, uint64_t hi)
+{
+    w->failed[w->n_failed % FAILED_KEEP].lo = lo;
+    w->failed[w->n_failed % FAILED_KEEP].hi = hi;
+    w->n_failed++;
+}
+
+/* Runs the operations of one batch in a transaction (conn_lock held). Operations after
+ * a failed ticket are skipped and recorded as failed (under m, at once, so that later
+ * operations of the batch see it). 0, or -1 when the batch must be rolled back. */
+static int run_batch(store *s, wop *ops)
+{
+    writer *w = &s->w;
+    int durable = 0;
+    for (wop *op = ops; op; op = op->next)
+        durable |= op->durable;
+    if (set_sync(s, durable) || wrun(s, Q_BEGIN))
+        return -1;
+    for (wop *op = ops; op; op = op->next) {
+        pthread_mutex_lock(&w->m);
+        int skip = op->after && ticket_failed(w, op->after);
+        if (skip)
+            fail_range(w, op->ticket, op->ticket);
+        pthread_mutex_unlock(&w->m);
+        for (size_t i = 0; !skip && i < op->n; i++)
+            if (exec_now(s, op->calls[i].q, op->calls[i].v, op->calls[i].n)) {
+                wrun(s, Q_ROLLBACK);
+                return -1;
+            }
+    }
+    if (wrun(s, Q_COMMIT)) {
+        wrun(s, Q_ROLLBACK);
+        return -1;
+    }
+    return 0;
+}
+
+static void *writer_main(void *arg)
+{
+    store *s = arg;
+    writer *w = &s->w;
+    pthread_mutex_lock(&w->m);
+    for (;;) {
+        while (!w->head && !w->stop)
+            pthread_cond_wait(&w->queued, &w->m);
+        if (!w->head)
+            break; /* stopping, and the queue is drained */
+        wop *ops = w->head;
+        uint64_t lo = ops->ticket, hi = w->tail->ticket;
+        w->head = w->tail = NULL;
+        pthread_mutex_unlock(&w->m);
+        pthread_mutex_lock(&w->conn_lock);
+        int rc = run_batch(s, ops);
+        pthread_mutex_unlock(&w->conn_lock);
+        pthread_mutex_lock(&w->m);
+        if (rc)
+            fail_range(w, lo, hi);
+        w->done = hi;
+        w->batches++;
+        pthread_cond_broadcast(&w->ended);
+        pthread_mutex_unlock(&w->m);
+        while (ops) {
+            wop *next = ops->next;
+            wop_free(ops);
+            ops = next;
+        }
+        pthread_mutex_lock(&w->m);
+    }
+    pthread_mutex_unlock(&w->m);
+    return NULL;
+}
+
+static int writer_open(store *s)
+{
+    writer *w = &s->w;
+    if (!(w->c = conn_raw(s)))
+        return -1;
+    pthread_mutex_init(&w->conn_lock, NULL);
+    pthread_mutex_init(&w->m, NULL);
+    pthread_cond_init(&w->queued, NULL);
+    pthread_cond_init(&w->ended, NULL);
+    if (pthread_create(&w->th, NULL, writer_main, s))
+        return -1;
+    w->started = 1;
+    return 0;
+}
+
+/* Drains the queue and stops the writer thread. */
+static void writer_close(store *s)
+{
+    writer *w = &s->w;
+    if (w->started) {
+        pthread_mutex_lock(&w->m);
+        w->stop = 1;
+        pthread_cond_signal(&w->queued);
+        pthread_mutex_unlock(&w->m);
+        pthread_join(w->th, NULL);
+    }
+    if (w->c) {
+        conn_free(w->c);
+        pthread_mutex_destroy(&w->conn_lock);
+        pthread_mutex_destroy(&w->m);
+        pthread_cond_destroy(&w->queued);
+        pthread_cond_destroy(&w->ended);
+    }
+}
+
+/* ------------------------------------------------------------ writer: operations */
+
+int store_begin(store *s)
+{
+    conn *me = get_conn(s);
+    if (!me || me->in_op)
+        return -1;
+    pthread_mutex_lock(&s->w.conn_lock);
+    if (set_sync(s, 1) || wrun(s, Q_BEGIN)) {
+        pthread_mutex_unlock(&s->w.conn_lock);
+        return -1;
+    }
+    me->in_op = OP_DIRECT;
+    return 0;
+}
+
+int store_begin_queued(store *s, int durable)
+{
+    conn *me = get_conn(s);
+    if (!me || me->in_op || !(me->rec = calloc(1, sizeof *me->rec)))
+        return -1;
+    me->rec->durable = durable;
+    me->in_op = OP_QUEUED;
+    return 0;
+}
+
+int store_commit_async(store *s, uint64_t after, uint64_t *ticket)
 {
     writer *w = &s->w;
     conn *me = get_conn(s);
-    if (!me || !me->in_op)
+    if (!me || me->in_op != OP_QUEUED)
         return -1;
-    if (wrun(s, Q_RELEASE, "release")) {
-        store_rollback(s);
-        return -1;
-    }
-    me->in_op = 0;
-    uint64_t b = w->batch;
-    while (w->done < b) {
-        if (!w->committing && w->in_txn && w->batch == b && w->entering == 0 &&
-            atomic_load(&w->arriving) == 0)
-            lead(s);
-        else
-            pthread_cond_wait(&w->cv, &w->m);
-    }
-    int rc = (w->failed >> (b % 64)) & 1 ? -1 : 0;
+    wop *op = me->rec;
+    me->rec = NULL;
+    me->in_op = OP_NONE;
+    op->after = after;
+    pthread_mutex_lock(&w->m);
+    *ticket = op->ticket = ++w->last_ticket;
+    if (w->tail)
+        w->tail->next = op;
+    else
+        w->head = op;
+    w->tail = op;
+    pthread_cond_signal(&w->queued);
+    pthread_mutex_unlock(&w->m);
+    return 0;
+}
+
+int store_wait(store *s, uint64_t ticket)
+{
+    writer *w = &s->w;
+    pthread_mutex_lock(&w->m);
+    while (w->done < ticket)
+        pthread_cond_wait(&w->ended, &w->m);
+    int rc = ticket_failed(w, ticket) ? -1 : 0;
     pthread_mutex_unlock(&w->m);
     return rc;
 }
 
-void store_rollback(store *s)
+int store_ticket_failed(store *s, uint64_t ticket)
 {
     writer *w = &s->w;
-    conn *me = get_conn(s);
-    if (!me || !me->in_op)
-        return;
-    wrun(s, Q_ROLLBACK_TO, "rollback to");
-    wrun(s, Q_RELEASE, "release");
-    me->in_op = 0;
-    pthread_cond_broadcast(&w->cv); /* a waiting operation may now lead */
+    pthread_mutex_lock(&w->m);
+    int rc = ticket && w->done >= ticket && ticket_failed(w, ticket);
     pthread_mutex_unlock(&w->m);
+    return rc;
+}
+
+int store_commit(store *s)
+{
+    conn *me = get_conn(s);
+    if (!me || me->in_op == OP_NONE)
+        return -1;
+    if (me->in_op == OP_QUEUED) {
+        uint64_t ticket;
+        return store_commit_async(s, 0, &ticket) ? -1 : store_wait(s, ticket);
+    }
+    me->in_op = OP_NONE;
+    int rc = wrun(s, Q_COMMIT);
+    if (rc)
+        wrun(s, Q_ROLLBACK);
+    pthread_mutex_unlock(&s->w.conn_lock);
+    return rc ? -1 : 0;
+}
+
+void store_rollback(store *s)
+{
+    conn *me = get_conn(s);
+    if (!me || me->in_op == OP_NONE)
+        return;
+    if (me->in_op == OP_QUEUED) {
+        wop_free(me->rec);
+        me->rec = NULL;
+    } else {
+        wrun(s, Q_ROLLBACK);
+        pthread_mutex_unlock(&s->w.conn_lock);
+    }
+    me->in_op = OP_NONE;
+}
+
+uint64_t store_batches(store *s)
+{
+    pthread_mutex_lock(&s->w.m);
+    uint64_t n = s->w.batches;
+    pthread_mutex_unlock(&s->w.m);
+    return n;
 }
 
 /* ------------------------------------------------------------ queries */
 
-static int64_t last_id(conn *c) { return sqlite3_last_insert_rowid(c->db); }
+#define I(x) {.type = V_INT, .i = (x)}
+#define R(x) {.type = V_REAL, .d = (x)}
+#define T(x) {.type = (x) ? V_TEXT : V_NULL, .p = (void *)(x)}
+#define B(x, len) {.type = (x) ? V_BLOB : V_NULL, .p = (void *)(x), .n = (len)}
+#define NARGS(v) ((int)(sizeof v / sizeof v[0]))
 
 int store_study_insert(store *s, const char *name, const char *config, int64_t created_ms,
                        int64_t *id)
 {
-    conn *c;
-    sqlite3_stmt *st = wstmt(s, Q_STUDY_INSERT, &c);
-    if (!st)
+    conn *me = get_conn(s);
+    if (!me || me->in_op != OP_DIRECT) /* the id is needed now */
         return -1;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, config, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, created_ms);
-    int rc = run(s, st, "study insert");
+    wval v[] = {T(name), T(config), I(created_ms)};
+    int rc = exec_now(s, Q_STUDY_INSERT, v, NARGS(v));
     if (rc == 0)
-        *id = last_id(c);
+        *id = sqlite3_last_insert_rowid(s->w.c->db);
     return rc;
 }
 
 int store_study_delete(store *s, int64_t id)
 {
-    sqlite3_stmt *st = wstmt(s, Q_STUDY_DELETE, NULL);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, id);
-    return run(s, st, "study delete");
+    wval v[] = {I(id)};
+    return wexec(s, Q_STUDY_DELETE, v, NARGS(v));
 }
 
 int store_studies_each(store *s, store_study_cb cb, void *ud)
@@ -536,27 +760,16 @@ int store_studies_each(store *s, store_study_cb cb, void *ud)
 int store_candidate_set_insert(store *s, const double *rows, size_t n, size_t dim,
                                const char *names_json, int64_t created_ms, int64_t *id)
 {
-    conn *c;
     if (store_begin(s))
         return -1;
-    sqlite3_stmt *st = wstmt(s, Q_CSET_INSERT, &c);
-    if (!st) {
-        store_rollback(s);
-        return -1;
-    }
-    sqlite3_bind_int64(st, 1, (int64_t)n);
-    sqlite3_bind_int64(st, 2, (int64_t)dim);
-    if (names_json)
-        sqlite3_bind_text(st, 3, names_json, -1, SQLITE_STATIC);
-    sqlite3_bind_blob64(st, 4, rows, n * dim * sizeof *rows, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 5, created_ms);
-    int rc = run(s, st, "candidate set insert");
-    if (rc == 0)
-        *id = last_id(c);
+    wval v[] = {I((int64_t)n), I((int64_t)dim), T(names_json),
+                B(rows, n * dim * sizeof *rows), I(created_ms)};
+    int rc = exec_now(s, Q_CSET_INSERT, v, NARGS(v));
     if (rc) {
         store_rollback(s);
         return rc;
     }
+    *id = sqlite3_last_insert_rowid(s->w.c->db);
     return store_commit(s);
 }
 
@@ -589,33 +802,20 @@ int store_candidate_set_get(store *s, int64_t id, double **rows, size_t *n, size
     return ret;
 }
 
-static void bind_x(sqlite3_stmt *st, int i, const double *x, size_t dim)
-{
-    if (x)
-        sqlite3_bind_blob64(st, i, x, dim * sizeof *x, SQLITE_STATIC);
-}
-
 int store_trial_put(store *s, int64_t study_id, const trial_rec *t, size_t dim)
 {
-    sqlite3_stmt *st = wstmt(s, Q_TRIAL_PUT, NULL);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, study_id);
-    sqlite3_bind_int64(st, 2, t->id);
-    sqlite3_bind_text(st, 3, proto_trial_state_name(t->state), -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, t->worker ? t->worker : "", -1, SQLITE_STATIC);
-    if (t->cand_index >= 0)
-        sqlite3_bind_int64(st, 5, t->cand_index);
-    bind_x(st, 6, t->x, dim);
-    if (t->state == TRIAL_COMPLETED)
-        sqlite3_bind_double(st, 7, t->value);
-    if (t->reason)
-        sqlite3_bind_text(st, 8, t->reason, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 9, t->created_ms);
-    sqlite3_bind_int64(st, 10, t->lease_ms);
-    if (t->completed_ms)
-        sqlite3_bind_int64(st, 11, t->completed_ms);
-    return run(s, st, "trial put");
+    wval none = {.type = V_NULL};
+    wval v[] = {I(study_id), I(t->id), T(proto_trial_state_name(t->state)),
+                T(t->worker ? t->worker : ""), I(t->cand_index), B(t->x, dim * sizeof *t->x),
+                R(t->value), T(t->reason), I(t->created_ms), I(t->lease_ms),
+                I(t->completed_ms)};
+    if (t->cand_index < 0)
+        v[4] = none;
+    if (t->state != TRIAL_COMPLETED)
+        v[6] = none;
+    if (!t->completed_ms)
+        v[10] = none;
+    return wexec(s, Q_TRIAL_PUT, v, NARGS(v));
 }
 
 int store_trials_each(store *s, int64_t study_id, size_t dim, store_trial_cb cb, void *ud)
@@ -656,18 +856,14 @@ static const char *kind_name(char k)
 
 int store_event_append(store *s, int64_t study_id, const store_event *ev, size_t dim)
 {
-    sqlite3_stmt *st = wstmt(s, Q_EVENT_PUT, NULL);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, study_id);
-    sqlite3_bind_int64(st, 2, ev->seq);
-    sqlite3_bind_text(st, 3, kind_name(ev->kind), -1, SQLITE_STATIC);
-    if (ev->trial_id)
-        sqlite3_bind_int64(st, 4, ev->trial_id);
-    if (ev->kind == 't' || ev->kind == 'o')
-        sqlite3_bind_double(st, 5, ev->value);
-    bind_x(st, 6, ev->x, dim);
-    return run(s, st, "event append");
+    wval none = {.type = V_NULL};
+    wval v[] = {I(study_id), I(ev->seq), T(kind_name(ev->kind)), I(ev->trial_id), R(ev->value),
+                B(ev->x, dim * sizeof *ev->x)};
+    if (!ev->trial_id)
+        v[3] = none;
+    if (ev->kind != 't' && ev->kind != 'o')
+        v[4] = none;
+    return wexec(s, Q_EVENT_PUT, v, NARGS(v));
 }
 
 int store_events_each(store *s, int64_t study_id, int64_t after_seq, size_t dim,
@@ -704,35 +900,17 @@ int store_events_each(store *s, int64_t study_id, int64_t after_seq, size_t dim,
 int store_observation_insert(store *s, int64_t study_id, int64_t seq, const double *x,
                              size_t dim, double value, int64_t created_ms)
 {
-    sqlite3_stmt *st = wstmt(s, Q_OBS_PUT, NULL);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, study_id);
-    sqlite3_bind_int64(st, 2, seq);
-    bind_x(st, 3, x, dim);
-    sqlite3_bind_double(st, 4, value);
-    sqlite3_bind_int64(st, 5, created_ms);
-    return run(s, st, "observation insert");
+    wval v[] = {I(study_id), I(seq), B(x, dim * sizeof *x), R(value), I(created_ms)};
+    return wexec(s, Q_OBS_PUT, v, NARGS(v));
 }
 
 int store_snapshot_put(store *s, int64_t study_id, int64_t event_seq,
                        const unsigned char *bytes, size_t len, int64_t created_ms)
 {
-    sqlite3_stmt *st = wstmt(s, Q_SNAP_PUT, NULL);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, study_id);
-    sqlite3_bind_int64(st, 2, event_seq);
-    sqlite3_bind_blob64(st, 3, bytes, len, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 4, created_ms);
-    if (run(s, st, "snapshot put"))
-        return -1;
-    st = wstmt(s, Q_SNAP_PRUNE, NULL);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, study_id);
-    sqlite3_bind_int64(st, 2, event_seq);
-    return run(s, st, "snapshot prune");
+    wval v[] = {I(study_id), I(event_seq), B(bytes, len), I(created_ms)};
+    wval prune[] = {I(study_id), I(event_seq)};
+    return wexec(s, Q_SNAP_PUT, v, NARGS(v)) || wexec(s, Q_SNAP_PRUNE, prune, NARGS(prune))
+               ? -1 : 0;
 }
 
 int store_snapshot_latest(store *s, int64_t study_id, unsigned char **bytes, size_t *len,
@@ -761,16 +939,9 @@ int store_snapshot_latest(store *s, int64_t study_id, unsigned char **bytes, siz
 int store_dictionary_put(store *s, int64_t study_id, uint64_t epoch, size_t dict_size,
                          uint64_t batch_size, int64_t event_seq, int64_t created_ms)
 {
-    sqlite3_stmt *st = wstmt(s, Q_DICT_PUT, NULL);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, study_id);
-    sqlite3_bind_int64(st, 2, (int64_t)epoch);
-    sqlite3_bind_int64(st, 3, (int64_t)dict_size);
-    sqlite3_bind_int64(st, 4, (int64_t)batch_size);
-    sqlite3_bind_int64(st, 5, event_seq);
-    sqlite3_bind_int64(st, 6, created_ms);
-    return run(s, st, "dictionary put");
+    wval v[] = {I(study_id), I((int64_t)epoch), I((int64_t)dict_size), I((int64_t)batch_size),
+                I(event_seq), I(created_ms)};
+    return wexec(s, Q_DICT_PUT, v, NARGS(v));
 }
 
 int64_t store_dictionary_count(store *s, int64_t study_id)

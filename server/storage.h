@@ -3,10 +3,10 @@
  * queries the handlers and recovery need. Nothing outside storage.c knows it is SQLite,
  * so another backend (dqlite, PostgreSQL) can replace it behind the same functions.
  *
- * Threading: a store is shared by all threads; each thread gets its own connection on
- * first use (closed when the thread exits or at store_close). Transactions are per
- * thread. Callers serialize writes to one study themselves (the study mutex); writes to
- * different studies may run at once (SQLite serializes them with busy_timeout).
+ * Threading: a store is shared by all threads; each thread gets its own connection for
+ * reads on first use (closed when the thread exits or at store_close). Write operations
+ * are per thread and go through the single writer connection (see below). Callers
+ * order the operations of one study themselves (the study mutex around queueing).
  *
  * Return convention: 0 ok, STORE_NOTFOUND / STORE_CONFLICT where stated, -1 on a
  * database error (logged by the store with the SQLite message).
@@ -34,20 +34,38 @@ int store_latest_version(void);         /* the binary's migrations */
 /* PRAGMA integrity_check == "ok" (and foreign keys): 0, else -1. */
 int store_integrity_check(store *s);
 
-/* A write operation: begin .. commit (or rollback). Operations of all threads are
- * grouped into shared transactions (group commit); commit returns once the operation's
- * batch is durable, -1 if the batch failed (then nothing of it was applied). Between
- * begin and commit the thread holds the store's writer: do no slow work there. */
-int store_begin(store *s);              /* durable commit (synchronous=FULL) */
-/* durable = 0: the commit is atomic and survives a process crash, but not necessarily
- * a power loss until the next durable commit (SQLite WAL with synchronous=NORMAL: the
- * next FULL commit's fsync of the WAL covers every earlier frame). Used for asks,
- * heartbeats and lease expiries, never for tells, fails or observations. */
-int store_begin_mode(store *s, int durable);
+/* Write operations. All writes go through one writer connection, in one of two ways:
+ *
+ * Direct: store_begin .. store_commit (or store_rollback). Statements run at once
+ * (results such as new ids and STORE_CONFLICT are known) with the writer held
+ * exclusively, and COMMIT is the operation's own (synchronous=FULL). For rare writes.
+ *
+ * Queued (group commit): store_begin_queued .. store_commit_async, then store_wait.
+ * The write calls in between only record their statements (they fail only for lack of
+ * memory); commit_async appends the operation to the writer's queue, in order, and
+ * gives its ticket; a writer thread runs everything queued in one transaction with one
+ * COMMIT, while the next batch queues up. store_wait returns once the ticket's batch
+ * ended: 0 when it committed, -1 when it failed (nothing of the operation was applied).
+ * durable = 1: the batch commits with synchronous=FULL (fsync of the WAL before
+ * store_wait returns); durable = 0: the commit is atomic and survives a process crash,
+ * but not necessarily a power loss until the next durable commit (SQLite WAL with
+ * synchronous=NORMAL: the next FULL commit's fsync covers every earlier frame). Relaxed
+ * is for asks, heartbeats and lease expiries, never for tells, fails or observations.
+ * `after` is the ticket of an earlier operation this one was computed from (0: none):
+ * if that one failed, this one fails too, unapplied. store_commit on a queued operation
+ * is commit_async (after = 0) + wait. */
+int store_begin(store *s);
+int store_begin_queued(store *s, int durable);
 int store_commit(store *s);             /* returns after the commit is durable */
+int store_commit_async(store *s, uint64_t after, uint64_t *ticket);
+int store_wait(store *s, uint64_t ticket);
 void store_rollback(store *s);
+/* 1 when the batch of ticket has ended and failed (0 for ticket 0 or a pending one). */
+int store_ticket_failed(store *s, uint64_t ticket);
+/* Batches committed by the writer thread so far (statistics, tests). */
+uint64_t store_batches(store *s);
 
-/* Studies. Insert: STORE_CONFLICT when the name is taken. */
+/* Studies. Insert (direct operations only): STORE_CONFLICT when the name is taken. */
 int store_study_insert(store *s, const char *name, const char *config, int64_t created_ms,
                        int64_t *id);
 int store_study_delete(store *s, int64_t id);

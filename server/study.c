@@ -9,9 +9,16 @@
  *   - s->engine is exactly the engine obtained by replaying the study's events 1..s->seq
  *     in the store, and s->trials[i] mirrors the trials row of id i + 1 (trial id ==
  *     engine handle);
- *   - a mutation changes the engine first, then writes its trial rows and events in one
- *     transaction; if the transaction fails, the study is rebuilt from the store (which
- *     still holds the state before the mutation), so memory never runs ahead of disk;
+ *   - a mutation changes the engine first, then queues its trial rows and events as one
+ *     write operation of the store (group commit) and takes its ticket; s->mu is
+ *     released before the commit, which the operation then waits for (unlock_settle),
+ *     so the mutations of one study share an fsync instead of queueing behind each
+ *     other's. Memory may thus run ahead of disk only by writes already queued, in
+ *     order, and every answer waits for the commit of the study's last write (s->ticket)
+ *     first, so nothing is acknowledged, and no state shown, before it is durable;
+ *   - if a commit fails, the study is rebuilt from the store (which still holds the state
+ *     before the failed batch): by the waiter of the failed ticket, or by the next write,
+ *     which checks its predecessor's ticket before queueing (begin_write);
  *   - values told to the engine are negated for minimize studies (engines maximize);
  *     trial values are kept in the user's direction.
  */
@@ -46,6 +53,7 @@ struct study {
     int64_t seq;        /* last event seq written */
     int64_t snap_seq;   /* seq of the stored snapshot */
     uint64_t epoch;     /* engine epoch at the last dictionary row */
+    uint64_t ticket;    /* store ticket of the last write (0: none since the rebuild) */
     double engine_sec;  /* cumulated engine call time */
     int deleted;
 };
@@ -322,6 +330,7 @@ static int study_rebuild(study *s)
     }
     s->n_trials = s->first_pending = 0;
     s->best = 0;
+    s->ticket = 0;
     memset(s->counts, 0, sizeof s->counts);
     unsigned char *snap = NULL;
     size_t len = 0;
@@ -438,7 +447,8 @@ static int write_snapshot(study *s)
     return rc;
 }
 
-/* Dictionary row on an epoch change, periodic snapshot; then COMMIT. */
+/* Dictionary row on an epoch change, periodic snapshot; then the operation is queued
+ * for COMMIT (s->ticket): the caller waits for it with unlock_settle. */
 static int finish_txn(study *s)
 {
     kb_stats st;
@@ -453,23 +463,65 @@ static int finish_txn(study *s)
     }
     if (s->seq - s->snap_seq >= reg.cfg.snapshot_every && write_snapshot(s))
         return -1;
-    if (store_commit(reg.cfg.db))
+    uint64_t ticket;
+    if (store_commit_async(reg.cfg.db, s->ticket, &ticket))
         return -1;
+    s->ticket = ticket;
     s->epoch = st.epoch;
     return 0;
 }
 
-/* After a failed write: roll back and rebuild memory from the store. */
-static int abort_txn(study *s, api_error *err)
+/* Memory ran ahead of the store: rebuild it from the store (s->mu held). */
+static void resync(study *s)
 {
-    store_rollback(reg.cfg.db);
     if (study_rebuild(s)) {
         /* The study cannot be trusted any more: take it offline until a restart. */
         s->deleted = 1;
         reg_remove(s);
         study_put(s);
     }
+}
+
+static int fail_write(api_error *err)
+{
     return api_fail(err, API_INTERNAL, NULL, "database write failed; nothing was applied");
+}
+
+/* After a failed write: roll back and rebuild memory from the store. */
+static int abort_txn(study *s, api_error *err)
+{
+    store_rollback(reg.cfg.db);
+    resync(s);
+    return fail_write(err);
+}
+
+/* Opens a queued write operation for s (s->mu held), which finish_txn queues after the
+ * study's previous one. When that one already failed and nobody rebuilt the study yet,
+ * memory holds changes the store lost: refuse (-1); the caller's abort_txn rebuilds. */
+static int begin_write(study *s, int durable)
+{
+    if (store_ticket_failed(reg.cfg.db, s->ticket))
+        return -1;
+    return store_begin_queued(reg.cfg.db, durable);
+}
+
+/* Ends an operation on s: releases s->mu, then waits for the commit of the study's
+ * last write, which is the operation's own or one its answer depends on (a repeated
+ * tell of a trial whose tell is in flight, a read). Returns o, or NULL with err (o
+ * released) when that commit failed; then s is rebuilt unless a later write did it. */
+static json_t *unlock_settle(study *s, json_t *o, api_error *err)
+{
+    uint64_t ticket = s->ticket;
+    pthread_mutex_unlock(&s->mu);
+    if (!ticket || store_wait(reg.cfg.db, ticket) == 0)
+        return o;
+    json_decref(o);
+    pthread_mutex_lock(&s->mu);
+    if (!s->deleted && s->ticket == ticket)
+        resync(s);
+    pthread_mutex_unlock(&s->mu);
+    fail_write(err);
+    return NULL;
 }
 
 static int append_event(study *s, char kind, int64_t trial_id, double value, const double *x)
@@ -591,6 +643,7 @@ int study_delete(int64_t id, api_error *err)
         study_put(s);
         return -1;
     }
+    store_wait(reg.cfg.db, s->ticket); /* its queued writes first (their outcome is moot) */
     int rc = store_begin(reg.cfg.db);
     if (rc == 0)
         rc = store_study_delete(reg.cfg.db, id);
@@ -645,8 +698,7 @@ json_t *study_json(study *s, api_error *err)
     if (lock_live(s, err))
         return NULL;
     json_t *o = study_json_locked(s, 1);
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 json_t *study_list(int64_t after, size_t limit)
@@ -714,8 +766,8 @@ static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char
         return 0;
     *status = "ok";
     /* Relaxed durability: a hand-out lost to a power cut only makes its tell a 404
-     * and replays the engine to the state before it (see store_begin_mode). */
-    if (trials_reserve(s, s->n_trials + res->n) || store_begin_mode(reg.cfg.db, 0))
+     * and replays the engine to the state before it (see store_begin_queued). */
+    if (trials_reserve(s, s->n_trials + res->n) || begin_write(s, 0))
         return abort_txn(s, err);
     int64_t now = now_ms();
     size_t base = s->n_trials;
@@ -771,8 +823,7 @@ json_t *study_ask(study *s, const ask_req *req, int *can_wait, uint64_t *version
     json_t *o = json_pack("{s:o,s:s,s:I,s:o}", "trials", arr, "status", status, "awaiting",
                           (json_int_t)res.awaiting, "retry_after_ms",
                           n > 0 ? json_null() : json_integer(*retry_after_ms));
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 uint64_t study_version(study *s) { return atomic_load(&s->version); }
@@ -826,7 +877,7 @@ static int record(study *s, const trial_rec *t, char kind)
 static int persist(study *s, trial_rec *const *ts, const char *kinds, size_t n, int durable,
                    api_error *err)
 {
-    if (store_begin_mode(reg.cfg.db, durable))
+    if (begin_write(s, durable))
         return abort_txn(s, err);
     for (size_t i = 0; i < n; i++)
         if (record(s, ts[i], kinds[i]))
@@ -845,8 +896,7 @@ json_t *study_tell(study *s, int64_t trial_id, double value, api_error *err)
     json_t *o = t ? trial_json(s, t) : NULL;
     if (t && changed)
         wake(s);
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 json_t *study_tell_batch(study *s, const tell_item *items, size_t n, api_error *err)
@@ -889,8 +939,7 @@ out:
     free(told);
     free(kinds);
     json_decref(arr);
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 /* The engine forgets a pending trial (failed or expired); memory follows. */
@@ -924,8 +973,7 @@ json_t *study_fail(study *s, int64_t trial_id, const char *reason, api_error *er
             wake(s);
         }
     }
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 json_t *study_heartbeat(study *s, int64_t trial_id, api_error *err)
@@ -942,16 +990,15 @@ json_t *study_heartbeat(study *s, int64_t trial_id, api_error *err)
     if (t) {
         int64_t old = t->lease_ms;
         t->lease_ms = now_ms() + s->spec.lease_seconds * 1000;
-        if (store_begin_mode(reg.cfg.db, 0) || store_trial_put(reg.cfg.db, s->id, t, s->spec.dim) ||
-            store_commit(reg.cfg.db)) {
+        if (begin_write(s, 0) || store_trial_put(reg.cfg.db, s->id, t, s->spec.dim) ||
+            finish_txn(s)) {
             t->lease_ms = old;
             abort_txn(s, err);
         } else {
             o = trial_json(s, t);
         }
     }
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 json_t *study_trial(study *s, int64_t trial_id, api_error *err)
@@ -960,8 +1007,7 @@ json_t *study_trial(study *s, int64_t trial_id, api_error *err)
         return NULL;
     trial_rec *t = find_trial(s, trial_id, err);
     json_t *o = t ? trial_json(s, t) : NULL;
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 json_t *study_trials(study *s, int state, int64_t after, size_t limit, api_error *err)
@@ -984,8 +1030,7 @@ json_t *study_trials(study *s, int state, int64_t after, size_t limit, api_error
         json_array_append_new(arr, trial_json(s, &s->trials[i]));
         taken++;
     }
-    pthread_mutex_unlock(&s->mu);
-    return json_pack("{s:o,s:o}", "trials", arr, "next_cursor", next);
+    return unlock_settle(s, json_pack("{s:o,s:o}", "trials", arr, "next_cursor", next), err);
 }
 
 json_t *study_best(study *s, api_error *err)
@@ -995,8 +1040,7 @@ json_t *study_best(study *s, api_error *err)
     json_t *o = s->best ? trial_json(s, &s->trials[s->best - 1]) : NULL;
     if (!o)
         api_fail(err, API_NOT_FOUND, NULL, "no completed trial yet");
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 json_t *study_observe(study *s, const double *xs, const double *values, size_t n,
@@ -1017,7 +1061,7 @@ json_t *study_observe(study *s, const double *xs, const double *values, size_t n
         }
     }
     int64_t now = now_ms();
-    if (store_begin(reg.cfg.db)) {
+    if (begin_write(s, 1)) {
         abort_txn(s, err);
         goto out;
     }
@@ -1035,8 +1079,7 @@ json_t *study_observe(study *s, const double *xs, const double *values, size_t n
     }
     o = json_pack("{s:I}", "added", (json_int_t)n);
 out:
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 json_t *study_export_json(study *s, api_error *err)
@@ -1047,8 +1090,7 @@ json_t *study_export_json(study *s, api_error *err)
     for (size_t i = 0; i < s->n_trials; i++)
         json_array_append_new(arr, trial_json(s, &s->trials[i]));
     json_t *o = json_pack("{s:o,s:o}", "study", study_json_locked(s, 1), "trials", arr);
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return unlock_settle(s, o, err);
 }
 
 /* A CSV field: numbers as %.17g, strings quoted with "" doubled. */
@@ -1115,8 +1157,11 @@ char *study_export_csv(study *s, size_t *len, api_error *err)
         json_decref(ps);
         fputc('\n', f);
     }
-    pthread_mutex_unlock(&s->mu);
     fclose(f);
+    if (!unlock_settle(s, json_true(), err)) {
+        free(buf);
+        return NULL;
+    }
     return buf;
 }
 
@@ -1168,8 +1213,7 @@ static size_t sweep_study(study *s, int64_t now)
     }
     free(ts);
     free(kinds);
-    pthread_mutex_unlock(&s->mu);
-    return n;
+    return unlock_settle(s, json_true(), &err) ? n : 0;
 }
 
 size_t registry_sweep(int64_t now)
@@ -1208,7 +1252,9 @@ void registry_close(void)
     for (size_t i = 0; i < n; i++) {
         study *s = v[i];
         pthread_mutex_lock(&s->mu);
-        if (!s->deleted && s->seq > s->snap_seq) {
+        /* After the study's queued writes, unless they failed (then the store is behind
+         * memory, and the next start rebuilds from the store anyway). */
+        if (!s->deleted && s->seq > s->snap_seq && store_wait(reg.cfg.db, s->ticket) == 0) {
             if (store_begin(reg.cfg.db) || write_snapshot(s) || store_commit(reg.cfg.db))
                 store_rollback(reg.cfg.db);
         }

@@ -7,6 +7,8 @@
  *   kb-load --port P [--host 127.0.0.1] [--clients 32] [--studies 1] [--seconds 10]
  *           [--engine random] [--token T]
  *   kb-load --port P --create ROWSxDIM      time a CSV upload + study creation
+ *   kb-load --port P --get PATH [--clients 32] [--seconds 10]
+ *                                           GET PATH in a loop: the HTTP stack's ceiling
  *
  * Client k works on study k % studies (studies are created, and deleted at the end).
  * Any non-2xx answer or protocol error counts as an error and ends that client; the
@@ -27,7 +29,7 @@
 #include <unistd.h>
 
 static struct {
-    const char *host, *token, *engine, *create;
+    const char *host, *token, *engine, *create, *get;
     int port, clients, studies;
     double seconds;
 } opt = {.host = "127.0.0.1", .engine = "random", .clients = 32, .studies = 1, .seconds = 10};
@@ -179,7 +181,12 @@ static void *client_main(void *arg)
         k->error = 1;
         return NULL;
     }
-    while (now_sec() < k->deadline) {
+    while (opt.get && now_sec() < k->deadline) {
+        double t0 = now_sec();
+        if (call(&c, "GET", opt.get, NULL) || lat_add(&k->ask, now_sec() - t0))
+            break;
+    }
+    while (!opt.get && now_sec() < k->deadline) {
         double t0 = now_sec();
         snprintf(path, sizeof path, "/v1/studies/%lld/ask", k->study);
         if (call(&c, "POST", path, "{\"worker\":\"load\"}"))
@@ -254,7 +261,7 @@ static int run_load(conn *c0)
                       "{\"name\":\"c\",\"type\":\"float\",\"low\":0,\"high\":1},"
                       "{\"name\":\"d\",\"type\":\"float\",\"low\":0,\"high\":1}]}";
     int bad = !sids || !ks;
-    for (int i = 0; i < opt.studies && !bad; i++)
+    for (int i = 0; i < opt.studies && !bad && !opt.get; i++)
         bad = (sids[i] = create_study(c0, box, NULL)) < 1;
     if (bad) {
         free(sids);
@@ -271,12 +278,18 @@ static int run_load(conn *c0)
     int errors = 0;
     for (int i = 0; i < opt.clients; i++) {
         pthread_join(ks[i].th, NULL);
-        rt += ks[i].tell.n;
+        rt += opt.get ? ks[i].ask.n : ks[i].tell.n;
         errors += ks[i].error;
     }
     double dt = now_sec() - t0, a50, a99, t50, t99;
     pct(ks, opt.clients, 0, &a50, &a99);
     pct(ks, opt.clients, 1, &t50, &t99);
+    if (opt.get) {
+        printf("{\"bench\":\"daemon_get\",\"path\":\"%s\",\"clients\":%d,\"seconds\":%.2f,"
+               "\"requests_per_sec\":%.0f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"errors\":%d}\n",
+               opt.get, opt.clients, dt, (double)rt / dt, a50, a99, errors);
+        opt.studies = 0;
+    } else
     printf("{\"bench\":\"daemon_load\",\"engine\":\"%s\",\"clients\":%d,\"studies\":%d,"
            "\"seconds\":%.2f,\"round_trips\":%zu,\"round_trips_per_sec\":%.0f,"
            "\"ask_p50_ms\":%.3f,\"ask_p99_ms\":%.3f,\"tell_p50_ms\":%.3f,\"tell_p99_ms\":%.3f,"
@@ -345,6 +358,7 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--engine")) opt.engine = v;
         else if (!strcmp(k, "--token")) opt.token = v;
         else if (!strcmp(k, "--create")) opt.create = v;
+        else if (!strcmp(k, "--get")) opt.get = v;
         else return fprintf(stderr, "unknown option %s\n", k), 2;
     }
     if (opt.port <= 0 || opt.clients < 1 || opt.studies < 1 || opt.seconds <= 0)

@@ -175,7 +175,7 @@ static void *gc_worker(void *p)
     for (int i = 0; i < a->n; i++) {
         trial_rec t = {.id = a->thread * 100000 + i + 1, .state = TRIAL_PENDING, .worker = "w",
                        .cand_index = -1, .x = x};
-        if (store_begin_mode(a->s, i % 3 != 0))
+        if (store_begin_queued(a->s, i % 3 != 0))
             return (void *)1;
         if (i % 7 == 3) { /* an operation that gives up must not disturb the others */
             store_trial_put(a->s, a->study, &t, 1);
