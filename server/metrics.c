@@ -106,8 +106,15 @@ char *metrics_render(size_t *len)
                "kbandit_resparsifications_total %llu\n"
                "# HELP kbandit_engine_seconds_total Time spent in engine calls.\n"
                "# TYPE kbandit_engine_seconds_total counter\n"
-               "kbandit_engine_seconds_total %.6f\n",
-            (unsigned long long)st.resparsifications, st.engine_sec);
+               "kbandit_engine_seconds_total %.6f\n"
+               "# HELP kbandit_store_batches_total Write batches (transactions) of the group commit.\n"
+               "# TYPE kbandit_store_batches_total counter\n"
+               "kbandit_store_batches_total %llu\n"
+               "# HELP kbandit_store_operations_total Write operations queued for group commit.\n"
+               "# TYPE kbandit_store_operations_total counter\n"
+               "kbandit_store_operations_total %llu\n",
+            (unsigned long long)st.resparsifications, st.engine_sec,
+            (unsigned long long)st.store_batches, (unsigned long long)st.store_ops);
     fclose(f);
     return buf;
 }

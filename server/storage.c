@@ -706,12 +706,12 @@ void store_rollback(store *s)
     me->in_op = OP_NONE;
 }
 
-uint64_t store_batches(store *s)
+void store_counts(store *s, uint64_t *batches, uint64_t *ops)
 {
     pthread_mutex_lock(&s->w.m);
-    uint64_t n = s->w.batches;
+    *batches = s->w.batches;
+    *ops = s->w.last_ticket;
     pthread_mutex_unlock(&s->w.m);
-    return n;
 }
 
 /* ------------------------------------------------------------ queries */

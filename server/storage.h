@@ -62,8 +62,8 @@ int store_wait(store *s, uint64_t ticket);
 void store_rollback(store *s);
 /* 1 when the batch of ticket has ended and failed (0 for ticket 0 or a pending one). */
 int store_ticket_failed(store *s, uint64_t ticket);
-/* Batches committed by the writer thread so far (statistics, tests). */
-uint64_t store_batches(store *s);
+/* Batches run by the writer thread and queued operations so far (statistics). */
+void store_counts(store *s, uint64_t *batches, uint64_t *ops);
 
 /* Studies. Insert (direct operations only): STORE_CONFLICT when the name is taken. */
 int store_study_insert(store *s, const char *name, const char *config, int64_t created_ms,

@@ -1243,6 +1243,7 @@ void registry_stats_get(registry_stats *out)
         pthread_mutex_unlock(&v[i]->mu);
     }
     put_all(v, n);
+    store_counts(reg.cfg.db, &out->store_batches, &out->store_ops);
 }
 
 void registry_close(void)

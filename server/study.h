@@ -77,6 +77,7 @@ typedef struct registry_stats {
     size_t trials[TRIAL__STATES];
     uint64_t resparsifications;
     double engine_sec;
+    uint64_t store_batches, store_ops; /* group commit: ops per batch = ops / batches */
 } registry_stats;
 void registry_stats_get(registry_stats *out);
 

@@ -251,6 +251,20 @@ static long long create_study(conn *c, const char *space_json, double *sec)
     return body_int(c, "\"id\":");
 }
 
+/* The daemon's group-commit counters from /metrics (zeros when absent). */
+static void store_counts(conn *c, double *batches, double *ops)
+{
+    *batches = *ops = 0;
+    if (call(c, "GET", "/metrics", NULL))
+        return;
+    const char *b = strstr(c->body, "\nkbandit_store_batches_total ");
+    const char *o = strstr(c->body, "\nkbandit_store_operations_total ");
+    if (b && o) {
+        *batches = strtod(b + 29, NULL);
+        *ops = strtod(o + 32, NULL);
+    }
+}
+
 static int run_load(conn *c0)
 {
     long long *sids = calloc((size_t)opt.studies, sizeof *sids);
@@ -268,6 +282,8 @@ static int run_load(conn *c0)
         free(ks);
         return 1;
     }
+    double b0, o0, b1, o1;
+    store_counts(c0, &b0, &o0);
     double t0 = now_sec();
     for (int i = 0; i < opt.clients; i++) {
         ks[i].study = sids[i % opt.studies];
@@ -282,6 +298,7 @@ static int run_load(conn *c0)
         errors += ks[i].error;
     }
     double dt = now_sec() - t0, a50, a99, t50, t99;
+    store_counts(c0, &b1, &o1);
     pct(ks, opt.clients, 0, &a50, &a99);
     pct(ks, opt.clients, 1, &t50, &t99);
     if (opt.get) {
@@ -293,9 +310,9 @@ static int run_load(conn *c0)
     printf("{\"bench\":\"daemon_load\",\"engine\":\"%s\",\"clients\":%d,\"studies\":%d,"
            "\"seconds\":%.2f,\"round_trips\":%zu,\"round_trips_per_sec\":%.0f,"
            "\"ask_p50_ms\":%.3f,\"ask_p99_ms\":%.3f,\"tell_p50_ms\":%.3f,\"tell_p99_ms\":%.3f,"
-           "\"errors\":%d}\n",
+           "\"errors\":%d,\"ops_per_batch\":%.1f}\n",
            opt.engine, opt.clients, opt.studies, dt, rt, (double)rt / dt, a50, a99, t50, t99,
-           errors);
+           errors, b1 > b0 ? (o1 - o0) / (b1 - b0) : 0.0);
     char path[64];
     for (int i = 0; i < opt.studies; i++) {
         snprintf(path, sizeof path, "/v1/studies/%lld", sids[i]);
