@@ -7,8 +7,9 @@
  * below: adding one is a new file plus one line). Migration i is applied when
  * PRAGMA user_version < i, in one transaction that also sets user_version = i.
  *
- * Connections: each thread opens its own connection on first use (WAL, synchronous=FULL,
- * foreign_keys, busy_timeout). They are listed in the store under `lock` so that
+ * Connections: each thread opens its own connection for reads on first use (WAL,
+ * synchronous=FULL, foreign_keys, busy_timeout); writes use the writer connection (see
+ * "the writer" below: direct operations, and queued ones run by the writer thread). They are listed in the store under `lock` so that
  * store_close can close the ones whose threads are still alive; a thread that exits
  * closes its own through the pthread key's destructor.
  */
@@ -582,6 +583,7 @@ static int writer_open(store *s)
     pthread_cond_init(&w->ended, NULL);
     if (pthread_create(&w->th, NULL, writer_main, s))
         return -1;
+    pthread_setname_np(w->th, "kb-writer");
     w->started = 1;
     return 0;
 }

@@ -1,13 +1,15 @@
 /*
  * study.h - live studies: the registry, and every operation the handlers perform on a
  * study (ask, tell, fail, heartbeat, observe, listings), each applied to the engine and
- * made durable in the store before it is acknowledged.
+ * made durable in the store before it is acknowledged. The calls block until the commit
+ * of the study's last write returned (a request holds its HTTP thread meanwhile).
  *
  * Locking (see the definitions in study.c):
  *   - the registry's rwlock protects only the array of live studies; it is held for
  *     lookup/insert/remove, never while an engine runs;
- *   - each study has its own mutex around its engine, its trials and its DB writes, so
- *     studies never wait for each other (a resparsification stalls only its own study);
+ *   - each study has its own mutex around its engine, its trials and the queueing of its
+ *     DB writes, so studies never wait for each other (a resparsification stalls only its
+ *     own study); the commit is waited for after the mutex is released (group commit);
  *   - a study is reference counted: study_get() returns a reference that the caller
  *     gives back with study_put(); a deleted study stays valid until its last reference.
  *
