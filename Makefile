@@ -40,7 +40,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 LIB := $(BUILD)/libkbandit.a
 DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
 BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
-LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load)
+LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so)
 
 .PHONY: all deps test unit asan run bench install clean fuzz
 all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(UNIT_BIN)
@@ -71,6 +71,10 @@ $(BUILD)/kb-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 # The daemon load generator (bench/load/, outside kb-bench's wildcard): plain sockets.
 $(BUILD)/kb-load: $(BUILD)/bench/load/kb_load.o
 	$(CC) $(SAN) -o $@ $^ -pthread
+
+# LD_PRELOAD shim: a slower fsync, to benchmark the daemon as on a slower disk.
+$(BUILD)/kb-slow-fsync.so: bench/load/slow_fsync.c
+	$(CC) $(CFLAGS_BASE) $(OPT) -shared -o $@ $< -ldl
 
 # Unit tests link the core, the server objects (for proto/storage tests) and cmocka.
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TESTUTIL_OBJ) $(SERVER_OBJ) $(LIB)

@@ -14,11 +14,20 @@
  * delete) resumes its waiters; a timer thread resumes those whose deadline passed; the
  * resumed handler simply asks again. The wait list is protected by waits.lock; see
  * rq_suspend for why no wake-up can be lost.
+ *
+ * Commit waits: a study call's answer may depend on a commit still in flight (group
+ * commit, see study.h). Handlers run with the wait deferred (study_defer_begin), and the
+ * reply layer (queue) does not send such an answer at once: it keeps the response,
+ * suspends the connection in the commit list, and the store's batch hook
+ * (http_commits_done, from the writer thread) resumes it when the batch ended; then the
+ * kept response is sent, or a 500 if the commit failed. So no pool thread blocks on an
+ * fsync, and a few threads serve any number of clients whose requests share commits.
  */
 #include "http.h"
 
 #include "log.h"
 #include "metrics.h"
+#include "study.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -43,6 +52,11 @@ struct request {
     double t0;
     void *state;
     void (*state_free)(void *);
+    /* commit wait (commits.lock): the kept answer */
+    struct MHD_Response *kept;
+    int kept_status;
+    study_pending pending;
+    struct request *commit_next;
     /* wait list (waits.lock) */
     int waiting;
     int64_t wait_study, wait_deadline;
@@ -64,9 +78,16 @@ static struct {
     pthread_t timer;
 } waits = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+static struct {
+    pthread_mutex_t lock; /* protects head */
+    request *head;        /* connections suspended until their commit ended */
+} commits = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 /* ------------------------------------------------------------ replies */
 
-static int queue(request *rq, int status, struct MHD_Response *resp)
+static int queue_error(request *rq, const api_error *err);
+
+static int queue_now(request *rq, int status, struct MHD_Response *resp)
 {
     rq->status = status;
     if (!resp)
@@ -74,6 +95,63 @@ static int queue(request *rq, int status, struct MHD_Response *resp)
     int rc = MHD_queue_response(rq->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return rc;
+}
+
+/* Sends the kept answer once its commit ended, or a 500 if that commit failed. */
+static int send_kept(request *rq, int status, struct MHD_Response *resp, study_pending *p)
+{
+    api_error err;
+    if (study_pending_finish(p, &err) == 0)
+        return queue_now(rq, status, resp);
+    if (resp)
+        MHD_destroy_response(resp);
+    return queue_error(rq, &err);
+}
+
+/* Every answer goes through here: one that depends on a commit in flight is kept and
+ * the connection suspended until the commit ended (see the top of this file). */
+static int queue(request *rq, int status, struct MHD_Response *resp)
+{
+    study_pending p;
+    if (!study_defer_end(&p))
+        return queue_now(rq, status, resp);
+    pthread_mutex_lock(&commits.lock);
+    if (study_pending_ready(&p)) { /* checked under the lock: see http_commits_done */
+        pthread_mutex_unlock(&commits.lock);
+        return send_kept(rq, status, resp, &p);
+    }
+    MHD_suspend_connection(rq->conn);
+    rq->kept = resp;
+    rq->kept_status = status;
+    rq->pending = p;
+    rq->commit_next = commits.head;
+    commits.head = rq;
+    pthread_mutex_unlock(&commits.lock);
+    return MHD_YES;
+}
+
+void http_commits_done(uint64_t done)
+{
+    pthread_mutex_lock(&commits.lock);
+    for (request **p = &commits.head; *p;) {
+        request *rq = *p;
+        if (rq->pending.ticket <= done) {
+            *p = rq->commit_next;
+            rq->commit_next = NULL;
+            MHD_resume_connection(rq->conn);
+        } else {
+            p = &rq->commit_next;
+        }
+    }
+    pthread_mutex_unlock(&commits.lock);
+}
+
+/* A resumed connection whose answer was kept: send it. */
+static int resume_kept(request *rq)
+{
+    struct MHD_Response *resp = rq->kept;
+    rq->kept = NULL;
+    return send_kept(rq, rq->kept_status, resp, &rq->pending);
 }
 
 static struct MHD_Response *buffer_response(char *text, size_t len, const char *ctype)
@@ -112,7 +190,9 @@ int reply_json_retry(request *rq, int status, json_t *body, int retry_after_s)
     return queue(rq, status, r);
 }
 
-int reply_error(request *rq, const api_error *err)
+int reply_error(request *rq, const api_error *err) { return queue_error(rq, err); }
+
+static int queue_error(request *rq, const api_error *err)
 {
     struct MHD_Response *r = json_response(api_error_json(err));
     if (r && err->code == API_UNAUTHORIZED)
@@ -449,7 +529,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         }
         rq->ready = 1;
     }
-    return (enum MHD_Result)kb_routes[rq->route].fn(rq);
+    if (rq->pending.s)
+        return (enum MHD_Result)resume_kept(rq);
+    study_defer_begin();
+    rc = kb_routes[rq->route].fn(rq);
+    study_pending left; /* not answered (a long-poll suspended): nothing to keep */
+    if (study_defer_end(&left))
+        study_pending_finish(&left, &(api_error){0});
+    return (enum MHD_Result)rc;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -468,6 +555,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 break;
             }
         pthread_mutex_unlock(&waits.lock);
+    }
+    if (rq->pending.s) { /* closed while waiting for a commit: cannot happen either */
+        pthread_mutex_lock(&commits.lock);
+        for (request **p = &commits.head; *p; p = &(*p)->commit_next)
+            if (*p == rq) {
+                *p = rq->commit_next;
+                break;
+            }
+        pthread_mutex_unlock(&commits.lock);
+        if (rq->kept)
+            MHD_destroy_response(rq->kept);
+        study_put(rq->pending.s);
     }
     metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
                     mono_sec() - rq->t0);
@@ -532,6 +631,15 @@ void http_quiesce(void)
 
 void http_stop(void)
 {
+    /* Commits end within a batch; MHD must not stop with suspended connections. */
+    for (int i = 0; i < 10000; i++) {
+        pthread_mutex_lock(&commits.lock);
+        int busy = commits.head != NULL;
+        pthread_mutex_unlock(&commits.lock);
+        if (!busy)
+            break;
+        usleep(1000);
+    }
     pthread_mutex_lock(&waits.lock);
     waits.stop = 1;
     pthread_cond_signal(&waits.cv);

@@ -79,7 +79,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"max-body-bytes", required_argument, 0, 'm'}, {"log-level", required_argument, 0, 'v'},
         {"sweep-ms", required_argument, 0, 's'}, {"insecure", no_argument, 0, 'i'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *threads = env_or("KB_THREADS", "64"), *max_body = env_or("KB_MAX_BODY_BYTES", "67108864"),
+    const char *threads = env_or("KB_THREADS", "4"), *max_body = env_or("KB_MAX_BODY_BYTES", "67108864"),
                *sweep = env_or("KB_SWEEP_MS", "200");
     o->listen = env_or("KB_LISTEN", "127.0.0.1:8080");
     o->db = env_or("KB_DB", "./kbandit.db");
@@ -258,6 +258,7 @@ int main(int argc, char **argv)
         return fatal("cannot restore the studies from the database", o.db);
     }
     handlers_init(db);
+    store_set_batch_hook(db, http_commits_done); /* answers waiting for a commit */
     http_config hc = {.listen_fd = fd, .threads = (unsigned)o.threads, .token = token,
                       .max_body = (size_t)o.max_body};
     if (http_start(&hc)) {

@@ -152,6 +152,7 @@ typedef struct writer {
     struct { uint64_t lo, hi; } failed[FAILED_KEEP]; /* last failed ticket ranges */
     uint64_t n_failed;
     uint64_t batches;           /* batches committed (statistics) */
+    void (*hook)(uint64_t done); /* store_set_batch_hook */
     int stop, started;
     pthread_t th;
 } writer;
@@ -559,8 +560,11 @@ static void *writer_main(void *arg)
             fail_range(w, lo, hi);
         w->done = hi;
         w->batches++;
+        void (*hook)(uint64_t) = w->hook;
         pthread_cond_broadcast(&w->ended);
         pthread_mutex_unlock(&w->m);
+        if (hook)
+            hook(hi);
         while (ops) {
             wop *next = ops->next;
             wop_free(ops);
@@ -674,6 +678,21 @@ int store_ticket_failed(store *s, uint64_t ticket)
     int rc = ticket && w->done >= ticket && ticket_failed(w, ticket);
     pthread_mutex_unlock(&w->m);
     return rc;
+}
+
+int store_ticket_done(store *s, uint64_t ticket)
+{
+    pthread_mutex_lock(&s->w.m);
+    int rc = s->w.done >= ticket;
+    pthread_mutex_unlock(&s->w.m);
+    return rc;
+}
+
+void store_set_batch_hook(store *s, void (*hook)(uint64_t done))
+{
+    pthread_mutex_lock(&s->w.m);
+    s->w.hook = hook;
+    pthread_mutex_unlock(&s->w.m);
 }
 
 int store_commit(store *s)

@@ -62,6 +62,11 @@ int store_wait(store *s, uint64_t ticket);
 void store_rollback(store *s);
 /* 1 when the batch of ticket has ended and failed (0 for ticket 0 or a pending one). */
 int store_ticket_failed(store *s, uint64_t ticket);
+/* 1 when the batch of ticket has ended (store_wait would not block). */
+int store_ticket_done(store *s, uint64_t ticket);
+/* Called by the writer thread after each batch ended, with the batch's last ticket (no
+ * store lock held; must not block): lets a server resume requests waiting for it. */
+void store_set_batch_hook(store *s, void (*hook)(uint64_t done));
 /* Batches run by the writer thread and queued operations so far (statistics). */
 void store_counts(store *s, uint64_t *batches, uint64_t *ops);
 

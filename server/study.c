@@ -505,14 +505,18 @@ static int begin_write(study *s, int durable)
     return store_begin_queued(reg.cfg.db, durable);
 }
 
-/* Ends an operation on s: releases s->mu, then waits for the commit of the study's
- * last write, which is the operation's own or one its answer depends on (a repeated
- * tell of a trial whose tell is in flight, a read). Returns o, or NULL with err (o
- * released) when that commit failed; then s is rebuilt unless a later write did it. */
-static json_t *unlock_settle(study *s, json_t *o, api_error *err)
+/* This thread's deferred commit wait (study_defer_begin): the study and the largest
+ * ticket its answers so far depend on. */
+static _Thread_local struct {
+    int on;
+    study *s;
+    uint64_t ticket;
+} defer;
+
+/* Waits for ticket (s->mu not held). Returns o, or NULL with err (o released) when the
+ * commit failed; then s is rebuilt unless a later write did it. */
+static json_t *settle(study *s, uint64_t ticket, json_t *o, api_error *err)
 {
-    uint64_t ticket = s->ticket;
-    pthread_mutex_unlock(&s->mu);
     if (!ticket || store_wait(reg.cfg.db, ticket) == 0)
         return o;
     json_decref(o);
@@ -522,6 +526,59 @@ static json_t *unlock_settle(study *s, json_t *o, api_error *err)
     pthread_mutex_unlock(&s->mu);
     fail_write(err);
     return NULL;
+}
+
+/* Ends an operation on s: releases s->mu, then waits for the commit of the study's
+ * last write, which is the operation's own or one its answer depends on (a repeated
+ * tell of a trial whose tell is in flight, a read), unless the wait is deferred. */
+static json_t *unlock_settle(study *s, json_t *o, api_error *err)
+{
+    uint64_t ticket = s->ticket;
+    pthread_mutex_unlock(&s->mu);
+    if (!defer.on)
+        return settle(s, ticket, o, err);
+    if (ticket && ticket >= defer.ticket) {
+        if (defer.s != s) {
+            atomic_fetch_add(&s->refs, 1);
+            study_put(defer.s);
+            defer.s = s;
+        }
+        defer.ticket = ticket;
+    }
+    return o;
+}
+
+void study_defer_begin(void)
+{
+    defer.on = 1;
+}
+
+int study_defer_end(study_pending *p)
+{
+    int wait = defer.on && defer.ticket;
+    if (wait) {
+        p->s = defer.s;
+        p->ticket = defer.ticket;
+    } else {
+        study_put(defer.s);
+    }
+    defer.on = 0;
+    defer.s = NULL;
+    defer.ticket = 0;
+    return wait;
+}
+
+int study_pending_ready(const study_pending *p)
+{
+    return store_ticket_done(reg.cfg.db, p->ticket);
+}
+
+int study_pending_finish(study_pending *p, api_error *err)
+{
+    json_t *o = settle(p->s, p->ticket, json_true(), err);
+    study_put(p->s);
+    p->s = NULL;
+    return o ? 0 : -1;
 }
 
 static int append_event(study *s, char kind, int64_t trial_id, double value, const double *x)

@@ -2,7 +2,7 @@
  * study.h - live studies: the registry, and every operation the handlers perform on a
  * study (ask, tell, fail, heartbeat, observe, listings), each applied to the engine and
  * made durable in the store before it is acknowledged. The calls block until the commit
- * of the study's last write returned (a request holds its HTTP thread meanwhile).
+ * of the study's last write returned, unless the wait is deferred (see below).
  *
  * Locking (see the definitions in study.c):
  *   - the registry's rwlock protects only the array of live studies; it is held for
@@ -70,6 +70,22 @@ json_t *study_observe(study *s, const double *xs, const double *values, size_t n
 json_t *study_export_json(study *s, api_error *err);
 /* CSV text (malloc'd) of all trials. */
 char *study_export_csv(study *s, size_t *len, api_error *err);
+
+/* Deferred commit waits, so that a server thread need not block on a commit: after
+ * study_defer_begin(), this thread's study calls return their answer without waiting
+ * for the commit it depends on; study_defer_end() ends that mode and returns 1 with *p
+ * filled when there is a commit to wait for (0: none, the answer is final). The caller
+ * must not send the answer before study_pending_ready(p) (poll it, or use the store's
+ * batch hook), then calls study_pending_finish(p, err): 0 when the answer stands, -1
+ * when the commit failed (err filled; the study was rebuilt). It releases p. */
+typedef struct study_pending {
+    study *s;       /* a reference */
+    uint64_t ticket;
+} study_pending;
+void study_defer_begin(void);
+int study_defer_end(study_pending *p);
+int study_pending_ready(const study_pending *p);
+int study_pending_finish(study_pending *p, api_error *err);
 
 /* Expires the leases that ended before now_ms in every study. Returns how many. */
 size_t registry_sweep(int64_t now_ms);
