@@ -506,8 +506,9 @@ static int begin_write(study *s, int durable)
 }
 
 /* This thread's deferred commit wait (study_defer_begin): the study and the largest
- * ticket its answers so far depend on. */
-static _Thread_local struct {
+ * ticket its answers so far depend on. initial-exec: the objects are built with -fPIC,
+ * but only ever linked into executables (no __tls_get_addr, no ld.so dependency). */
+static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
     int on;
     study *s;
     uint64_t ticket;
