@@ -106,7 +106,8 @@ typedef struct cell {
     size_t child;    /* first of 2^d children; 0 for a leaf (roots are never children) */
     leaf_gp *gp;     /* leaves only */
     size_t cand_off, cand_n;
-    int stale;       /* w and candidate caches out of date */
+    double gamma;    /* cached gp_gamma, valid when !stale */
+    int stale;       /* w, gamma and candidate caches out of date */
 } cell;
 
 typedef struct pi_state {
@@ -117,7 +118,7 @@ typedef struct pi_state {
     size_t n_cells, cap_cells;
     size_t *leaves, n_leaves;
     size_t *cand_cell, *cand_order;
-    double *mu_y, *mu_1, *var, *beta;
+    double *mu_y, *mu_1, *sd, *beta;
     size_t asks_since_refresh;
     int split_since_refresh;
     uint64_t splits;
@@ -673,7 +674,7 @@ static void pi_destroy(kb_engine *e)
     free(st->cand_order);
     free(st->mu_y);
     free(st->mu_1);
-    free(st->var);
+    free(st->sd);
     free(st);
     e->impl = NULL;
 }
@@ -732,8 +733,8 @@ static int pi_create(kb_engine *e, kb_error *err)
     st->cand_order = malloc(n * sizeof *st->cand_order);
     st->mu_y = malloc(n * sizeof *st->mu_y);
     st->mu_1 = malloc(n * sizeof *st->mu_1);
-    st->var = malloc(n * sizeof *st->var);
-    if (!st->cand_cell || !st->cand_order || !st->mu_y || !st->mu_1 || !st->var) {
+    st->sd = malloc(n * sizeof *st->sd);
+    if (!st->cand_cell || !st->cand_order || !st->mu_y || !st->mu_1 || !st->sd) {
         rc = kb__fail(err, KB_ENOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -766,8 +767,9 @@ static int refresh_leaf(kb_engine *e, size_t id)
         size_t k = st->cand_order[c->cand_off + i];
         st->mu_y[k] = my[i];
         st->mu_1[k] = my[m + i];
-        st->var[k] = my[2 * m + i];
+        st->sd[k] = sqrt(my[2 * m + i]);
     }
+    c->gamma = gp_gamma(st, c->gp);
     c->stale = 0;
 done:
     free(U);
@@ -800,7 +802,7 @@ static void leaf_widths(kb_engine *e)
     double log_n = log(4.0) + st->b * (double)st->d * log(t + 1.0);
     for (size_t i = 0; i < st->n_leaves; i++) {
         size_t id = st->leaves[i];
-        double g = gp_gamma(st, st->cells[id].gp);
+        double g = st->cells[id].gamma;
         st->beta[id] = st->beta_scale *
                        (st->B + st->R * sqrt(2.0 * (g + 1.0 + log_n - log(st->delta))));
     }
@@ -823,7 +825,7 @@ static int pi_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error 
         if (kb__excluded(e, i))
             continue;
         double ucb = (st->mu_y[i] - mean * st->mu_1[i]) / sd +
-                     st->beta[st->cand_cell[i]] * sqrt(st->var[i]);
+                     st->beta[st->cand_cell[i]] * st->sd[i];
         if (best == (size_t)-1 || ucb > best_ucb) {
             best = i;
             best_ucb = ucb;
@@ -891,8 +893,11 @@ static int pi_abandon(kb_engine *e, uint64_t h, kb_error *err)
     const double *u = kb__trial_u(e, h);
     size_t id = locate(st, u);
     leaf_gp *g = st->cells[id].gp;
+    size_t j = gp_find(g, u, st->d);
+    if (j == (size_t)-1 || g->pend[j] == 0)
+        return kb__fail(err, KB_ESTATE, "handle", "pending point missing from its cell");
     st->cells[id].stale = 1;
-    int rc = gp_unpend(st, &e->kernel, g, gp_find(g, u, st->d));
+    int rc = gp_unpend(st, &e->kernel, g, j);
     return rc ? kb__fail(err, rc, NULL, "kernel matrix not positive definite") : KB_OK;
 }
 
