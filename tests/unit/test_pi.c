@@ -230,15 +230,12 @@ static double dense_gamma(const kb_kernel *k, const double *X, size_t n, double 
     return g;
 }
 
-static void cell_gp_equals_exact_gp(void **state)
+/* Drives an engine on sp and compares, at random points and at the `cand` points, the
+ * engine's posterior with an exact GP on the data of the cell holding the point. */
+static void check_cell_gps(kb_space *sp, kb_rng *rng, const double *cand, size_t ncand)
 {
-    (void)state;
-    kb_rng drv;
-    kb_rng_seed(&drv, 7);
-    /* Few candidates: many repeated inputs, so the deduplicated GP is exercised. */
-    double *cand = tu_uniform_matrix(&drv, 30, D, 0.0, 1.0);
+    kb_rng drv = *rng;
     kb_error err;
-    kb_space *sp = kb_space_new_finite(cand, 30, D, &err);
     kb_engine *e = make_engine(sp, NULL, 300, 5);
     record *r = calloc(1, sizeof *r);
     kb_kernel k = tu_kernel(KB_KERNEL_MATERN32, D, 0.2);
@@ -261,7 +258,7 @@ static void cell_gp_equals_exact_gp(void **state)
             for (size_t j = 0; j < D; j++)
                 u[j] = kb_rng_uniform(&drv);
             if (q % 2) /* half of the queries at candidates, where the data are */
-                memcpy(u, cand + kb_rng_below(&drv, 30) * D, sizeof u);
+                memcpy(u, cand + kb_rng_below(&drv, ncand) * D, sizeof u);
             kb_pi_cell c;
             kb__pi_cell(e, kb__pi_locate(e, u), &c);
             assert_true(fabs(c.alpha - (1.0 + 2.0 / 300)) < 1e-15);
@@ -291,11 +288,30 @@ static void cell_gp_equals_exact_gp(void **state)
         }
     }
     assert_true(with_pending > 0); /* the variance check saw hallucinated points */
+    kb_stats st;
+    kb_engine_stats(e, &st);
+    assert_true(st.epoch > 0); /* and cells that inherited data from a split */
     free(X);
     free(y);
     tu_kernel_free(&k);
     free(r);
     kb_engine_free(e);
+}
+
+static void cell_gp_equals_exact_gp(void **state)
+{
+    (void)state;
+    kb_rng drv;
+    kb_rng_seed(&drv, 7);
+    /* Few candidates: many repeated inputs, so the deduplicated GP is exercised. */
+    double *cand = tu_uniform_matrix(&drv, 30, D, 0.0, 1.0);
+    kb_error err;
+    kb_space *sp = kb_space_new_finite(cand, 30, D, &err);
+    check_cell_gps(sp, &drv, cand, 30);
+    kb_space_free(sp);
+    /* A box: pool refreshes after splits, queries at arbitrary points. */
+    sp = kb_space_new_box(D, 48, &err);
+    check_cell_gps(sp, &drv, cand, 30);
     kb_space_free(sp);
     free(cand);
 }
