@@ -47,6 +47,20 @@
  * being chosen: observations + pending + 1. Ties go to the lowest candidate index.
  * Box pools are refreshed (kb__refresh_pool) after a split or after pool_size/4 asks.
  *
+ * Options. horizon T (default 10000) fixes the initial cover and alpha = 1 + 2/T
+ * (section 3; `lambda` overrides alpha, e.g. lambda = 1 as in the section 5 experiments).
+ * B, R, delta enter eq. (2). beta_scale multiplies the whole width: 1 (default) is the
+ * paper's algorithm; the theoretical width (a union bound over N~_t cells, B a worst-case
+ * norm) over-explores on real problems, and values around 0.1-0.5 are the usual practical
+ * shrinkage (as gp-ucb's beta_scale). nu comes from the kernel: matern12/32/52 give
+ * nu = 1/2, 3/2, 5/2 (the regret theorem needs nu > 1, so matern12 runs without it); an
+ * unset kernel means matern32; rbf and linear are rejected (field "kernel"): as nu -> inf,
+ * b and q -> 0 and the cover degenerates to one split of the cube, i.e. IGP-UCB.
+ * Finite sets must lie in [0,1]^d after input scaling (unit or none; field
+ * "candidates[i][j]"), as must warm-start observations (field "x[j]").
+ * Stats: dict_size is the number of cells of the current cover, epoch the number of
+ * splits so far.
+ *
  * Invariants: every pending trial and every observation is counted in exactly one leaf,
  * the one kb__pi_locate returns for its coordinates; leaf factors match their counts;
  * cand_cell[i] is the leaf holding candidate i of the current space.
