@@ -58,8 +58,8 @@
  * b and q -> 0 and the cover degenerates to one split of the cube, i.e. IGP-UCB.
  * Finite sets must lie in [0,1]^d after input scaling (unit or none; field
  * "candidates[i][j]"), as must warm-start observations (field "x[j]").
- * Stats: dict_size is the number of cells of the current cover, epoch the number of
- * splits so far.
+ * Stats: dict_size is the number of cells of the current cover; epoch stays 0 (the
+ * engine hands out points one at a time, with no batches or resparsifications).
  *
  * Invariants: every pending trial and every observation is counted in exactly one leaf,
  * the one kb__pi_locate returns for its coordinates; leaf factors match their counts;
@@ -940,8 +940,7 @@ static int pi_posterior(kb_engine *e, const double *U, size_t n, double *mean, d
 static void pi_stats(const kb_engine *e, kb_stats *out)
 {
     const pi_state *st = e->impl;
-    out->dict_size = st->n_leaves; /* cells of the current cover */
-    out->epoch = st->splits;       /* cover refinements (splits) so far */
+    out->dict_size = st->n_leaves; /* cells of the current cover; epoch stays 0: no batches */
     out->sec_ask = st->sec_ask;
     out->sec_tell = st->sec_tell;
 }
