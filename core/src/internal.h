@@ -187,6 +187,11 @@ size_t kb__pi_n_created(const kb_engine *e); /* cells ever created, initial ones
 void kb__pi_cell(const kb_engine *e, size_t i, kb_pi_cell *out);
 size_t kb__pi_locate(const kb_engine *e, const double *u); /* cell holding u (internal) */
 
+/* gp-ucb / gp-bucb (engines/gp_ucb.c), for tests: the incrementally maintained mean and
+ * variance of every candidate (brought up to date first, as the next ask would) and
+ * gamma = 0.5 ln det(I + K / lambda) over the rows. */
+int kb__gp_candidate_posterior(kb_engine *e, double *mean, double *var, double *gamma);
+
 /* ------------------------------------------------------- snapshot */
 
 struct kb_log;
