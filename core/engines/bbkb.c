@@ -461,7 +461,7 @@ static int sample_dictionary(kb_engine *e, const dataset *ds)
 static int build_embedding(kb_engine *e)
 {
     bbkb *st = e->impl;
-    size_t m = st->m;
+    size_t m = st->m, d = e->space->dim;
     free(st->W);
     st->W = NULL;
     st->r = 0;
@@ -471,7 +471,12 @@ static int build_embedding(kb_engine *e)
     st->W = malloc(m * m * sizeof *st->W);
     int rc = K && ev && st->W ? KB_OK : KB_ENOMEM;
     if (!rc) {
-        kb_kernel_matrix(&e->kernel, st->S, m, st->S, m, K);
+        /* Pairwise, not kb_kernel_matrix: its |a|^2 + |b|^2 - 2ab distances leave ~1e-16
+         * on the diagonal, which Matern 1/2's sqrt turns into 1e-8 errors in K_S. */
+        for (size_t i = 0; i < m; i++)
+            for (size_t j = 0; j <= i; j++)
+                K[i * m + j] = K[j * m + i] =
+                    kb_kernel_eval(&e->kernel, st->S + i * d, st->S + j * d);
         if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'L', (lapack_int)m, K, (lapack_int)m, ev))
             rc = KB_ENUMERIC;
     }
