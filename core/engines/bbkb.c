@@ -29,7 +29,9 @@
  *     without waiting), and warm start from observed data.
  *
  * Asynchronous semantics (docs/brief.md): a closed epoch answers AWAIT_FEEDBACK until
- * every pending point is told or abandoned, then the next ask resparsifies. A tell only
+ * every pending point is told or abandoned (or, with resparsify_on_partial = f < 1, until
+ * f of the epoch's points are told, the others staying hallucinated), then the next ask
+ * resparsifies. A tell only
  * stores data (the mean is frozen). An abandon removes the hallucinated point from V_t
  * (exact: V_t is kept as a sum and refactored) and from the epoch's batch sum; since
  * variances then grow, every variance is recomputed before the next selection.
@@ -85,6 +87,9 @@ static const kb_option_spec bbkb_options[] = {
      "batch threshold C~ of Lemma 1 (1 gives BKB: one point per epoch)"},
     {"batch_rule", KB_OPT_STRING, 0, 0, 0, 0, "global", rule_choices,
      "global (Lemma 1) or local (global, then Lemma 3's per-candidate bound)"},
+    {"resparsify_on_partial", KB_OPT_NUMBER, 0, 1, 0, 1.0, NULL, NULL,
+     "fraction of a closed epoch's points whose feedback starts the next epoch, the rest "
+     "staying hallucinated (1: wait for all, Algorithm 1)"},
     {"parallelism", KB_OPT_INTEGER, 0, 1e9, 0, 0, NULL, NULL,
      "P: uncertainty sampling until max sigma~^2 <= 1/P (0: off), seed 004 section 4"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
@@ -97,7 +102,7 @@ static const kb_option_spec bkb_options[] = {
 
 typedef struct bbkb {
     /* configuration */
-    double lambda, q, C, F, noise, delta, beta_scale, beta_fixed;
+    double lambda, q, C, F, noise, delta, beta_scale, beta_fixed, partial;
     int beta_mode, local_rule, dict_all;
     double P;
     /* dictionary and embedding: z(x) = W^T k_S(x) */
@@ -302,6 +307,7 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     st->C = is_bkb(e) ? 1.0 : kb_config_number(c, "C");
     st->local_rule = !is_bkb(e) && strcmp(kb_config_string(c, "batch_rule"), "local") == 0;
     st->P = is_bkb(e) ? 0.0 : kb_config_number(c, "parallelism");
+    st->partial = is_bkb(e) ? 1.0 : kb_config_number(c, "resparsify_on_partial");
     if (st->delta >= 1.0) {
         bbkb_destroy(e);
         e->impl = NULL;
@@ -789,15 +795,31 @@ static int refresh_all_variances(bbkb *st)
     return KB_OK;
 }
 
+/* Tells still needed before a closed epoch may end: every pending point by default;
+ * with resparsify_on_partial = f < 1, until f of the epoch's points are told (the
+ * others stay hallucinated in the next epoch). */
+static size_t feedback_awaited(const kb_engine *e)
+{
+    const bbkb *st = e->impl;
+    if (st->partial >= 1.0)
+        return (size_t)e->n_pending;
+    size_t told = 0;
+    for (size_t k = 0; k < st->n_epoch; k++)
+        told += e->trials[st->epoch_h[k] - 1].state == KB_TRIAL_TOLD;
+    double need = ceil(st->partial * (double)st->n_epoch) - (double)told;
+    return need > 0.0 ? (size_t)need : 0;
+}
+
 static int bbkb_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     bbkb *st = e->impl;
     int rc = KB_OK;
-    if (!st->have_epoch || (st->closed && (e->n_pending == 0 || st->init_epoch)))
+    size_t awaiting = st->closed ? feedback_awaited(e) : 0;
+    if (!st->have_epoch || (st->closed && (awaiting == 0 || st->init_epoch)))
         rc = resparsify(e);
     else if (st->closed) {
         res->status = KB_ASK_AWAIT_FEEDBACK;
-        res->awaiting = e->n_pending;
+        res->awaiting = awaiting;
         return KB_OK;
     }
     if (!rc && st->dirty)

@@ -435,6 +435,48 @@ static void asynchronous_semantics(void **state)
     free(Xc);
 }
 
+/* resparsify_on_partial = 0.5: the next epoch starts once half of the closed epoch's
+ * points are told; the others stay pending (hallucinated) and are told later. */
+static void partial_feedback_starts_next_epoch(void **state)
+{
+    (void)state;
+    enum { M = 100, D = 2 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 8);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    kb_error err;
+    kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, 0.05, "C", "4",
+                               "resparsify_on_partial", "0.5", NULL);
+    kb_space *s = kb_space_new_finite(Xc, M, D, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    kb_point pts[256];
+    kb_ask_result res;
+    int checked = 0;
+    for (int epoch = 0; epoch < 8; epoch++) {
+        assert_int_equal(kb_engine_ask(e, 256, pts, &res, &err), 0);
+        assert_int_equal(res.status, KB_ASK_AWAIT_FEEDBACK);
+        size_t need = (res.n + 1) / 2;
+        assert_int_equal(res.awaiting, need);
+        kb_stats before, after;
+        kb_engine_stats(e, &before);
+        for (size_t i = 0; i < need; i++)
+            assert_int_equal(kb_engine_tell(e, pts[i].handle, objective(pts[i].x, D), &err), 0);
+        kb_point p;
+        kb_ask_result r2;
+        assert_true(ask1(e, &p, &r2)); /* a new epoch, the rest still pending */
+        kb_engine_stats(e, &after);
+        assert_int_equal(after.epoch, before.epoch + 1);
+        checked += res.n > need;
+        assert_int_equal(after.pending, before.pending - need + 1);
+        tell_all_pending(e, D);
+    }
+    assert_true(checked > 0);
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    free(Xc);
+}
+
 /* Drives an engine from an external RNG: asks, tells all when the epoch is closed
  * (abandoning one in three), observes now and then. Records the indices handed out. */
 static void drive(kb_engine *e, kb_rng *drv, int steps, size_t *rec, size_t D)
@@ -583,6 +625,7 @@ int main(void)
         cmocka_unit_test(lemma1_ratio_bound_and_batch_rule),
         cmocka_unit_test(local_rule_batches_at_least_global),
         cmocka_unit_test(asynchronous_semantics),
+        cmocka_unit_test(partial_feedback_starts_next_epoch),
         cmocka_unit_test(deterministic_and_snapshot_restore),
         cmocka_unit_test(box_space_runs),
         cmocka_unit_test(bad_configurations_rejected),
