@@ -19,6 +19,8 @@ static const kb_engine_ops *const registry[] = {
     &kb_engine_random,
     &kb_engine_bbkb,
     &kb_engine_bkb,
+    &kb_engine_gp_ucb,
+    &kb_engine_gp_bucb,
 };
 #define N_ENGINES (sizeof registry / sizeof registry[0])
 
