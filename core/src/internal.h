@@ -169,6 +169,8 @@ extern const kb_engine_ops kb_engine_bbkb;
 extern const kb_engine_ops kb_engine_bkb;
 extern const kb_engine_ops kb_engine_gp_ucb;
 extern const kb_engine_ops kb_engine_gp_bucb;
+extern const kb_engine_ops kb_engine_gp_ts;
+extern const kb_engine_ops kb_engine_sgp_ts;
 
 /* ------------------------------------------------------- snapshot */
 
