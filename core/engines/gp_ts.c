@@ -198,7 +198,7 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
 static double current_v(const gp_ts *st)
 {
     double gamma = st->log_det - 0.5 * (double)st->n * log(st->lambda);
-    return kb__ts_gp_scale(st->B, st->R, gamma, st->delta, st->v_scale);
+    return kb__ts_gp_scale(st->B, st->R, st->lambda, gamma, st->delta, st->v_scale);
 }
 
 /* out = mu + v C xi, C the Cholesky factor of the N x N covariance S (lower triangle

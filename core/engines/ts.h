@@ -53,7 +53,8 @@ int kb__ts_argmax(const kb_engine *e, const double *f, const size_t *idx, size_t
 
 /* Scale of the sample's covariance in each engine, from the theory of its paper with a
  * practical multiplier (documented in the engines). */
-double kb__ts_gp_scale(double B, double R, double gamma, double delta, double scale);
+double kb__ts_gp_scale(double B, double R, double lambda, double gamma, double delta,
+                       double scale);
 double kb__ts_sgp_scale(double B, double R, double lambda, size_t t, double scale);
 
 /* ------------------------------------------------------------- test hooks */

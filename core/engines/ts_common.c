@@ -124,10 +124,15 @@ int kb__ts_argmax(const kb_engine *e, const double *f, const size_t *idx, size_t
     return found ? KB_OK : KB_ASK_EXHAUSTED;
 }
 
-/* Seed 003, Algorithm 2: v_t = B + R sqrt(2 (gamma_{t-1} + 1 + ln(2 / delta))). */
-double kb__ts_gp_scale(double B, double R, double gamma, double delta, double scale)
+/* Seed 003, Algorithm 2: v_t = B + R sqrt(2 (gamma_{t-1} + 1 + ln(2 / delta))), stated
+ * there for lambda = 1 + eta ~ 1. For a general lambda the self-normalized bound scales
+ * the noise term by 1 / sqrt(lambda), as seed 001's Lemma 1 writes it
+ * (R sqrt(2 log(1/delta) / tau)); we use R / sqrt(lambda) so that both engines read R
+ * the same way. */
+double kb__ts_gp_scale(double B, double R, double lambda, double gamma, double delta,
+                       double scale)
 {
-    return scale * (B + R * sqrt(2.0 * (gamma + 1.0 + log(2.0 / delta))));
+    return scale * (B + R / sqrt(lambda) * sqrt(2.0 * (gamma + 1.0 + log(2.0 / delta))));
 }
 
 /* Seed 001, eq. 10 with the approximation-quality constants at their exact-model values
