@@ -111,13 +111,20 @@ typedef enum kb_scaling {
 
 int kb_scaling_parse(const char *name, kb_scaling *out);
 
+/* Size limits of a space, far above real use, so that no input can ask for an absurd
+ * allocation (BLAS also indexes with int). */
+#define KB_MAX_DIM 1024
+#define KB_MAX_POINTS ((size_t)1 << 26) /* n * dim: 512 MiB per copy of the points */
+#define KB_MAX_POOL 1000000                     /* pool size of a box */
+
 /* A finite candidate set: n rows of dim numbers (row-major, copied). Rejects n == 0,
- * dim == 0 and non-finite entries (field "candidates[i][j]"). */
+ * dim == 0, dim > KB_MAX_DIM, n * dim > KB_MAX_POINTS and non-finite entries (field
+ * "candidates[i][j]"). */
 kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, kb_error *err);
 
 /* The unit cube [0,1]^dim searched through a candidate pool of pool_size points
  * (quasi-random points plus local perturbations around the best observed points),
- * refreshed by the engines at each resparsification. */
+ * refreshed by the engines at each resparsification. 1 <= pool_size <= KB_MAX_POOL. */
 kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
 
 void kb_space_free(kb_space *space);

@@ -36,7 +36,7 @@ static const kb_option_spec common_options[] = {
     {"repeats", KB_OPT_STRING, 0, 0, 0, 0, "allow", repeats_choices,
      "whether a candidate may be handed out again while pending (no_pending) or after "
      "evaluation (never)"},
-    {"pool_size", KB_OPT_INTEGER, 1, 1e7, 0, 2048, NULL, NULL,
+    {"pool_size", KB_OPT_INTEGER, 1, KB_MAX_POOL, 0, 2048, NULL, NULL,
      "candidate pool size for box spaces"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };

@@ -59,6 +59,11 @@ kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, kb_error
         kb__fail(err, KB_EINVAL, "candidates", "candidates have no dimensions");
         return NULL;
     }
+    if (dim > KB_MAX_DIM || n > KB_MAX_POINTS / dim) {
+        kb__fail(err, KB_ERANGE, "candidates", "%zu x %zu candidates exceed the limits "
+                 "(dim <= %d, rows x dim <= %zu)", n, dim, KB_MAX_DIM, KB_MAX_POINTS);
+        return NULL;
+    }
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < dim; j++)
             if (!isfinite(rows[i * dim + j])) {
@@ -85,6 +90,11 @@ kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err)
     }
     if (pool_size == 0) {
         kb__fail(err, KB_EINVAL, "pool_size", "the candidate pool must not be empty");
+        return NULL;
+    }
+    if (dim > KB_MAX_DIM || pool_size > KB_MAX_POOL || pool_size > KB_MAX_POINTS / dim) {
+        kb__fail(err, KB_ERANGE, dim > KB_MAX_DIM ? "dim" : "pool_size",
+                 "a box of %zu dimensions with a pool of %zu exceeds the limits", dim, pool_size);
         return NULL;
     }
     kb_space *s = space_alloc(0, pool_size, dim);
