@@ -8,10 +8,12 @@
  * gamma_{t-1}, the maximum information gain, has no closed form; we use the information
  * gain of the points actually observed, 1/2 log det(I + K / lambda) (read off the
  * Cholesky diagonal), a lower bound on it and the quantity the regret proofs bound
- * (sum of posterior variances). v_scale (default 0.1, chosen on the Abalone protocol:
- * the theoretical v_t over-explores by an order of magnitude, as seed 004 appendix D.1
- * also found for async-TS) multiplies the whole. B = 1, R = 0, v_scale = 1 gives v_t = 1,
- * the plain posterior sample.
+ * (sum of posterior variances). Seed 003 states v_t for lambda = 1 + eta ~ 1; for a
+ * general lambda we use R / sqrt(lambda) (kb__ts_gp_scale), as seed 001 Lemma 1 does.
+ * v_scale is a practical multiplier; its default 1 keeps the theory, which on the
+ * Abalone protocol (B = 1, R = 0.1, lambda = 0.01, delta = 0.1) gives a regret ratio of
+ * ~ 0.11, while v_t ten times smaller stalls at ~ 0.58 (a local maximum: too little
+ * exploration). B = 1, R = 0, v_scale = 1 gives v_t = 1, the plain posterior sample.
  *
  * Decision set. When at most `subset_size` (N) candidates are allowed, D_t is all of
  * them. Otherwise D_t is a screened random subset: the ceil(N / 2) candidates with the
@@ -30,7 +32,8 @@
  *   ask: screening O(A log A), posterior covariance on D_t by dsyrk O(n N^2), its
  *     Cholesky O(N^3), the sample O(N^2).
  * Memory is O(n A) for W: this is the exact reference engine; sgp-ts is the scalable
- * one. The model is refreshed on tells (and observes): after every `refresh_every`-th
+ * one. W is capped at KB_MAX_POINTS values (n A <= 2^26: 16000 observations on a
+ * 4000-row catalogue); the tell that would pass the cap fails with KB_ERANGE. The model is refreshed on tells (and observes): after every `refresh_every`-th
  * new observation (default 1: every tell, O(n^2 + n A) each), the lagging observations
  * being appended in order; output standardization (kb__output_stats) is recomputed at
  * each refresh. On a box, the pool is redrawn (kb__refresh_pool) at the first model
@@ -58,9 +61,9 @@ static const kb_option_spec gp_ts_options[] = {
     {"R", KB_OPT_NUMBER, 0, INFINITY, 0, 0.1, NULL, NULL,
      "sub-Gaussian constant of the noise (v_t)"},
     {"delta", KB_OPT_NUMBER, 0, 1, 1, 0.1, NULL, NULL, "confidence parameter (v_t)"},
-    {"v_scale", KB_OPT_NUMBER, 0, INFINITY, 1, 0.1, NULL, NULL,
+    {"v_scale", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
      "practical multiplier of v_t (1 = theory)"},
-    {"subset_size", KB_OPT_INTEGER, 1, 1e6, 0, 256, NULL, NULL,
+    {"subset_size", KB_OPT_INTEGER, 1, 8192, 0, 256, NULL, NULL,
      "size N of the decision set D_t (whole set when at most N candidates are allowed)"},
     {"refresh_every", KB_OPT_INTEGER, 1, 1e9, 0, 1, NULL, NULL,
      "refresh the model after this many new observations"},
@@ -178,6 +181,10 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
     if (e->n_obs - st->n < st->refresh_every)
         return KB_OK;
     double t0 = kb__now();
+    if (e->n_obs > KB_MAX_POINTS / e->space->n)
+        return kb__fail(err, KB_ERANGE, "engine",
+                        "gp-ts caches observations x candidates values, above the limit of "
+                        "%zu at %zu observations; use sgp-ts", KB_MAX_POINTS, e->n_obs);
     if (reserve(st, e->space->n, e->n_obs))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory for %zu observations", e->n_obs);
     while (st->n < e->n_obs)

@@ -63,7 +63,7 @@
 static const kb_option_spec sgp_ts_options[] = {
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 1, 0.01, NULL, NULL,
      "noise variance tau of the GP model (regularization), standardized output units"},
-    {"features", KB_OPT_INTEGER, 1, 1e6, 0, 1000, NULL, NULL,
+    {"features", KB_OPT_INTEGER, 1, 1e5, 0, 1000, NULL, NULL,
      "number M of random Fourier features of the prior sample"},
     {"q", KB_OPT_NUMBER, 1, 1e12, 0, 2.0, NULL, NULL,
      "oversampling of the inducing points: keep x with probability min(1, q sd^2/lambda)"},
@@ -262,13 +262,19 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
     kb_rng saved = e->rng;
     sgp_model md = {0};
     int rc = choose_inducing(e, st, &md);
+    if (!rc && md.m * (e->space->n + st->M) > KB_MAX_POINTS)
+        rc = KB_ERANGE;
     if (!rc)
         rc = fit_titsias(e, st, &md);
     if (!rc)
         rc = embed_alloc(e, st, &md);
     if (rc) {
+        size_t m = md.m;
         model_free(&md);
         e->rng = saved;
+        if (rc == KB_ERANGE)
+            return kb__fail(err, rc, "q", "%zu inducing points exceed the cache limit; "
+                            "lower q", m);
         return rc == KB_ENOMEM
                    ? kb__fail(err, rc, NULL, "out of memory refreshing the sparse model")
                    : kb__fail(err, rc, "lambda",
@@ -419,8 +425,15 @@ static int sgp_ts_create(kb_engine *e, kb_error *err)
     st->alpha_scale = kb_config_number(c, "alpha_scale");
     st->refresh_every = (size_t)kb_config_number(c, "refresh_every");
     st->pool_refresh = (size_t)kb_config_number(c, "pool_refresh");
-    int rc = kb__ts_features_draw(&st->feat, &e->kernel, &e->rng, st->M, err);
     size_t A = e->space->n;
+    if (A * st->M > KB_MAX_POINTS) {
+        sgp_ts_destroy(e);
+        e->impl = NULL;
+        return kb__fail(err, KB_ERANGE, "features",
+                        "%zu candidates x %zu features exceed the cache limit of %zu values",
+                        A, st->M, KB_MAX_POINTS);
+    }
+    int rc = kb__ts_features_draw(&st->feat, &e->kernel, &e->rng, st->M, err);
     if (!rc) {
         st->PhiA = malloc(A * st->M * sizeof *st->PhiA);
         st->fA = malloc(A * sizeof *st->fA);
