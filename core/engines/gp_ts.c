@@ -4,7 +4,7 @@
  *
  * Each ask samples f_t ~ GP(mu_{t-1}, v_t^2 k_{t-1}) jointly on a decision set D_t and
  * hands out argmax_{D_t} f_t, with the posterior of eq. 2-3 (noise variance lambda) and
- *   v_t = v_scale * (B + R sqrt(2 (gamma_{t-1} + 1 + ln(2 / delta)))).
+ *   v_t = v_scale * (B + R / sqrt(lambda) * sqrt(2 (gamma_{t-1} + 1 + ln(2 / delta)))).
  * gamma_{t-1}, the maximum information gain, has no closed form; we use the information
  * gain of the points actually observed, 1/2 log det(I + K / lambda) (read off the
  * Cholesky diagonal), a lower bound on it and the quantity the regret proofs bound
@@ -21,9 +21,11 @@
  * exceeds that value with probability 2.3%) plus floor(N / 2) drawn uniformly from the
  * rest. The paper lets D_t be any subset (Algorithm 2, footnote 7); a purely uniform
  * subset would seldom contain the incumbent on a large catalogue, so exploitation
- * would stall. The joint sample is mu_D + v_t C f xi with C the lower Cholesky factor
- * of the posterior covariance on D_t (LAPACKE dpotrf; a jitter of 1e-10 .. 1e-2 times
- * the mean diagonal is added only when the factorization fails, see kb__ts_cholesky).
+ * would stall. The default N = 256 keeps the ask at O(n N^2) ~ 1.3e8 flops at n = 2000
+ * (N = 1000 costs 16 times more per ask). The joint sample is mu_D + v_t C xi,
+ * xi ~ N(0, I), with C the lower Cholesky factor of the posterior covariance on D_t
+ * (LAPACKE dpotrf; a jitter of 1e-10 .. 1e-2 times the mean diagonal is added only when
+ * the factorization fails, see kb__ts_cholesky).
  *
  * Model and costs (A candidates, n observations in the model, N = |D_t|):
  *   L: lower Cholesky of K + lambda I, grown by one row per observation, O(n^2);
@@ -33,7 +35,8 @@
  *     Cholesky O(N^3), the sample O(N^2).
  * Memory is O(n A) for W: this is the exact reference engine; sgp-ts is the scalable
  * one. W is capped at KB_MAX_POINTS values (n A <= 2^26: 16000 observations on a
- * 4000-row catalogue); the tell that would pass the cap fails with KB_ERANGE. The model is refreshed on tells (and observes): after every `refresh_every`-th
+ * 4000-row catalogue); the tell that would pass the cap fails with KB_ERANGE.
+ * The model is refreshed on tells (and observes): after every `refresh_every`-th
  * new observation (default 1: every tell, O(n^2 + n A) each), the lagging observations
  * being appended in order; output standardization (kb__output_stats) is recomputed at
  * each refresh. On a box, the pool is redrawn (kb__refresh_pool) at the first model
