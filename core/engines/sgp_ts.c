@@ -45,7 +45,11 @@
  * = 1); larger values amortize it, the model lagging by up to refresh_every - 1
  * observations. Memory O(A (M + m) + n m). On a box the pool is redrawn
  * (kb__refresh_pool) at the first refresh after `pool_refresh` tells, and Phi_A
- * recomputed, O(A M d).
+ * recomputed, O(A M d). Keeping one feature draw for the engine's life is what makes
+ * the O(A M) sample possible; the feature error (O(1 / sqrt(M)) in the prior kernel) is
+ * then shared by all samples instead of averaging out (the test hook can redraw them per
+ * sample to check the decomposition itself). Caches are capped at KB_MAX_POINTS values:
+ * A M (create fails, field "features") and m (A + M) (a refresh fails, field "q").
  *
  * Asynchrony: one ask = one fresh sample; pending points are not hallucinated, the
  * randomization of TS diversifies concurrent asks. All randomness comes from e->rng
