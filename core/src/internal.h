@@ -172,6 +172,11 @@ extern const kb_engine_ops kb_engine_gp_bucb;
 extern const kb_engine_ops kb_engine_gp_ts;
 extern const kb_engine_ops kb_engine_sgp_ts;
 
+/* gp-ucb / gp-bucb (engines/gp_ucb.c), for tests: the incrementally maintained mean and
+ * variance of every candidate (brought up to date first, as the next ask would) and
+ * gamma = 0.5 ln det(I + K / lambda) over the rows. */
+int kb__gp_candidate_posterior(kb_engine *e, double *mean, double *var, double *gamma);
+
 /* ------------------------------------------------------- snapshot */
 
 struct kb_log;

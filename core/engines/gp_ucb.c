@@ -1,0 +1,680 @@
+/*
+ * gp_ucb.c - the exact reference engines "gp-ucb" and "gp-bucb".
+ *
+ * gp-ucb is IGP-UCB (Chowdhury & Gopalan, ICML 2017; seed 003, Algorithm 1, eq. 2-5):
+ *   x_t = argmax mu_{t-1}(x) + beta_t sigma_{t-1}(x),
+ *   beta_t = B + R sqrt(2 (gamma_{t-1} + 1 + ln(1/delta))),
+ * with gamma_t = 0.5 ln det(I + K_t / lambda) = 0.5 sum_s ln(1 + sigma^2_{s-1}(x_s) / lambda)
+ * (the lower bound of Lemma 3 evaluated on the points actually chosen: the paper's
+ * maximum information gain is not computable, this is its standard plug-in).
+ * Asynchronous workers: every handed-out point enters the variance at once (its
+ * observation hallucinated), the mean uses told points only. This is exactly GP-BUCB
+ * with hallucinated constant feedback and no batch limit.
+ *
+ * gp-bucb is GP-BUCB with the adaptive batch rule (Desautels et al. 2014, as presented
+ * in seed 004, Appendix A.2, Algorithm 2 and Proposition 2 (= Prop. 1 in section 2)):
+ * within a batch u_t(x) = mu_fb(x) + alpha sigma_t(x) with alpha = C beta_fb; the batch
+ * closes once prod_{s in batch} (1 + sigma^2_{s-1}(x_s) / lambda) > C, after which asks
+ * get KB_ASK_AWAIT_FEEDBACK until every pending point is told or abandoned. The mean
+ * (and beta) are recomputed only when a new batch starts. An abandoned point's factor is
+ * not refunded from the product: removing a hallucinated point only moves sigma_t back
+ * towards sigma_fb, so the ratio bound of Prop. 2 stays valid.
+ *
+ * Units follow the PREAMBLE convention: noise variance lambda, standardized outputs,
+ * sigma^2 in the paper's frequentist normalization = Bayesian sd^2 / lambda.
+ *
+ * State and invariants (n rows = observed + told + pending points, in arrival order):
+ *   X (n x d)        the rows' internal coordinates;
+ *   L (n x n, ld)    lower Cholesky factor of K(X, X) + lambda I;
+ *   Kc (n x A)       k(X_i, candidate a), one row appended per new row;
+ *   var (A)          k(a, a) - ||L^{-1} Kc[:, a]||^2 over rows [0, n_var); rows appended
+ *                    since are folded in lazily by refresh_candidates, one rank-one term
+ *                    each, in the same pass over Kc as the mean (the pass over the
+ *                    n x A matrix is the per-step cost, so it is made once per ask);
+ *   LT (nt x nt)     Cholesky of K + lambda I over e->obs_u[0..nt) (told + observed, in
+ *                    the base's observation order), so that the mean needs no pending row;
+ *   alpha (n_alpha)  (K_T + lambda I)^{-1} y_std over obs[0..n_alpha): the mean in use;
+ *   mean (A)         Kc^T alpha (scattered to rows), valid unless mean_stale.
+ * Appending a row is O(n^2 + n A) through BLAS; an abandon or a box pool refresh rebuilds
+ * L, Kc and var from the remaining rows (O(n^3 + n^2 A)): correctness over speed. Box
+ * pools are refreshed at each batch start (gp-bucb) or once the observations grew by a
+ * quarter since the last refresh (gp-ucb: amortized O(n A) per step like the rest).
+ *
+ * kb_stats timings: sec_embed = Cholesky and kernel rows of new points; sec_ask = the
+ * argmax plus the lazy mean/variance pass over Kc (most of the time); sec_tell = the
+ * told-set factor; sec_resparsify = rebuilds (abandon, pool refresh) and batch starts.
+ * epoch = batches for gp-bucb; gp-ucb has no epochs (0).
+ */
+#include "../src/internal.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Options shared by both engines; gp-bucb adds C. */
+#define GP_UCB_OPTIONS                                                                     \
+    {"lambda", KB_OPT_NUMBER, 0, INFINITY, 1, 0.01, NULL, NULL,                            \
+     "regularization = GP noise variance in standardized units (the paper's 1 + eta)"},    \
+    {"B", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL, "bound on the RKHS norm of f"},  \
+    {"R", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,                                  \
+     "sub-Gaussian parameter of the noise"},                                               \
+    {"delta", KB_OPT_NUMBER, 0, 1, 1, 0.05, NULL, NULL,                                    \
+     "confidence parameter, in (0, 1)"},                                                   \
+    {"beta_scale", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,                         \
+     "multiplies the theoretical beta_t (practical scaling, see gp_ucb.c)"}
+
+/* Why beta_scale: the theoretical beta_t is a worst-case width; practical GP-UCB runs
+ * usually shrink it (seed 004 App. D divides beta by 10 for async-TS). Measured on
+ * Abalone (T = 2000, RBF lengthscale 17.5 on standardized features, lambda = 1e-3,
+ * docs/BENCHMARKS.md): beta_scale 1 and 2 both reach regret ratio 0.109, while 0.5 and
+ * 0.1 under-explore and lock onto a local optimum (0.58 and 0.42 at T = 1000). So the
+ * default is 1, the paper's algorithm exactly, and the knob stays for other problems.
+ * lambda defaults to 0.01: outputs are standardized, so it is the noise-to-signal
+ * variance ratio (the paper's 1 + eta assumes unscaled outputs with |f| <= B). */
+static const kb_option_spec ucb_options[] = {
+    GP_UCB_OPTIONS,
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+static const kb_option_spec bucb_options[] = {
+    GP_UCB_OPTIONS,
+    {"C", KB_OPT_NUMBER, 1, INFINITY, 0, 2.0, NULL, NULL,
+     "batch drift threshold (>= 1): a batch closes when prod (1 + sigma^2) exceeds C"},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+
+#define NO_OBS SIZE_MAX
+
+typedef struct gp_state {
+    int batched;                  /* gp-bucb */
+    double lambda, beta0, C;      /* beta0 = beta_scale, the rest read per use */
+    size_t d, A;
+    /* rows */
+    size_t n, cap;
+    double *X, *L, *Kc;
+    uint64_t *handle;             /* 0 for an observed row */
+    size_t *obs_idx;              /* row's index in e->obs_*, NO_OBS while pending */
+    double logdet;                /* sum_i ln(L_ii^2 / lambda) = 2 gamma */
+    double *var, *kdiag;
+    /* told set */
+    size_t nt, capt;
+    double *LT;
+    double *alpha, *mean, *work;
+    size_t n_alpha, cap_work;
+    size_t n_var;                 /* rows folded into var */
+    int broken;                   /* L, Kc, var need a rebuild from X (it failed) */
+    int alpha_stale, mean_stale;
+    /* batches (gp-bucb) and box pool refresh (gp-ucb) */
+    int closed;
+    double prod, alpha_ucb;
+    uint64_t batches, batch_asks, last_batch;
+    size_t obs_at_refresh;
+    double sec_embed, sec_resparsify, sec_ask, sec_tell;
+} gp_state;
+
+/* ------------------------------------------------------------ storage */
+
+/* Grows a square lower-triangular factor of order n to leading dimension *ld >= need. */
+static int grow_square(double **M, size_t *ld, size_t n, size_t need)
+{
+    if (need <= *ld)
+        return KB_OK;
+    size_t nl = *ld ? 2 * *ld : 64;
+    while (nl < need)
+        nl *= 2;
+    double *p = calloc(nl * nl, sizeof *p);
+    if (!p)
+        return KB_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        memcpy(p + i * nl, *M + i * *ld, (i + 1) * sizeof *p);
+    free(*M);
+    *M = p;
+    *ld = nl;
+    return KB_OK;
+}
+
+static int grow_rows(gp_state *s, size_t need)
+{
+    if (need <= s->cap)
+        return KB_OK;
+    size_t nc = s->cap ? 2 * s->cap : 64;
+    while (nc < need)
+        nc *= 2;
+    /* The row arrays first: growing them is harmless if a later step fails. L last,
+     * since its leading dimension is cap. */
+    double *X = realloc(s->X, nc * s->d * sizeof *X);
+    if (X)
+        s->X = X;
+    double *Kc = X ? realloc(s->Kc, nc * s->A * sizeof *Kc) : NULL;
+    if (Kc)
+        s->Kc = Kc;
+    uint64_t *h = Kc ? realloc(s->handle, nc * sizeof *h) : NULL;
+    if (h)
+        s->handle = h;
+    size_t *o = h ? realloc(s->obs_idx, nc * sizeof *o) : NULL;
+    if (o)
+        s->obs_idx = o;
+    size_t ld = s->cap;
+    if (!o || grow_square(&s->L, &ld, s->n, nc))
+        return KB_ENOMEM;
+    s->cap = ld;
+    return KB_OK;
+}
+
+/* Scratch of at least `need` doubles. */
+static double *work(gp_state *s, size_t need)
+{
+    if (need > s->cap_work) {
+        double *w = realloc(s->work, need * sizeof *w);
+        if (!w)
+            return NULL;
+        s->work = w;
+        s->cap_work = need;
+    }
+    return s->work;
+}
+
+/* ------------------------------------------------------ linear algebra */
+
+/* Solves L l = k(rows of F, x) for the new row of a Cholesky factor F (order m, leading
+ * dimension ld) over points P; returns the pivot^2 = k(x,x) + lambda - |l|^2 (>= lambda
+ * up to rounding), l written to `l`. */
+static double chol_new_row(const kb_engine *e, const gp_state *s, const double *F,
+                           size_t ld, const double *P, size_t m, const double *x, double *l)
+{
+    double kxx;
+    kb_kernel_diag(&e->kernel, x, 1, &kxx);
+    if (m == 0)
+        return kxx + s->lambda;
+    kb_kernel_matrix(&e->kernel, P, m, x, 1, l);
+    cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)m, F, (int)ld,
+                l, 1);
+    double p2 = kxx + s->lambda - cblas_ddot((int)m, l, 1, l, 1);
+    return p2 > s->lambda * 1e-12 ? p2 : s->lambda * 1e-12;
+}
+
+enum { BLK = 256 }; /* candidate columns per block in recompute_var */
+
+/* var = kdiag - colsum((L^{-1} Kc)^2), in column blocks to bound the scratch. */
+static int recompute_var(gp_state *s)
+{
+    size_t n = s->n, A = s->A;
+    memcpy(s->var, s->kdiag, A * sizeof *s->var);
+    s->n_var = n;
+    if (n == 0)
+        return KB_OK;
+    double *V = work(s, n * BLK);
+    if (!V)
+        return KB_ENOMEM;
+    for (size_t a0 = 0; a0 < A; a0 += BLK) {
+        size_t nb = A - a0 < BLK ? A - a0 : BLK;
+        for (size_t i = 0; i < n; i++)
+            memcpy(V + i * nb, s->Kc + i * A + a0, nb * sizeof *V);
+        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit,
+                    (int)n, (int)nb, 1.0, s->L, (int)s->cap, V, (int)nb);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < nb; j++)
+                s->var[a0 + j] -= V[i * nb + j] * V[i * nb + j];
+    }
+    return KB_OK;
+}
+
+/* Rebuilds L from X, then Kc and var for the current candidates. Everything it rebuilds
+ * is a cache of X: if it fails, `broken` makes the next ask or posterior retry. */
+static int rebuild(kb_engine *e, gp_state *s)
+{
+    double t0 = kb__now();
+    size_t n = s->n, ld = s->cap;
+    s->broken = 1;
+    s->A = e->space->n;
+    kb_kernel_diag(&e->kernel, e->space->u, s->A, s->kdiag);
+    s->logdet = 0.0;
+    if (n) {
+        double *K = work(s, n * n);
+        if (!K)
+            return KB_ENOMEM;
+        kb_kernel_matrix(&e->kernel, s->X, n, s->X, n, K);
+        for (size_t i = 0; i < n; i++) {
+            K[i * n + i] += s->lambda;
+            memcpy(s->L + i * ld, K + i * n, (i + 1) * sizeof *K);
+        }
+        if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, s->L, (lapack_int)ld))
+            return KB_ENUMERIC;
+        for (size_t i = 0; i < n; i++)
+            s->logdet += log(s->L[i * ld + i] * s->L[i * ld + i] / s->lambda);
+        kb_kernel_matrix(&e->kernel, s->X, n, e->space->u, s->A, s->Kc);
+    }
+    s->mean_stale = 1;
+    int rc = recompute_var(s);
+    s->broken = rc != KB_OK;
+    s->sec_resparsify += kb__now() - t0;
+    return rc;
+}
+
+/* Appends a row for point u: its Cholesky row and its kernel row against the
+ * candidates (var takes it at the next refresh_candidates). *s2 gets sigma^2_n(u) before
+ * the append (Bayesian units). On failure the state is unchanged. */
+static int append_row(kb_engine *e, gp_state *s, const double *u, uint64_t h, size_t obs,
+                      double *s2)
+{
+    double t0 = kb__now();
+    size_t n = s->n, d = s->d;
+    double *l;
+    if (grow_rows(s, n + 1) || !(l = work(s, n + 1)))
+        return KB_ENOMEM;
+    double p2 = chol_new_row(e, s, s->L, s->cap, s->X, n, u, l);
+    *s2 = p2 - s->lambda;
+    memcpy(s->L + n * s->cap, l, n * sizeof *l);
+    s->L[n * s->cap + n] = sqrt(p2);
+    memcpy(s->X + n * d, u, d * sizeof *u);
+    kb_kernel_matrix(&e->kernel, u, 1, e->space->u, s->A, s->Kc + n * s->A);
+    s->handle[n] = h;
+    s->obs_idx[n] = obs;
+    s->n = n + 1;
+    s->logdet += log(p2 / s->lambda);
+    s->sec_embed += kb__now() - t0;
+    return KB_OK;
+}
+
+/* Appends obs_u[nt] to the told-set factor LT. */
+static int append_told(kb_engine *e, gp_state *s)
+{
+    size_t m = s->nt, d = s->d;
+    if (grow_square(&s->LT, &s->capt, m, m + 1))
+        return KB_ENOMEM;
+    double *l = work(s, m + 1);
+    if (!l)
+        return KB_ENOMEM;
+    double p2 = chol_new_row(e, s, s->LT, s->capt, e->obs_u, m, e->obs_u + m * d, l);
+    memcpy(s->LT + m * s->capt, l, m * sizeof *l);
+    s->LT[m * s->capt + m] = sqrt(p2);
+    s->nt = m + 1;
+    return KB_OK;
+}
+
+/* alpha = (K_T + lambda I)^{-1} y_std over every observation so far. */
+static int refresh_alpha(kb_engine *e, gp_state *s)
+{
+    size_t m = s->nt;
+    double *a = realloc(s->alpha, (m ? m : 1) * sizeof *a);
+    if (!a)
+        return KB_ENOMEM;
+    s->alpha = a;
+    double mu, sd;
+    kb__output_stats(e, &mu, &sd);
+    for (size_t i = 0; i < m; i++)
+        a[i] = (e->obs_y[i] - mu) / sd;
+    if (m) {
+        cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)m, s->LT,
+                    (int)s->capt, a, 1);
+        cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, (int)m, s->LT,
+                    (int)s->capt, a, 1);
+    }
+    s->n_alpha = m;
+    s->alpha_stale = 0;
+    s->mean_stale = 1;
+    return KB_OK;
+}
+
+/* Brings mean and var up to date in one pass over Kc: B = [alpha scattered to rows |
+ * rows n_var..n-1 of L^{-1}] (rows of L^{-1} from one dtrsm against unit vectors), then
+ * Kc^T B gives the mean (first column, when stale) and the new rows of L^{-1} Kc, whose
+ * squares each new row removes from var. */
+static int refresh_candidates(gp_state *s)
+{
+    size_t n = s->n, A = s->A, k = n - s->n_var, c0 = s->mean_stale ? 1 : 0, m = c0 + k;
+    if (m == 0)
+        return KB_OK;
+    double *B = work(s, n * m + A * m);
+    if (!B)
+        return KB_ENOMEM;
+    double *out = B + n * m;
+    /* all zero: besides the unit vectors, some OpenBLAS versions propagate NaN from
+     * uninitialized y through beta = 0 */
+    memset(B, 0, (n + A) * m * sizeof *B);
+    for (size_t i = 0; c0 && i < n; i++)
+        B[i * m] = s->obs_idx[i] < s->n_alpha ? s->alpha[s->obs_idx[i]] : 0.0;
+    for (size_t j = 0; j < k; j++)
+        B[(s->n_var + j) * m + c0 + j] = 1.0;
+    if (k)
+        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)n,
+                    (int)k, 1.0, s->L, (int)s->cap, B + c0, (int)m);
+    /* dgemm packs all of Kc, which costs as much as the product when m is 1 or 2 (the
+     * sequential case): then one dgemv per column. */
+    if (m <= 2)
+        for (size_t j = 0; j < m; j++)
+            cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)A, 1.0, s->Kc, (int)A, B + j,
+                        (int)m, 0.0, out + j, (int)m);
+    else
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)A, (int)m, (int)n, 1.0,
+                    s->Kc, (int)A, B, (int)m, 0.0, out, (int)m);
+    for (size_t a = 0; a < A; a++) {
+        if (c0)
+            s->mean[a] = out[a * m];
+        for (size_t j = c0; j < m; j++)
+            s->var[a] -= out[a * m + j] * out[a * m + j];
+    }
+    s->mean_stale = 0;
+    s->n_var = n;
+    return KB_OK;
+}
+
+/* beta_t of seed 003 Algorithm 1 with gamma from the current rows, times beta_scale. */
+static double beta_now(const kb_engine *e, const gp_state *s)
+{
+    double B = kb_config_number(e->cfg, "B"), R = kb_config_number(e->cfg, "R");
+    double delta = kb_config_number(e->cfg, "delta");
+    double gamma = 0.5 * s->logdet;
+    return s->beta0 * (B + R * sqrt(2.0 * (gamma + 1.0 + log(1.0 / delta))));
+}
+
+/* ------------------------------------------------------------ engine ops */
+
+static void gp_destroy(kb_engine *e)
+{
+    gp_state *s = e->impl;
+    if (!s)
+        return;
+    free(s->X);
+    free(s->L);
+    free(s->Kc);
+    free(s->handle);
+    free(s->obs_idx);
+    free(s->var);
+    free(s->kdiag);
+    free(s->LT);
+    free(s->alpha);
+    free(s->mean);
+    free(s->work);
+    free(s);
+}
+
+static int gp_create_common(kb_engine *e, int batched, kb_error *err)
+{
+    if (kb_config_number(e->cfg, "delta") >= 1.0)
+        return kb__fail(err, KB_ERANGE, "delta", "delta must be in (0, 1)");
+    gp_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    e->impl = s;
+    s->batched = batched;
+    s->lambda = kb_config_number(e->cfg, "lambda");
+    s->beta0 = kb_config_number(e->cfg, "beta_scale");
+    s->C = batched ? kb_config_number(e->cfg, "C") : INFINITY;
+    s->d = e->space->dim;
+    s->A = e->space->n;
+    s->var = malloc(s->A * sizeof *s->var);
+    s->kdiag = malloc(s->A * sizeof *s->kdiag);
+    s->mean = calloc(s->A, sizeof *s->mean);
+    s->alpha = calloc(1, sizeof *s->alpha);
+    s->closed = 1; /* the first ask opens the first batch */
+    if (!s->var || !s->kdiag || !s->mean || !s->alpha || rebuild(e, s)) {
+        gp_destroy(e);
+        e->impl = NULL;
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    }
+    return KB_OK;
+}
+
+static int ucb_create(kb_engine *e, kb_error *err) { return gp_create_common(e, 0, err); }
+static int bucb_create(kb_engine *e, kb_error *err) { return gp_create_common(e, 1, err); }
+
+static int fail_rc(kb_error *err, int rc)
+{
+    return rc == KB_ENOMEM ? kb__fail(err, rc, NULL, "out of memory")
+                           : kb__fail(err, rc, "lambda",
+                                      "kernel matrix + lambda I is not positive definite");
+}
+
+/* Box spaces: a new pool around the best points, and everything candidate-sized with it. */
+static int refresh_pool(kb_engine *e, gp_state *s)
+{
+    kb__refresh_pool(e);
+    s->obs_at_refresh = e->n_obs;
+    return rebuild(e, s);
+}
+
+/* gp-bucb: whether an ask may start a new batch, and starting it. */
+static int bucb_gate(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait)
+{
+    *wait = 0;
+    if (!s->closed)
+        return KB_OK;
+    if (e->n_pending) {
+        res->status = KB_ASK_AWAIT_FEEDBACK;
+        res->awaiting = e->n_pending;
+        *wait = 1;
+        return KB_OK;
+    }
+    int rc = !e->space->finite && s->batches ? refresh_pool(e, s) : KB_OK; /* timed */
+    double t0 = kb__now();
+    if (!rc)
+        rc = refresh_alpha(e, s);
+    if (rc)
+        return rc;
+    s->alpha_ucb = s->C * beta_now(e, s);
+    s->last_batch = s->batch_asks;
+    s->batch_asks = 0;
+    s->batches++;
+    s->prod = 1.0;
+    s->closed = 0;
+    s->sec_resparsify += kb__now() - t0;
+    return KB_OK;
+}
+
+/* Brings the state up to date for an ask: a pending rebuild, then the batch gate
+ * (gp-bucb) or the pool refresh and alpha (gp-ucb), then the pass over the candidates.
+ * *width is the UCB's multiplier of sd; *wait is set when gp-bucb awaits feedback. */
+static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
+                       double *width)
+{
+    int rc = s->broken ? rebuild(e, s) : KB_OK;
+    *wait = 0;
+    if (rc)
+        return rc;
+    if (s->batched) {
+        rc = bucb_gate(e, s, res, wait);
+        *width = s->alpha_ucb;
+    } else {
+        if (!e->space->finite && e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 4)
+            rc = refresh_pool(e, s);
+        if (!rc && s->alpha_stale)
+            rc = refresh_alpha(e, s);
+        *width = beta_now(e, s);
+    }
+    return rc || *wait ? rc : refresh_candidates(s);
+}
+
+static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+{
+    gp_state *s = e->impl;
+    double t0 = kb__now(), r0 = s->sec_resparsify, width = 0.0;
+    int wait, rc = prepare_ask(e, s, res, &wait, &width);
+    if (rc)
+        return fail_rc(err, rc);
+    if (wait)
+        return KB_OK;
+    /* Argmax of the UCB; exact ties broken uniformly (reservoir) so seeds matter. */
+    size_t best = SIZE_MAX, ties = 0;
+    double bu = -INFINITY;
+    for (size_t a = 0; a < s->A; a++) {
+        if (kb__excluded(e, a))
+            continue;
+        double u = s->mean[a] + width * sqrt(s->var[a] > 0 ? s->var[a] : 0.0);
+        if (best == SIZE_MAX || u > bu) {
+            best = a;
+            bu = u;
+            ties = 1;
+        } else if (u == bu && kb_rng_below(&e->rng, ++ties) == 0) {
+            best = a;
+        }
+    }
+    s->sec_ask += kb__now() - t0 - (s->sec_resparsify - r0); /* rebuilds counted there */
+    if (best == SIZE_MAX) {
+        res->status = KB_ASK_EXHAUSTED;
+        return KB_OK;
+    }
+    *index = best;
+    return KB_OK;
+}
+
+static int gp_handed(kb_engine *e, uint64_t h, kb_error *err)
+{
+    gp_state *s = e->impl;
+    double s2;
+    int rc = append_row(e, s, kb__trial_u(e, h), h, NO_OBS, &s2);
+    if (rc)
+        return fail_rc(err, rc);
+    s->batch_asks++;
+    if (s->batched) {
+        s->prod *= 1.0 + s2 / s->lambda;
+        if (s->prod > s->C)
+            s->closed = 1;
+    }
+    return KB_OK;
+}
+
+static int gp_tell(kb_engine *e, uint64_t h, kb_error *err)
+{
+    gp_state *s = e->impl;
+    double t0 = kb__now();
+    int rc = append_told(e, s);
+    if (rc)
+        return fail_rc(err, rc);
+    for (size_t i = 0; i < s->n; i++)
+        if (s->handle[i] == h)
+            s->obs_idx[i] = e->n_obs - 1;
+    s->alpha_stale = 1;
+    s->sec_tell += kb__now() - t0;
+    return KB_OK;
+}
+
+static int gp_observe(kb_engine *e, kb_error *err)
+{
+    gp_state *s = e->impl;
+    double s2;
+    size_t nt = s->nt;
+    int rc = append_told(e, s);
+    if (!rc && (rc = append_row(e, s, e->obs_u + (e->n_obs - 1) * s->d, 0, e->n_obs - 1,
+                                &s2)))
+        s->nt = nt;
+    if (rc)
+        return fail_rc(err, rc);
+    s->alpha_stale = 1;
+    return KB_OK;
+}
+
+static int gp_abandon(kb_engine *e, uint64_t h, kb_error *err)
+{
+    gp_state *s = e->impl;
+    size_t r = 0, d = s->d;
+    while (r < s->n && s->handle[r] != h)
+        r++;
+    if (r == s->n)
+        return KB_OK; /* cannot happen: every pending trial has a row */
+    /* The rebuild's scratch first, so that past this point the abandon cannot fail (the
+     * base's contract); a numerical failure of the rebuild leaves `broken` set. */
+    if (!work(s, s->n * (s->n > BLK ? s->n : BLK)))
+        return fail_rc(err, KB_ENOMEM);
+    memmove(s->X + r * d, s->X + (r + 1) * d, (s->n - r - 1) * d * sizeof *s->X);
+    memmove(s->handle + r, s->handle + r + 1, (s->n - r - 1) * sizeof *s->handle);
+    memmove(s->obs_idx + r, s->obs_idx + r + 1, (s->n - r - 1) * sizeof *s->obs_idx);
+    s->n--;
+    rebuild(e, s);
+    return KB_OK;
+}
+
+static int gp_posterior(kb_engine *e, const double *U, size_t m, double *mean, double *sd,
+                        kb_error *err)
+{
+    gp_state *s = e->impl;
+    int rc = s->broken ? rebuild(e, s) : KB_OK;
+    if (!rc && !s->batched && s->alpha_stale)
+        rc = refresh_alpha(e, s);
+    if (rc)
+        return fail_rc(err, rc);
+    size_t n = s->n, nt = s->n_alpha;
+    size_t big = (n > nt ? n : nt) * m;
+    double *Kx = malloc((big ? big : 1) * sizeof *Kx);
+    if (!Kx)
+        return fail_rc(err, KB_ENOMEM);
+    kb_kernel_diag(&e->kernel, U, m, sd);
+    memset(mean, 0, m * sizeof *mean); /* see refresh_candidates on beta = 0 */
+    if (nt) {
+        kb_kernel_matrix(&e->kernel, e->obs_u, nt, U, m, Kx);
+        cblas_dgemv(CblasRowMajor, CblasTrans, (int)nt, (int)m, 1.0, Kx, (int)m, s->alpha, 1,
+                    0.0, mean, 1);
+    }
+    if (n) {
+        kb_kernel_matrix(&e->kernel, s->X, n, U, m, Kx);
+        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)n,
+                    (int)m, 1.0, s->L, (int)s->cap, Kx, (int)m);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < m; j++)
+                sd[j] -= Kx[i * m + j] * Kx[i * m + j];
+    }
+    for (size_t j = 0; j < m; j++)
+        sd[j] = sqrt(sd[j] > 0 ? sd[j] : 0.0);
+    free(Kx);
+    return KB_OK;
+}
+
+static void gp_stats(const kb_engine *e, kb_stats *st)
+{
+    const gp_state *s = e->impl;
+    if (s->batched) {
+        st->epoch = s->batches;
+        st->epoch_asks = s->batch_asks;
+        st->last_batch = s->last_batch;
+    }
+    st->sec_embed = s->sec_embed;
+    st->sec_resparsify = s->sec_resparsify;
+    st->sec_ask = s->sec_ask;
+    st->sec_tell = s->sec_tell;
+}
+
+int kb__gp_candidate_posterior(kb_engine *e, double *mean, double *var, double *gamma)
+{
+    if (e->ops != &kb_engine_gp_ucb && e->ops != &kb_engine_gp_bucb)
+        return KB_EUNSUPPORTED;
+    gp_state *s = e->impl;
+    int rc = !s->batched && s->alpha_stale ? refresh_alpha(e, s) : KB_OK;
+    if (rc || (rc = refresh_candidates(s)))
+        return rc;
+    memcpy(mean, s->mean, s->A * sizeof *mean);
+    memcpy(var, s->var, s->A * sizeof *var);
+    *gamma = 0.5 * s->logdet;
+    return KB_OK;
+}
+
+const kb_engine_ops kb_engine_gp_ucb = {
+    .name = "gp-ucb",
+    .summary = "exact IGP-UCB (Chowdhury & Gopalan 2017), pending points hallucinated",
+    .options = ucb_options,
+    .create = ucb_create,
+    .destroy = gp_destroy,
+    .ask_one = gp_ask_one,
+    .handed = gp_handed,
+    .tell = gp_tell,
+    .abandon = gp_abandon,
+    .observe = gp_observe,
+    .posterior = gp_posterior,
+    .stats = gp_stats,
+};
+
+const kb_engine_ops kb_engine_gp_bucb = {
+    .name = "gp-bucb",
+    .summary = "exact GP-BUCB with the adaptive product batch rule (Desautels et al. 2014)",
+    .options = bucb_options,
+    .create = bucb_create,
+    .destroy = gp_destroy,
+    .ask_one = gp_ask_one,
+    .handed = gp_handed,
+    .tell = gp_tell,
+    .abandon = gp_abandon,
+    .observe = gp_observe,
+    .posterior = gp_posterior,
+    .stats = gp_stats,
+};
