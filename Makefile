@@ -51,6 +51,9 @@ $(BUILD)/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/engines/*.h serv
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+# The migrations are embedded in storage.o (.incbin).
+$(BUILD)/server/storage.o: $(wildcard migrations/*.sql)
+
 $(LIB): $(CORE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^

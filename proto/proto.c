@@ -1,0 +1,1026 @@
+/*
+ * proto.c - This file contains the error table of the REST API, the JSON request
+ * parsers with field-level validation, the box <-> unit-cube mapping and the JSON
+ * renderings of studies and trials.
+ *
+ * Validation rules shared by every parser: unknown keys are rejected (field = the key's
+ * path), numbers must be finite, integers must be JSON integers, strings have bounded
+ * lengths. A parser either fills its output completely and returns 0, or returns -1
+ * with err filled and nothing left allocated.
+ */
+#include "proto.h"
+
+/* Paths are truncated on purpose when longer than API_FIELD_MAX. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------- errors */
+
+static const struct {
+    int status;
+    const char *name;
+} api_table[API__COUNT] = {
+    [API_OK] = {200, "ok"},
+    [API_INVALID_JSON] = {400, "invalid_json"},
+    [API_INVALID] = {400, "invalid"},
+    [API_UNAUTHORIZED] = {401, "unauthorized"},
+    [API_NOT_FOUND] = {404, "not_found"},
+    [API_METHOD_NOT_ALLOWED] = {405, "method_not_allowed"},
+    [API_CONFLICT] = {409, "conflict"},
+    [API_PAYLOAD_TOO_LARGE] = {413, "payload_too_large"},
+    [API_UNSUPPORTED_MEDIA_TYPE] = {415, "unsupported_media_type"},
+    [API_INTERNAL] = {500, "internal"},
+    [API_UNAVAILABLE] = {503, "unavailable"},
+};
+
+int api_status(api_code code) { return code < API__COUNT ? api_table[code].status : 500; }
+
+const char *api_code_name(api_code code)
+{
+    return code < API__COUNT ? api_table[code].name : "internal";
+}
+
+int api_fail(api_error *err, api_code code, const char *field, const char *fmt, ...)
+{
+    if (err) {
+        err->code = code;
+        snprintf(err->field, sizeof err->field, "%s", field ? field : "");
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+json_t *api_error_json(const api_error *err)
+{
+    return json_pack("{s:{s:s,s:s,s:o}}", "error", "code", api_code_name(err->code),
+                     "message", err->message, "field",
+                     err->field[0] ? json_string(err->field) : json_null());
+}
+
+int api_fail_kb(api_error *err, const kb_error *kerr, const char *field_prefix)
+{
+    api_code code;
+    switch (kerr->code) {
+    case KB_EINVAL: case KB_ERANGE: case KB_EUNSUPPORTED: code = API_INVALID; break;
+    case KB_ENOTFOUND: code = kerr->field[0] ? API_INVALID : API_NOT_FOUND; break;
+    case KB_ESTATE: code = API_CONFLICT; break;
+    default: code = API_INTERNAL; break;
+    }
+    char field[API_FIELD_MAX] = "";
+    if (kerr->field[0])
+        snprintf(field, sizeof field, "%s%s", field_prefix ? field_prefix : "", kerr->field);
+    return api_fail(err, code, field, "%s", kerr->message);
+}
+
+/* -------------------------------------------------- validation helpers */
+
+/* Paths are built in fixed buffers: a too-long path is truncated, never overflows. */
+static void path_key(char *out, size_t size, const char *base, const char *key)
+{
+    snprintf(out, size, "%s%s%s", base, base[0] ? "." : "", key);
+}
+
+static void path_index(char *out, size_t size, const char *base, size_t i)
+{
+    snprintf(out, size, "%s[%zu]", base, i);
+}
+
+/* Rejects keys of obj not in the NULL-terminated list. */
+static int check_keys(json_t *obj, const char *const *allowed, const char *path,
+                      api_error *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        int ok = 0;
+        for (size_t i = 0; allowed[i] && !ok; i++)
+            ok = strcmp(key, allowed[i]) == 0;
+        if (!ok) {
+            char p[API_FIELD_MAX];
+            path_key(p, sizeof p, path, key);
+            return api_fail(err, API_INVALID, p, "unknown field '%s'", key);
+        }
+    }
+    return 0;
+}
+
+static int want_object(json_t *v, const char *path, api_error *err)
+{
+    return json_is_object(v) ? 0 : api_fail(err, API_INVALID, path, "must be an object");
+}
+
+static int number_of(json_t *v, const char *path, double *out, api_error *err)
+{
+    if (!json_is_number(v))
+        return api_fail(err, API_INVALID, path, "must be a number");
+    double d = json_number_value(v);
+    if (!isfinite(d))
+        return api_fail(err, API_INVALID, path, "must be finite");
+    *out = d;
+    return 0;
+}
+
+/* Optional integer member in [min, max]; *out = def when absent (required: error). */
+static int get_int(json_t *obj, const char *key, const char *base, int required,
+                   int64_t min, int64_t max, int64_t def, int64_t *out, api_error *err)
+{
+    char p[API_FIELD_MAX];
+    path_key(p, sizeof p, base, key);
+    json_t *v = json_object_get(obj, key);
+    if (!v) {
+        if (required)
+            return api_fail(err, API_INVALID, p, "is required");
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return api_fail(err, API_INVALID, p, "must be an integer");
+    json_int_t i = json_integer_value(v);
+    if (i < min || i > max)
+        return api_fail(err, API_INVALID, p, "must be in [%lld, %lld]", (long long)min,
+                        (long long)max);
+    *out = i;
+    return 0;
+}
+
+/* String member of 1..maxlen bytes, copied into *out; NULL when absent and optional. */
+static int get_string(json_t *obj, const char *key, const char *base, int required,
+                      size_t maxlen, char **out, api_error *err)
+{
+    char p[API_FIELD_MAX];
+    path_key(p, sizeof p, base, key);
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (!v) {
+        return required ? api_fail(err, API_INVALID, p, "is required") : 0;
+    }
+    if (!json_is_string(v))
+        return api_fail(err, API_INVALID, p, "must be a string");
+    size_t len = json_string_length(v);
+    if (len < 1 || len > maxlen)
+        return api_fail(err, API_INVALID, p, "must have 1 to %zu characters", maxlen);
+    if (memchr(json_string_value(v), 0, len))
+        return api_fail(err, API_INVALID, p, "must not contain NUL");
+    *out = strdup(json_string_value(v));
+    return *out ? 0 : api_fail(err, API_INTERNAL, NULL, "out of memory");
+}
+
+/* A JSON array of `dim` finite numbers (dim 0: any length >= 1, returned in *dim). */
+static int number_row(json_t *row, const char *path, double *out, size_t *dim,
+                      api_error *err)
+{
+    if (!json_is_array(row))
+        return api_fail(err, API_INVALID, path, "must be an array of numbers");
+    size_t n = json_array_size(row);
+    if (n == 0 || (*dim && n != *dim))
+        return api_fail(err, API_INVALID, path, "must have %zu numbers, has %zu",
+                        *dim ? *dim : 1, n);
+    for (size_t j = 0; j < n; j++) {
+        char p[API_FIELD_MAX];
+        double d;
+        path_index(p, sizeof p, path, j);
+        if (number_of(json_array_get(row, j), p, &d, err))
+            return -1;
+        if (out)
+            out[j] = d;
+    }
+    *dim = n;
+    return 0;
+}
+
+/* An array of rows, all of one dimension; *rows owned by the caller. */
+static int number_matrix(json_t *arr, const char *path, double **rows, size_t *n,
+                         size_t *dim, api_error *err)
+{
+    if (!json_is_array(arr) || json_array_size(arr) == 0)
+        return api_fail(err, API_INVALID, path, "must be a non-empty array of rows");
+    size_t nr = json_array_size(arr), d = 0;
+    char p[API_FIELD_MAX];
+    path_index(p, sizeof p, path, 0);
+    if (number_row(json_array_get(arr, 0), p, NULL, &d, err))
+        return -1;
+    double *m = malloc(nr * d * sizeof *m);
+    if (!m)
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < nr; i++) {
+        path_index(p, sizeof p, path, i);
+        if (number_row(json_array_get(arr, i), p, m + i * d, &d, err)) {
+            free(m);
+            return -1;
+        }
+    }
+    *rows = m;
+    *n = nr;
+    *dim = d;
+    return 0;
+}
+
+json_t *proto_parse_object(const char *body, size_t len, api_error *err)
+{
+    if (!body || len == 0) {
+        api_fail(err, API_INVALID_JSON, NULL, "a JSON request body is required");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc) {
+        api_fail(err, API_INVALID_JSON, NULL, "invalid JSON at line %d column %d: %s",
+                 jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        api_fail(err, API_INVALID, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return doc;
+}
+
+/* ------------------------------------------------------------ studies */
+
+static int parse_param(json_t *p, const char *path, param_spec *out, api_error *err)
+{
+    static const char *const num_keys[] = {"name", "type", "low", "high", "log", NULL};
+    static const char *const cat_keys[] = {"name", "type", "choices", NULL};
+    char fp[API_FIELD_MAX];
+    if (want_object(p, path, err))
+        return -1;
+    json_t *type = json_object_get(p, "type");
+    path_key(fp, sizeof fp, path, "type");
+    const char *t = json_string_value(type);
+    if (!t)
+        return api_fail(err, API_INVALID, fp, "is required: float, int or categorical");
+    if (strcmp(t, "float") == 0)
+        out->type = PARAM_FLOAT;
+    else if (strcmp(t, "int") == 0)
+        out->type = PARAM_INT;
+    else if (strcmp(t, "categorical") == 0)
+        out->type = PARAM_CATEGORICAL;
+    else
+        return api_fail(err, API_INVALID, fp, "must be float, int or categorical");
+    if (check_keys(p, out->type == PARAM_CATEGORICAL ? cat_keys : num_keys, path, err) ||
+        get_string(p, "name", path, 1, 200, &out->name, err))
+        return -1;
+    if (out->type == PARAM_CATEGORICAL) {
+        json_t *c = json_object_get(p, "choices");
+        path_key(fp, sizeof fp, path, "choices");
+        if (!json_is_array(c) || json_array_size(c) == 0 || json_array_size(c) > 10000)
+            return api_fail(err, API_INVALID, fp, "must be an array of 1 to 10000 choices");
+        size_t i;
+        json_t *v;
+        json_array_foreach(c, i, v) {
+            if (!json_is_string(v) && !json_is_number(v) && !json_is_boolean(v)) {
+                char ip[API_FIELD_MAX];
+                path_index(ip, sizeof ip, fp, i);
+                return api_fail(err, API_INVALID, ip, "must be a string, number or boolean");
+            }
+        }
+        out->choices = json_deep_copy(c);
+        return 0;
+    }
+    char lp[API_FIELD_MAX], hp[API_FIELD_MAX];
+    path_key(lp, sizeof lp, path, "low");
+    path_key(hp, sizeof hp, path, "high");
+    json_t *lo = json_object_get(p, "low"), *hi = json_object_get(p, "high");
+    if (!lo)
+        return api_fail(err, API_INVALID, lp, "is required");
+    if (!hi)
+        return api_fail(err, API_INVALID, hp, "is required");
+    if (number_of(lo, lp, &out->low, err) || number_of(hi, hp, &out->high, err))
+        return -1;
+    json_t *lg = json_object_get(p, "log");
+    path_key(fp, sizeof fp, path, "log");
+    if (lg && !json_is_boolean(lg))
+        return api_fail(err, API_INVALID, fp, "must be a boolean");
+    out->log = json_is_true(lg);
+    if (out->type == PARAM_INT) {
+        if (!json_is_integer(lo))
+            return api_fail(err, API_INVALID, lp, "must be an integer");
+        if (!json_is_integer(hi))
+            return api_fail(err, API_INVALID, hp, "must be an integer");
+        if (out->high < out->low)
+            return api_fail(err, API_INVALID, hp, "must be >= low");
+    } else if (!(out->high > out->low)) {
+        return api_fail(err, API_INVALID, hp, "must be > low");
+    }
+    if (out->log && !(out->low > 0))
+        return api_fail(err, API_INVALID, lp, "must be > 0 on a log scale");
+    return 0;
+}
+
+static int parse_space(json_t *sp, study_spec *out, api_error *err)
+{
+    static const char *const cand_keys[] = {"type", "candidates", "candidate_set", NULL};
+    static const char *const box_keys[] = {"type", "params", NULL};
+    if (!sp)
+        return api_fail(err, API_INVALID, "space", "is required");
+    if (want_object(sp, "space", err))
+        return -1;
+    const char *t = json_string_value(json_object_get(sp, "type"));
+    if (!t || (strcmp(t, "candidates") && strcmp(t, "box")))
+        return api_fail(err, API_INVALID, "space.type", "must be candidates or box");
+    if (strcmp(t, "candidates") == 0) {
+        out->space = SPACE_CANDIDATES;
+        if (check_keys(sp, cand_keys, "space", err))
+            return -1;
+        json_t *c = json_object_get(sp, "candidates"), *cs = json_object_get(sp, "candidate_set");
+        if ((c != NULL) == (cs != NULL))
+            return api_fail(err, API_INVALID, "space.candidates",
+                            "give exactly one of candidates or candidate_set");
+        if (cs)
+            return get_int(sp, "candidate_set", "space", 1, 1, INT64_MAX, 0,
+                           &out->candidate_set, err);
+        return number_matrix(c, "space.candidates", &out->candidates, &out->rows, &out->dim,
+                             err);
+    }
+    out->space = SPACE_BOX;
+    if (check_keys(sp, box_keys, "space", err))
+        return -1;
+    json_t *ps = json_object_get(sp, "params");
+    if (!json_is_array(ps) || json_array_size(ps) == 0 || json_array_size(ps) > 1000)
+        return api_fail(err, API_INVALID, "space.params", "must be an array of 1 to 1000 params");
+    out->n_params = json_array_size(ps);
+    out->params = calloc(out->n_params, sizeof *out->params);
+    if (!out->params)
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < out->n_params; i++) {
+        char p[API_FIELD_MAX];
+        path_index(p, sizeof p, "space.params", i);
+        if (parse_param(json_array_get(ps, i), p, &out->params[i], err))
+            return -1;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(out->params[j].name, out->params[i].name) == 0) {
+                char np[API_FIELD_MAX];
+                path_key(np, sizeof np, p, "name");
+                return api_fail(err, API_INVALID, np, "duplicate param name '%s'",
+                                out->params[i].name);
+            }
+    }
+    out->dim = out->n_params;
+    return 0;
+}
+
+/* engine: {"name", "settings"}; the config is built later (proto_study_spec_config). */
+static int parse_engine(json_t *eng, study_spec *out, api_error *err)
+{
+    static const char *const keys[] = {"name", "settings", NULL};
+    if (eng && (want_object(eng, "engine", err) || check_keys(eng, keys, "engine", err)))
+        return -1;
+    if (eng && json_object_get(eng, "name")) {
+        if (get_string(eng, "name", "engine", 1, 64, &out->engine, err))
+            return -1;
+    } else {
+        out->engine = strdup("bbkb");
+    }
+    json_t *st = eng ? json_object_get(eng, "settings") : NULL;
+    if (st && want_object(st, "engine.settings", err))
+        return -1;
+    out->settings = st ? json_deep_copy(st) : json_object();
+    return out->engine && out->settings ? 0 : api_fail(err, API_INTERNAL, NULL, "out of memory");
+}
+
+/* Sets one engine.settings member on cfg by its JSON type. */
+static int set_option(kb_config *cfg, const char *key, json_t *v, api_error *err)
+{
+    kb_error kerr = {0};
+    char p[API_FIELD_MAX];
+    path_key(p, sizeof p, "engine.settings", key);
+    int rc;
+    if (json_is_number(v)) {
+        double d;
+        if (number_of(v, p, &d, err))
+            return -1;
+        rc = kb_config_set_number(cfg, key, d, &kerr);
+    } else if (json_is_string(v)) {
+        rc = kb_config_set_string(cfg, key, json_string_value(v), &kerr);
+    } else if (json_is_array(v) && json_array_size(v) > 0) {
+        size_t d = 0;
+        double *vec = malloc(json_array_size(v) * sizeof *vec);
+        if (!vec)
+            return api_fail(err, API_INTERNAL, NULL, "out of memory");
+        if (number_row(v, p, vec, &d, err)) {
+            free(vec);
+            return -1;
+        }
+        rc = kb_config_set_vector(cfg, key, vec, d, &kerr);
+        free(vec);
+    } else {
+        return api_fail(err, API_INVALID, p, "must be a number, string or non-empty array of numbers");
+    }
+    if (rc < 0) {
+        snprintf(kerr.field, sizeof kerr.field, "%s", key);
+        return api_fail_kb(err, &kerr, "engine.settings.");
+    }
+    return 0;
+}
+
+int proto_study_spec_config(study_spec *s, api_error *err)
+{
+    kb_error kerr = {0};
+    kb_config_free(s->cfg);
+    s->cfg = kb_config_new(s->engine, &kerr);
+    if (!s->cfg) {
+        const char *const *names = kb_engine_names();
+        char list[API_MESSAGE_MAX / 2] = "";
+        for (size_t i = 0; names[i]; i++) {
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", names[i]);
+        }
+        return api_fail(err, API_INVALID, "engine.name", "unknown engine '%s' (known: %s)",
+                        s->engine, list);
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(s->settings, key, v) {
+        if (set_option(s->cfg, key, v, err))
+            return -1;
+    }
+    return 0;
+}
+
+int proto_study_spec_parse(json_t *doc, study_spec *out, api_error *err)
+{
+    static const char *const keys[] = {"name", "direction", "space", "engine",
+                                       "lease_seconds", "max_trials", NULL};
+    memset(out, 0, sizeof *out);
+    if (want_object(doc, "", err) || check_keys(doc, keys, "", err) ||
+        get_string(doc, "name", "", 1, 200, &out->name, err))
+        goto fail;
+    json_t *dir = json_object_get(doc, "direction");
+    if (dir) {
+        const char *d = json_string_value(dir);
+        if (!d || (strcmp(d, "maximize") && strcmp(d, "minimize"))) {
+            api_fail(err, API_INVALID, "direction", "must be maximize or minimize");
+            goto fail;
+        }
+        out->minimize = strcmp(d, "minimize") == 0;
+    }
+    json_t *mt = json_object_get(doc, "max_trials");
+    if (parse_space(json_object_get(doc, "space"), out, err) ||
+        get_int(doc, "lease_seconds", "", 0, 1, 604800, 600, &out->lease_seconds, err) ||
+        (mt && !json_is_null(mt) &&
+         get_int(doc, "max_trials", "", 0, 1, INT64_MAX, 0, &out->max_trials, err)) ||
+        parse_engine(json_object_get(doc, "engine"), out, err)) /* last: needs the others valid */
+        goto fail;
+    return 0;
+fail:
+    proto_study_spec_clear(out);
+    return -1;
+}
+
+void proto_study_spec_clear(study_spec *s)
+{
+    free(s->name);
+    free(s->candidates);
+    for (size_t i = 0; s->params && i < s->n_params; i++) {
+        free(s->params[i].name);
+        json_decref(s->params[i].choices);
+    }
+    free(s->params);
+    free(s->engine);
+    json_decref(s->settings);
+    kb_config_free(s->cfg);
+    memset(s, 0, sizeof *s);
+}
+
+static json_t *matrix_json(const double *m, size_t n, size_t dim)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *row = json_array();
+        for (size_t j = 0; j < dim; j++)
+            json_array_append_new(row, json_real(m[i * dim + j]));
+        json_array_append_new(a, row);
+    }
+    return a;
+}
+
+static json_t *space_json(const study_spec *s, int with_candidates)
+{
+    if (s->space == SPACE_BOX) {
+        json_t *ps = json_array();
+        for (size_t i = 0; i < s->n_params; i++) {
+            const param_spec *p = &s->params[i];
+            json_t *o;
+            if (p->type == PARAM_CATEGORICAL)
+                o = json_pack("{s:s,s:s,s:O}", "name", p->name, "type", "categorical",
+                              "choices", p->choices);
+            else if (p->type == PARAM_INT)
+                o = json_pack("{s:s,s:s,s:I,s:I,s:b}", "name", p->name, "type", "int", "low",
+                              (json_int_t)p->low, "high", (json_int_t)p->high, "log", p->log);
+            else
+                o = json_pack("{s:s,s:s,s:f,s:f,s:b}", "name", p->name, "type", "float",
+                              "low", p->low, "high", p->high, "log", p->log);
+            json_array_append_new(ps, o);
+        }
+        return json_pack("{s:s,s:o}", "type", "box", "params", ps);
+    }
+    if (s->candidate_set)
+        return json_pack("{s:s,s:I,s:I,s:I}", "type", "candidates", "rows",
+                         (json_int_t)s->rows, "dim", (json_int_t)s->dim, "candidate_set",
+                         (json_int_t)s->candidate_set);
+    if (with_candidates)
+        return json_pack("{s:s,s:o}", "type", "candidates", "candidates",
+                         matrix_json(s->candidates, s->rows, s->dim));
+    return json_pack("{s:s,s:I,s:I}", "type", "candidates", "rows", (json_int_t)s->rows,
+                     "dim", (json_int_t)s->dim);
+}
+
+json_t *proto_study_spec_json(const study_spec *s, int with_candidates)
+{
+    json_t *o = json_pack("{s:s,s:s,s:o,s:{s:s,s:O},s:I}", "name", s->name, "direction",
+                          s->minimize ? "minimize" : "maximize", "space",
+                          space_json(s, with_candidates), "engine", "name", s->engine,
+                          "settings", s->settings, "lease_seconds",
+                          (json_int_t)s->lease_seconds);
+    json_object_set_new(o, "max_trials",
+                        s->max_trials ? json_integer(s->max_trials) : json_null());
+    if (with_candidates && s->candidate_set) /* stored form: rows/dim are reloaded */
+        json_object_set_new(o, "space", json_pack("{s:s,s:I}", "type", "candidates",
+                                                  "candidate_set",
+                                                  (json_int_t)s->candidate_set));
+    return o;
+}
+
+/* -------------------------------------------------------- trial calls */
+
+int proto_ask_parse(json_t *doc, ask_req *out, api_error *err)
+{
+    static const char *const keys[] = {"worker", "count", "wait_ms", NULL};
+    memset(out, 0, sizeof *out);
+    if (check_keys(doc, keys, "", err) || get_string(doc, "worker", "", 1, 200, &out->worker, err) ||
+        get_int(doc, "count", "", 0, 1, 1000, 1, &out->count, err) ||
+        get_int(doc, "wait_ms", "", 0, 0, 60000, 0, &out->wait_ms, err)) {
+        proto_ask_clear(out);
+        return -1;
+    }
+    return 0;
+}
+
+void proto_ask_clear(ask_req *r)
+{
+    free(r->worker);
+    r->worker = NULL;
+}
+
+static int value_member(json_t *obj, const char *base, double *value, api_error *err)
+{
+    char p[API_FIELD_MAX];
+    path_key(p, sizeof p, base, "value");
+    json_t *v = json_object_get(obj, "value");
+    if (!v)
+        return api_fail(err, API_INVALID, p, "is required");
+    return number_of(v, p, value, err);
+}
+
+int proto_tell_parse(json_t *doc, double *value, api_error *err)
+{
+    static const char *const keys[] = {"value", NULL};
+    return check_keys(doc, keys, "", err) || value_member(doc, "", value, err) ? -1 : 0;
+}
+
+int proto_tell_batch_parse(json_t *doc, tell_item **items, size_t *n, api_error *err)
+{
+    static const char *const keys[] = {"results", NULL};
+    static const char *const item_keys[] = {"trial_id", "value", NULL};
+    if (check_keys(doc, keys, "", err))
+        return -1;
+    json_t *r = json_object_get(doc, "results");
+    if (!json_is_array(r) || json_array_size(r) < 1 || json_array_size(r) > 10000)
+        return api_fail(err, API_INVALID, "results", "must be an array of 1 to 10000 items");
+    size_t nr = json_array_size(r);
+    tell_item *it = calloc(nr, sizeof *it);
+    if (!it)
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < nr; i++) {
+        char p[API_FIELD_MAX];
+        path_index(p, sizeof p, "results", i);
+        json_t *o = json_array_get(r, i);
+        if (want_object(o, p, err) || check_keys(o, item_keys, p, err) ||
+            get_int(o, "trial_id", p, 1, 1, INT64_MAX, 0, &it[i].trial_id, err) ||
+            value_member(o, p, &it[i].value, err)) {
+            free(it);
+            return -1;
+        }
+    }
+    *items = it;
+    *n = nr;
+    return 0;
+}
+
+int proto_fail_parse(json_t *doc, char **reason, api_error *err)
+{
+    static const char *const keys[] = {"reason", NULL};
+    *reason = NULL;
+    if (!doc)
+        return 0;
+    return check_keys(doc, keys, "", err) || get_string(doc, "reason", "", 0, 2000, reason, err)
+               ? -1 : 0;
+}
+
+int proto_heartbeat_parse(json_t *doc, api_error *err)
+{
+    static const char *const keys[] = {NULL};
+    return doc ? check_keys(doc, keys, "", err) : 0;
+}
+
+int proto_observations_parse(json_t *doc, const study_spec *spec, double **xs,
+                             double **values, size_t *n, api_error *err)
+{
+    static const char *const keys[] = {"observations", NULL};
+    static const char *const item_keys[] = {"x", "params", "value", NULL};
+    if (check_keys(doc, keys, "", err))
+        return -1;
+    json_t *obs = json_object_get(doc, "observations");
+    if (!json_is_array(obs) || json_array_size(obs) < 1 || json_array_size(obs) > 100000)
+        return api_fail(err, API_INVALID, "observations",
+                        "must be an array of 1 to 100000 items");
+    size_t no = json_array_size(obs), dim = spec->dim;
+    double *x = malloc(no * dim * sizeof *x), *y = malloc(no * sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
+    }
+    for (size_t i = 0; i < no; i++) {
+        char p[API_FIELD_MAX], fp[API_FIELD_MAX];
+        path_index(p, sizeof p, "observations", i);
+        json_t *o = json_array_get(obs, i);
+        if (want_object(o, p, err) || check_keys(o, item_keys, p, err) ||
+            value_member(o, p, &y[i], err))
+            goto fail;
+        json_t *xv = json_object_get(o, "x"), *pv = json_object_get(o, "params");
+        if ((xv != NULL) == (pv != NULL)) {
+            path_key(fp, sizeof fp, p, "x");
+            api_fail(err, API_INVALID, fp, "give exactly one of x or params");
+            goto fail;
+        }
+        if (pv && spec->space != SPACE_BOX) {
+            path_key(fp, sizeof fp, p, "params");
+            api_fail(err, API_INVALID, fp, "params need a box space; give x");
+            goto fail;
+        }
+        if (pv) {
+            path_key(fp, sizeof fp, p, "params");
+            if (proto_params_to_x(spec, pv, fp, x + i * dim, err))
+                goto fail;
+            continue;
+        }
+        size_t d = dim;
+        path_key(fp, sizeof fp, p, "x");
+        if (number_row(xv, fp, x + i * dim, &d, err))
+            goto fail;
+        for (size_t j = 0; spec->space == SPACE_BOX && j < dim; j++)
+            if (x[i * dim + j] < 0 || x[i * dim + j] > 1) {
+                char jp[API_FIELD_MAX];
+                path_index(jp, sizeof jp, fp, j);
+                api_fail(err, API_INVALID, jp, "box coordinates must be in [0, 1]");
+                goto fail;
+            }
+    }
+    *xs = x;
+    *values = y;
+    *n = no;
+    return 0;
+fail:
+    free(x);
+    free(y);
+    return -1;
+}
+
+/* ----------------------------------------------------- candidate sets */
+
+static int check_names(json_t *names, size_t dim, api_error *err)
+{
+    if (!json_is_array(names) || json_array_size(names) != dim)
+        return api_fail(err, API_INVALID, "names", "must be an array of %zu strings", dim);
+    size_t i;
+    json_t *v;
+    json_array_foreach(names, i, v) {
+        if (!json_is_string(v) || json_string_length(v) < 1 || json_string_length(v) > 200) {
+            char p[API_FIELD_MAX];
+            path_index(p, sizeof p, "names", i);
+            return api_fail(err, API_INVALID, p, "must be a string of 1 to 200 characters");
+        }
+    }
+    return 0;
+}
+
+int proto_candidates_json_parse(json_t *doc, double **rows, size_t *n, size_t *dim,
+                                json_t **names, api_error *err)
+{
+    static const char *const keys[] = {"rows", "names", NULL};
+    if (check_keys(doc, keys, "", err) ||
+        number_matrix(json_object_get(doc, "rows"), "rows", rows, n, dim, err))
+        return -1;
+    json_t *nm = json_object_get(doc, "names");
+    *names = NULL;
+    if (nm && !json_is_null(nm)) {
+        if (check_names(nm, *dim, err)) {
+            free(*rows);
+            *rows = NULL;
+            return -1;
+        }
+        *names = json_deep_copy(nm);
+    }
+    return 0;
+}
+
+/* Splits one CSV line [p, end) at commas into fields; returns the number of fields and
+ * stores at most max (start, end) pairs. Quotes are not supported: numbers and plain
+ * header names only. */
+static size_t csv_fields(const char *p, const char *end, const char **fs, const char **fe,
+                         size_t max)
+{
+    size_t k = 0;
+    for (;;) {
+        const char *c = memchr(p, ',', (size_t)(end - p));
+        const char *e = c ? c : end;
+        if (k < max) {
+            fs[k] = p;
+            fe[k] = e;
+        }
+        k++;
+        if (!c)
+            return k;
+        p = c + 1;
+    }
+}
+
+static void trim(const char **s, const char **e)
+{
+    while (*s < *e && (**s == ' ' || **s == '\t' || **s == '"'))
+        (*s)++;
+    while (*e > *s && ((*e)[-1] == ' ' || (*e)[-1] == '\t' || (*e)[-1] == '\r' || (*e)[-1] == '"'))
+        (*e)--;
+}
+
+/* Parses one field as a finite number; 0 on success. */
+static int csv_number(const char *s, const char *e, double *out)
+{
+    char tmp[64];
+    trim(&s, &e);
+    size_t len = (size_t)(e - s);
+    if (len == 0 || len >= sizeof tmp)
+        return -1;
+    memcpy(tmp, s, len);
+    tmp[len] = 0;
+    char *endp;
+    *out = strtod(tmp, &endp);
+    return *endp || !isfinite(*out) ? -1 : 0;
+}
+
+#define CSV_MAX_DIM 10000
+
+int proto_candidates_csv_parse(const char *text, size_t len, double **rows, size_t *n,
+                               size_t *dim, json_t **names, api_error *err)
+{
+    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) { /* UTF-8 byte-order mark */
+        text += 3;
+        len -= 3;
+    }
+    const char **fs = malloc(CSV_MAX_DIM * sizeof *fs), **fe = malloc(CSV_MAX_DIM * sizeof *fe);
+    double *m = NULL;
+    size_t cap = 0, nr = 0, d = 0, line = 0;
+    *names = NULL;
+    if (!fs || !fe) {
+        api_fail(err, API_INTERNAL, NULL, "out of memory");
+        goto fail;
+    }
+    for (const char *p = text, *end = text + len; p < end; line++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end, *ls = p;
+        p = nl ? nl + 1 : end;
+        const char *ts = ls, *te = le;
+        trim(&ts, &te);
+        if (ts == te)
+            continue; /* blank line */
+        size_t k = csv_fields(ls, le, fs, fe, CSV_MAX_DIM);
+        char fp[API_FIELD_MAX];
+        if (k > CSV_MAX_DIM) {
+            api_fail(err, API_INVALID, NULL, "line %zu: more than %d columns", line + 1, CSV_MAX_DIM);
+            goto fail;
+        }
+        if (d && k != d) {
+            snprintf(fp, sizeof fp, "rows[%zu]", nr);
+            api_fail(err, API_INVALID, fp, "line %zu has %zu columns, expected %zu", line + 1, k, d);
+            goto fail;
+        }
+        double first;
+        if (!d && !*names && csv_number(fs[0], fe[0], &first) != 0) { /* header row */
+            *names = json_array();
+            for (size_t j = 0; j < k; j++) {
+                const char *s = fs[j], *e = fe[j];
+                trim(&s, &e);
+                if (s == e || e - s > 200) {
+                    snprintf(fp, sizeof fp, "names[%zu]", j);
+                    api_fail(err, API_INVALID, fp, "header names must have 1 to 200 characters");
+                    goto fail;
+                }
+                json_array_append_new(*names, json_stringn(s, (size_t)(e - s)));
+                if (!json_is_string(json_array_get(*names, j))) {
+                    snprintf(fp, sizeof fp, "names[%zu]", j);
+                    api_fail(err, API_INVALID_JSON, fp, "header is not valid UTF-8");
+                    goto fail;
+                }
+            }
+            d = k;
+            continue;
+        }
+        d = k;
+        if ((nr + 1) * d > cap) {
+            size_t nc = cap ? cap * 2 : 1024 * d;
+            double *q = realloc(m, nc * sizeof *m);
+            if (!q) {
+                api_fail(err, API_INTERNAL, NULL, "out of memory");
+                goto fail;
+            }
+            m = q;
+            cap = nc;
+        }
+        for (size_t j = 0; j < k; j++)
+            if (csv_number(fs[j], fe[j], &m[nr * d + j])) {
+                snprintf(fp, sizeof fp, "rows[%zu][%zu]", nr, j);
+                api_fail(err, API_INVALID, fp, "line %zu column %zu is not a finite number",
+                         line + 1, j + 1);
+                goto fail;
+            }
+        nr++;
+    }
+    if (nr == 0) {
+        api_fail(err, API_INVALID, "rows", "the CSV has no data rows");
+        goto fail;
+    }
+    free(fs);
+    free(fe);
+    *rows = m;
+    *n = nr;
+    *dim = d;
+    return 0;
+fail:
+    free(fs);
+    free(fe);
+    free(m);
+    json_decref(*names);
+    *names = NULL;
+    return -1;
+}
+
+/* ------------------------------------------------- box <-> unit cube */
+
+static double clamp01(double v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
+
+/* Position in [0,1] of a float/int param value on its (log) scale. */
+static double unit_of(const param_spec *p, double v)
+{
+    if (p->log)
+        return clamp01((log(v) - log(p->low)) / (log(p->high) - log(p->low)));
+    /* Halved operands: high - low may overflow a double (low = -1e308, high = 1e308). */
+    if (p->type == PARAM_INT) /* centre of the value's bin */
+        return clamp01((v / 2 - p->low / 2 + 0.25) / (p->high / 2 - p->low / 2 + 0.5));
+    return clamp01((v / 2 - p->low / 2) / (p->high / 2 - p->low / 2));
+}
+
+static double value_of(const param_spec *p, double u)
+{
+    u = clamp01(u);
+    double v;
+    if (p->log)
+        v = exp(log(p->low) + u * (log(p->high) - log(p->low)));
+    else if (p->type == PARAM_INT) /* equal bins of width (high - low + 1) / n_values */
+        v = floor(p->low + u * (p->high / 2 - p->low / 2 + 0.5) * 2);
+    else /* a convex combination cannot overflow */
+        v = p->low * (1 - u) + p->high * u;
+    if (p->type == PARAM_INT && p->log)
+        v = round(v);
+    return fmin(p->high, fmax(p->low, v));
+}
+
+json_t *proto_params_from_x(const study_spec *s, const double *x)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; i < s->n_params; i++) {
+        const param_spec *p = &s->params[i];
+        json_t *v;
+        if (p->type == PARAM_CATEGORICAL) {
+            size_t k = json_array_size(p->choices);
+            size_t idx = (size_t)(clamp01(x[i]) * (double)k);
+            v = json_incref(json_array_get(p->choices, idx < k ? idx : k - 1));
+        } else if (p->type == PARAM_INT) {
+            v = json_integer((json_int_t)value_of(p, x[i]));
+        } else {
+            v = json_real(value_of(p, x[i]));
+        }
+        json_object_set_new(o, p->name, v);
+    }
+    return o;
+}
+
+int proto_params_to_x(const study_spec *s, json_t *params, const char *path, double *x,
+                      api_error *err)
+{
+    if (want_object(params, path, err))
+        return -1;
+    const char *key;
+    json_t *v;
+    json_object_foreach(params, key, v) {
+        size_t i = 0;
+        while (i < s->n_params && strcmp(s->params[i].name, key))
+            i++;
+        if (i == s->n_params) {
+            char p[API_FIELD_MAX];
+            path_key(p, sizeof p, path, key);
+            return api_fail(err, API_INVALID, p, "unknown param '%s'", key);
+        }
+    }
+    for (size_t i = 0; i < s->n_params; i++) {
+        const param_spec *p = &s->params[i];
+        char fp[API_FIELD_MAX];
+        path_key(fp, sizeof fp, path, p->name);
+        v = json_object_get(params, p->name);
+        if (!v)
+            return api_fail(err, API_INVALID, fp, "is required");
+        if (p->type == PARAM_CATEGORICAL) {
+            size_t k = json_array_size(p->choices), j = 0;
+            while (j < k && !json_equal(json_array_get(p->choices, j), v))
+                j++;
+            if (j == k)
+                return api_fail(err, API_INVALID, fp, "is not one of the choices");
+            x[i] = ((double)j + 0.5) / (double)k;
+            continue;
+        }
+        double d;
+        if (number_of(v, fp, &d, err))
+            return -1;
+        if (p->type == PARAM_INT && (!json_is_integer(v)))
+            return api_fail(err, API_INVALID, fp, "must be an integer");
+        if (d < p->low || d > p->high)
+            return api_fail(err, API_INVALID, fp, "must be in [%g, %g]", p->low, p->high);
+        x[i] = unit_of(p, d);
+    }
+    return 0;
+}
+
+/* -------------------------------------------------------- renderings */
+
+static const char *const state_names[TRIAL__STATES] = {"pending", "completed", "failed",
+                                                       "expired"};
+
+const char *proto_trial_state_name(trial_state s) { return state_names[s]; }
+
+int proto_trial_state_parse(const char *name, trial_state *out)
+{
+    for (int i = 0; i < TRIAL__STATES; i++)
+        if (strcmp(name, state_names[i]) == 0) {
+            *out = (trial_state)i;
+            return 0;
+        }
+    return -1;
+}
+
+void proto_time_format(int64_t ms, char *buf, size_t size)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char base[24];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, size, "%s.%03dZ", base, (int)(ms % 1000));
+}
+
+static json_t *time_json(int64_t ms)
+{
+    if (!ms)
+        return json_null();
+    char b[40];
+    proto_time_format(ms, b, sizeof b);
+    return json_string(b);
+}
+
+json_t *proto_trial_json(const trial_rec *t, int64_t study_id, const study_spec *s)
+{
+    json_t *x = json_array();
+    for (size_t j = 0; j < s->dim; j++)
+        json_array_append_new(x, json_real(t->x[j]));
+    return json_pack("{s:I,s:I,s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "id",
+                     (json_int_t)t->id, "study_id", (json_int_t)study_id, "state",
+                     state_names[t->state], "worker", t->worker ? t->worker : "", "x", x,
+                     "candidate_index",
+                     t->cand_index >= 0 ? json_integer(t->cand_index) : json_null(), "params",
+                     s->space == SPACE_BOX ? proto_params_from_x(s, t->x) : json_null(),
+                     "value", t->state == TRIAL_COMPLETED ? json_real(t->value) : json_null(),
+                     "created_at", time_json(t->created_ms), "lease_expires_at",
+                     time_json(t->lease_ms), "completed_at", time_json(t->completed_ms),
+                     "reason", t->reason ? json_string(t->reason) : json_null());
+}

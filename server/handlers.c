@@ -1,0 +1,406 @@
+/*
+ * handlers.c - This file contains the route table of the REST API (the contract is
+ * openapi.yaml) and one handler per route. Handlers parse with proto/, act through
+ * study.c or storage.h, and answer with exactly one reply (or suspend a long-poll).
+ */
+#include "handlers.h"
+
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "study.h"
+
+#include <microhttpd.h>
+#include <stdlib.h>
+#include <string.h>
+
+static store *db; /* set once by handlers_init, before the HTTP threads start */
+
+void handlers_init(store *s) { db = s; }
+
+/* Answers a handler result: the JSON with `status`, or the error. */
+static int answer(request *rq, int status, json_t *o, const api_error *err)
+{
+    return o ? reply_json(rq, status, o) : reply_error(rq, err);
+}
+
+static int not_found(request *rq, const char *what)
+{
+    api_error err;
+    api_fail(&err, API_NOT_FOUND, NULL, "%s not found", what);
+    return reply_error(rq, &err);
+}
+
+/* Integer query argument in [min, max] (def when absent); -1 after answering 400. */
+static int query_int(request *rq, const char *key, int64_t min, int64_t max, int64_t def,
+                     int64_t *out)
+{
+    const char *v = rq_arg(rq, key);
+    *out = def;
+    if (!v)
+        return 0;
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    if (*v == 0 || *end || n < min || n > max) {
+        api_error err;
+        api_fail(&err, API_INVALID, key, "must be an integer in [%lld, %lld]", (long long)min,
+                 (long long)max);
+        reply_error(rq, &err);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+/* ------------------------------------------------------------ operational */
+
+static int h_healthz(request *rq)
+{
+    return reply_json(rq, 200, json_pack("{s:s,s:s}", "status", "ok", "version", KB_VERSION_STRING));
+}
+
+static int h_metrics(request *rq)
+{
+    size_t len;
+    char *text = metrics_render(&len);
+    if (!text) {
+        api_error err;
+        api_fail(&err, API_INTERNAL, NULL, "out of memory");
+        return reply_error(rq, &err);
+    }
+    return reply_text(rq, 200, "text/plain; version=0.0.4", text, len);
+}
+
+/* ------------------------------------------------------------ candidate sets */
+
+static json_t *cset_json(int64_t id, size_t n, size_t dim, json_t *names)
+{
+    return json_pack("{s:I,s:I,s:I,s:o}", "id", (json_int_t)id, "rows", (json_int_t)n, "dim",
+                     (json_int_t)dim, "names", names ? names : json_null());
+}
+
+static int h_cset_create(request *rq)
+{
+    api_error err = {0};
+    double *rows = NULL;
+    size_t n, dim, len;
+    json_t *names = NULL;
+    const char *body = rq_body(rq, &len);
+    int rc = rq_is_csv(rq) ? proto_candidates_csv_parse(body, len, &rows, &n, &dim, &names, &err)
+                           : proto_candidates_json_parse(rq_json(rq), &rows, &n, &dim, &names, &err);
+    if (rc)
+        return reply_error(rq, &err);
+    char *names_text = names ? json_dumps(names, JSON_COMPACT) : NULL;
+    int64_t id = 0;
+    rc = store_candidate_set_insert(db, rows, n, dim, names_text, now_ms(), &id);
+    free(rows);
+    free(names_text);
+    if (rc) {
+        json_decref(names);
+        api_fail(&err, API_INTERNAL, NULL, "database error");
+        return reply_error(rq, &err);
+    }
+    return reply_json(rq, 201, cset_json(id, n, dim, names));
+}
+
+static int h_cset_get(request *rq)
+{
+    double *rows;
+    size_t n, dim;
+    char *names_text;
+    int rc = store_candidate_set_get(db, rq_id(rq, 0), &rows, &n, &dim, &names_text);
+    if (rc == STORE_NOTFOUND)
+        return not_found(rq, "candidate set");
+    if (rc) {
+        api_error err;
+        api_fail(&err, API_INTERNAL, NULL, "database error");
+        return reply_error(rq, &err);
+    }
+    free(rows);
+    json_t *names = names_text ? json_loads(names_text, 0, NULL) : NULL;
+    free(names_text);
+    return reply_json(rq, 200, cset_json(rq_id(rq, 0), n, dim, names));
+}
+
+/* ------------------------------------------------------------ studies */
+
+static int h_study_create(request *rq)
+{
+    api_error err = {0};
+    study_spec spec;
+    if (proto_study_spec_parse(rq_json(rq), &spec, &err))
+        return reply_error(rq, &err);
+    return answer(rq, 201, study_create(&spec, &err), &err);
+}
+
+static int h_study_list(request *rq)
+{
+    int64_t limit, cursor;
+    if (query_int(rq, "limit", 1, 1000, 50, &limit) ||
+        query_int(rq, "cursor", 0, INT64_MAX, 0, &cursor))
+        return MHD_YES;
+    return reply_json(rq, 200, study_list(cursor, (size_t)limit));
+}
+
+/* Looks the path's study up; NULL after answering 404. */
+static study *path_study(request *rq)
+{
+    study *s = study_get(rq_id(rq, 0));
+    if (!s)
+        not_found(rq, "study");
+    return s;
+}
+
+static int h_study_get(request *rq)
+{
+    api_error err;
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    int rc = answer(rq, 200, study_json(s, &err), &err);
+    study_put(s);
+    return rc;
+}
+
+static int h_study_delete(request *rq)
+{
+    api_error err;
+    if (study_delete(rq_id(rq, 0), &err))
+        return reply_error(rq, &err);
+    return reply_empty(rq, 204);
+}
+
+/* ------------------------------------------------------------ ask (long-poll) */
+
+typedef struct ask_state {
+    ask_req req;
+    int64_t deadline_ms;
+} ask_state;
+
+static void ask_state_free(void *p)
+{
+    ask_state *st = p;
+    proto_ask_clear(&st->req);
+    free(st);
+}
+
+static uint64_t version_of(void *s) { return study_version(s); }
+
+static int h_ask(request *rq)
+{
+    api_error err = {0};
+    ask_state *st = rq_state(rq);
+    if (!st) {
+        st = calloc(1, sizeof *st);
+        if (!st || proto_ask_parse(rq_json(rq), &st->req, &err)) {
+            if (!st)
+                api_fail(&err, API_INTERNAL, NULL, "out of memory");
+            free(st);
+            return reply_error(rq, &err);
+        }
+        st->deadline_ms = now_ms() + st->req.wait_ms;
+        rq_set_state(rq, st, ask_state_free);
+    }
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    int rc;
+    for (;;) {
+        int can_wait;
+        uint64_t version;
+        int64_t retry_ms;
+        json_t *o = study_ask(s, &st->req, &can_wait, &version, &retry_ms, &err);
+        if (!o) {
+            rc = reply_error(rq, &err);
+            break;
+        }
+        if (can_wait && now_ms() < st->deadline_ms) {
+            json_decref(o);
+            if (rq_suspend(rq, study_id(s), version, st->deadline_ms, version_of, s) == 0) {
+                rc = MHD_YES;
+                break;
+            }
+            continue; /* feedback arrived meanwhile: ask again */
+        }
+        rc = reply_json_retry(rq, 200, o, retry_ms > 0 ? (int)((retry_ms + 999) / 1000) : 0);
+        break;
+    }
+    study_put(s);
+    return rc;
+}
+
+/* ------------------------------------------------------------ trials */
+
+static int h_tell(request *rq)
+{
+    api_error err = {0};
+    double value;
+    if (proto_tell_parse(rq_json(rq), &value, &err))
+        return reply_error(rq, &err);
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    int rc = answer(rq, 200, study_tell(s, rq_id(rq, 1), value, &err), &err);
+    study_put(s);
+    return rc;
+}
+
+static int h_tell_batch(request *rq)
+{
+    api_error err = {0};
+    tell_item *items;
+    size_t n;
+    if (proto_tell_batch_parse(rq_json(rq), &items, &n, &err))
+        return reply_error(rq, &err);
+    study *s = path_study(rq);
+    int rc = MHD_YES;
+    if (s) {
+        rc = answer(rq, 200, study_tell_batch(s, items, n, &err), &err);
+        study_put(s);
+    }
+    free(items);
+    return rc;
+}
+
+static int h_fail(request *rq)
+{
+    api_error err = {0};
+    char *reason;
+    if (proto_fail_parse(rq_json(rq), &reason, &err))
+        return reply_error(rq, &err);
+    study *s = path_study(rq);
+    int rc = MHD_YES;
+    if (s) {
+        rc = answer(rq, 200, study_fail(s, rq_id(rq, 1), reason, &err), &err);
+        study_put(s);
+    }
+    free(reason);
+    return rc;
+}
+
+static int h_heartbeat(request *rq)
+{
+    api_error err = {0};
+    if (proto_heartbeat_parse(rq_json(rq), &err))
+        return reply_error(rq, &err);
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    int rc = answer(rq, 200, study_heartbeat(s, rq_id(rq, 1), &err), &err);
+    study_put(s);
+    return rc;
+}
+
+static int h_trial(request *rq)
+{
+    api_error err;
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    int rc = answer(rq, 200, study_trial(s, rq_id(rq, 1), &err), &err);
+    study_put(s);
+    return rc;
+}
+
+static int h_trials(request *rq)
+{
+    api_error err;
+    int64_t limit, cursor;
+    int state = -1;
+    const char *sv = rq_arg(rq, "state");
+    if (sv) {
+        trial_state ts;
+        if (proto_trial_state_parse(sv, &ts)) {
+            api_fail(&err, API_INVALID, "state", "must be pending, completed, failed or expired");
+            return reply_error(rq, &err);
+        }
+        state = (int)ts;
+    }
+    if (query_int(rq, "limit", 1, 10000, 100, &limit) ||
+        query_int(rq, "cursor", 0, INT64_MAX, 0, &cursor))
+        return MHD_YES;
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    int rc = answer(rq, 200, study_trials(s, state, cursor, (size_t)limit, &err), &err);
+    study_put(s);
+    return rc;
+}
+
+static int h_best(request *rq)
+{
+    api_error err;
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    int rc = answer(rq, 200, study_best(s, &err), &err);
+    study_put(s);
+    return rc;
+}
+
+static int h_observe(request *rq)
+{
+    api_error err = {0};
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    double *xs, *ys;
+    size_t n;
+    int rc;
+    if (proto_observations_parse(rq_json(rq), study_spec_of(s), &xs, &ys, &n, &err)) {
+        rc = reply_error(rq, &err);
+    } else {
+        rc = answer(rq, 200, study_observe(s, xs, ys, n, &err), &err);
+        free(xs);
+        free(ys);
+    }
+    study_put(s);
+    return rc;
+}
+
+static int h_export(request *rq)
+{
+    api_error err;
+    const char *fmt = rq_arg(rq, "format");
+    if (fmt && strcmp(fmt, "json") && strcmp(fmt, "csv")) {
+        api_fail(&err, API_INVALID, "format", "must be json or csv");
+        return reply_error(rq, &err);
+    }
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    int rc;
+    if (fmt && strcmp(fmt, "csv") == 0) {
+        size_t len;
+        char *text = study_export_csv(s, &len, &err);
+        rc = text ? reply_text(rq, 200, "text/csv", text, len) : reply_error(rq, &err);
+    } else {
+        rc = answer(rq, 200, study_export_json(s, &err), &err);
+    }
+    study_put(s);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the table */
+
+const route kb_routes[] = {
+    {"GET", "/healthz", h_healthz, BODY_NONE, 1},
+    {"GET", "/metrics", h_metrics, BODY_NONE, 1},
+    {"POST", "/v1/candidate-sets", h_cset_create, BODY_JSON_OR_CSV, 0},
+    {"GET", "/v1/candidate-sets/{id}", h_cset_get, BODY_NONE, 0},
+    {"POST", "/v1/studies", h_study_create, BODY_JSON, 0},
+    {"GET", "/v1/studies", h_study_list, BODY_NONE, 0},
+    {"GET", "/v1/studies/{id}", h_study_get, BODY_NONE, 0},
+    {"DELETE", "/v1/studies/{id}", h_study_delete, BODY_NONE, 0},
+    {"POST", "/v1/studies/{id}/ask", h_ask, BODY_JSON, 0},
+    {"POST", "/v1/studies/{id}/tell", h_tell_batch, BODY_JSON, 0},
+    {"GET", "/v1/studies/{id}/trials", h_trials, BODY_NONE, 0},
+    {"GET", "/v1/studies/{id}/trials/{id}", h_trial, BODY_NONE, 0},
+    {"POST", "/v1/studies/{id}/trials/{id}/tell", h_tell, BODY_JSON, 0},
+    {"POST", "/v1/studies/{id}/trials/{id}/fail", h_fail, BODY_JSON_OPTIONAL, 0},
+    {"POST", "/v1/studies/{id}/trials/{id}/heartbeat", h_heartbeat, BODY_JSON_OPTIONAL, 0},
+    {"GET", "/v1/studies/{id}/best", h_best, BODY_NONE, 0},
+    {"POST", "/v1/studies/{id}/observations", h_observe, BODY_JSON, 0},
+    {"GET", "/v1/studies/{id}/export", h_export, BODY_NONE, 0},
+};
+const size_t kb_n_routes = sizeof kb_routes / sizeof kb_routes[0];

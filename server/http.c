@@ -1,0 +1,545 @@
+/*
+ * http.c - This file contains the libmicrohttpd glue: the daemon (internal thread pool,
+ * epoll, suspend/resume), routing through the table in handlers.c, authentication, the
+ * body accumulator, replies, per-request metrics and the long-poll wait list.
+ *
+ * Request lifecycle: the access handler is called once for the headers (we route,
+ * authenticate and check the declared size, answering errors at once), once per body
+ * chunk (accumulated up to max_body) and once at the end, when the route's handler runs.
+ * The request context is freed in the completion callback.
+ *
+ * Long-polls (ask with wait_ms): instead of blocking a pool thread, which would stall
+ * every other connection served by that thread, the handler suspends the connection
+ * (MHD_suspend_connection) in the wait list. A study's feedback (tell, fail, expiry,
+ * delete) resumes its waiters; a timer thread resumes those whose deadline passed; the
+ * resumed handler simply asks again. The wait list is protected by waits.lock; see
+ * rq_suspend for why no wake-up can be lost.
+ */
+#include "http.h"
+
+#include "log.h"
+#include "metrics.h"
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_IDS 2
+
+struct request {
+    struct MHD_Connection *conn;
+    int route;               /* index in kb_routes, -1 before routing */
+    int64_t ids[MAX_IDS];
+    char *body;
+    size_t len, cap;
+    int too_large, csv, ready;
+    json_t *json;
+    int status;              /* of the reply, for metrics */
+    double t0;
+    void *state;
+    void (*state_free)(void *);
+    /* wait list (waits.lock) */
+    int waiting;
+    int64_t wait_study, wait_deadline;
+    struct request *wait_next;
+};
+
+static struct {
+    struct MHD_Daemon *d;
+    http_config cfg;
+    int quiesced_fd;     /* listen socket handed back by MHD_quiesce_daemon, or -1 */
+    atomic_int quiescing;
+} srv;
+
+static struct {
+    pthread_mutex_t lock; /* protects head, stop */
+    pthread_cond_t cv;    /* signals the timer thread: new waiter or stop */
+    request *head;
+    int stop;
+    pthread_t timer;
+} waits = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* ------------------------------------------------------------ replies */
+
+static int queue(request *rq, int status, struct MHD_Response *resp)
+{
+    rq->status = status;
+    if (!resp)
+        return MHD_NO;
+    int rc = MHD_queue_response(rq->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+static struct MHD_Response *buffer_response(char *text, size_t len, const char *ctype)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return NULL;
+    }
+    if (ctype)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    return r;
+}
+
+static struct MHD_Response *json_response(json_t *body)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    return text ? buffer_response(text, strlen(text), "application/json") : NULL;
+}
+
+int reply_json(request *rq, int status, json_t *body)
+{
+    return queue(rq, status, json_response(body));
+}
+
+int reply_json_retry(request *rq, int status, json_t *body, int retry_after_s)
+{
+    struct MHD_Response *r = json_response(body);
+    if (r && retry_after_s > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", retry_after_s);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    return queue(rq, status, r);
+}
+
+int reply_error(request *rq, const api_error *err)
+{
+    struct MHD_Response *r = json_response(api_error_json(err));
+    if (r && err->code == API_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (r && err->code == API_UNAVAILABLE)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (err->code == API_INTERNAL)
+        log_json(LOG_ERROR, "internal error", json_pack("{s:s}", "error", err->message));
+    return queue(rq, api_status(err->code), r);
+}
+
+int reply_text(request *rq, int status, const char *content_type, char *text, size_t len)
+{
+    return queue(rq, status, buffer_response(text, len, content_type));
+}
+
+int reply_empty(request *rq, int status)
+{
+    return queue(rq, status, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static int reply_code(request *rq, api_code code, const char *fmt, const char *arg)
+{
+    api_error err;
+    api_fail(&err, code, NULL, fmt, arg);
+    return reply_error(rq, &err);
+}
+
+/* ------------------------------------------------------------ handler API */
+
+int64_t rq_id(const request *rq, int i) { return rq->ids[i]; }
+
+const char *rq_arg(request *rq, const char *key)
+{
+    return MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *rq_body(const request *rq, size_t *len)
+{
+    *len = rq->len;
+    return rq->body;
+}
+
+json_t *rq_json(const request *rq) { return rq->json; }
+int rq_is_csv(const request *rq) { return rq->csv; }
+void *rq_state(const request *rq) { return rq->state; }
+
+void rq_set_state(request *rq, void *state, void (*free_fn)(void *))
+{
+    rq->state = state;
+    rq->state_free = free_fn;
+}
+
+/* ------------------------------------------------------------ long-polls */
+
+int rq_suspend(request *rq, int64_t study_id, uint64_t version, int64_t deadline_ms,
+               uint64_t (*current)(void *), void *ctx)
+{
+    /* A waker bumps the version before taking waits.lock; we read it under the lock.
+     * So either we see the new version here, or the waker finds us in the list. */
+    pthread_mutex_lock(&waits.lock);
+    if (atomic_load(&srv.quiescing) || waits.stop || current(ctx) != version) {
+        pthread_mutex_unlock(&waits.lock);
+        return 1;
+    }
+    MHD_suspend_connection(rq->conn);
+    rq->waiting = 1;
+    rq->wait_study = study_id;
+    rq->wait_deadline = deadline_ms;
+    rq->wait_next = waits.head;
+    waits.head = rq;
+    pthread_cond_signal(&waits.cv);
+    pthread_mutex_unlock(&waits.lock);
+    return 0;
+}
+
+/* Resumes the waiters matching (all, or study_id, or deadline <= now); waits.lock held.
+ * Returns the earliest deadline left (INT64_MAX when none). */
+static int64_t resume_where(int all, int64_t study_id, int64_t now)
+{
+    int64_t next = INT64_MAX;
+    for (request **p = &waits.head; *p;) {
+        request *rq = *p;
+        if (all || rq->wait_study == study_id || rq->wait_deadline <= now) {
+            *p = rq->wait_next;
+            rq->waiting = 0;
+            MHD_resume_connection(rq->conn);
+        } else {
+            if (rq->wait_deadline < next)
+                next = rq->wait_deadline;
+            p = &rq->wait_next;
+        }
+    }
+    return next;
+}
+
+void http_wake_study(int64_t study_id)
+{
+    pthread_mutex_lock(&waits.lock);
+    resume_where(0, study_id, INT64_MIN);
+    pthread_mutex_unlock(&waits.lock);
+}
+
+static void *timer_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&waits.lock);
+    while (!waits.stop) {
+        int64_t next = resume_where(0, INT64_MIN, now_ms());
+        struct timespec ts;
+        int64_t until = next == INT64_MAX ? now_ms() + 1000 : next;
+        ts.tv_sec = (time_t)(until / 1000);
+        ts.tv_nsec = (long)(until % 1000) * 1000000;
+        pthread_cond_timedwait(&waits.cv, &waits.lock, &ts); /* CLOCK_REALTIME */
+    }
+    resume_where(1, 0, 0);
+    pthread_mutex_unlock(&waits.lock);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ routing */
+
+/* Matches path against pattern; fills ids. 1 match, 0 no match, -1 the shape matches
+ * but an {id} is not a positive integer (404 either way, but stop searching). */
+static int match(const char *pattern, const char *path, int64_t *ids)
+{
+    int n = 0;
+    while (*pattern && *path) {
+        if (strncmp(pattern, "{id}", 4) == 0) {
+            const char *end = strchr(path, '/');
+            size_t len = end ? (size_t)(end - path) : strlen(path);
+            if (len == 0 || len > 18 || n >= MAX_IDS)
+                return 0;
+            int64_t v = 0;
+            for (size_t i = 0; i < len; i++) {
+                if (path[i] < '0' || path[i] > '9')
+                    return 0;
+                v = v * 10 + (path[i] - '0');
+            }
+            ids[n++] = v;
+            pattern += 4;
+            path += len;
+            continue;
+        }
+        if (*pattern++ != *path++)
+            return 0;
+    }
+    return *pattern == 0 && *path == 0;
+}
+
+/* The route of (method, path): its index, or -1 (404) / -2 (405, Allow in allow). */
+static int route_of(const char *method, const char *path, int64_t *ids, char *allow,
+                    size_t allow_size)
+{
+    int path_found = 0;
+    allow[0] = 0;
+    for (size_t i = 0; i < kb_n_routes; i++) {
+        int64_t tmp[MAX_IDS];
+        if (!match(kb_routes[i].pattern, path, tmp))
+            continue;
+        if (strcmp(kb_routes[i].method, method) == 0) {
+            memcpy(ids, tmp, sizeof tmp);
+            return (int)i;
+        }
+        size_t l = strlen(allow);
+        snprintf(allow + l, allow_size - l, "%s%s", l ? ", " : "", kb_routes[i].method);
+        path_found = 1;
+    }
+    return path_found ? -2 : -1;
+}
+
+/* Constant-time comparison of the bearer token (time depends on lengths only). */
+static int authorized(struct MHD_Connection *c)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return 0;
+    const char *got = h + 7, *want = srv.cfg.token;
+    size_t gl = strlen(got), wl = strlen(want);
+    unsigned char diff = gl != wl;
+    for (size_t i = 0; i < wl; i++)
+        diff |= (unsigned char)(want[i] ^ (i < gl ? got[i] : 0));
+    return diff == 0;
+}
+
+/* The media type of the request ("application/json"), compared case-insensitively. */
+static int media_is(struct MHD_Connection *c, const char *type)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!h)
+        return 0;
+    while (*h == ' ')
+        h++;
+    size_t n = strlen(type);
+    return strncasecmp(h, type, n) == 0 && (h[n] == 0 || h[n] == ';' || h[n] == ' ');
+}
+
+/* ------------------------------------------------------------ body */
+
+typedef enum body_result { BODY_MORE = 0, BODY_DROP } body_result;
+
+/* Appends a chunk. Over the cap the rest is discarded and 413 is answered at the end. */
+static body_result body_append(request *rq, const char *data, size_t size)
+{
+    if (rq->too_large || rq->len + size > srv.cfg.max_body) {
+        rq->too_large = 1;
+        return BODY_MORE;
+    }
+    if (rq->len + size + 1 > rq->cap) {
+        size_t nc = rq->cap ? rq->cap : 4096;
+        while (nc < rq->len + size + 1)
+            nc *= 2;
+        char *b = realloc(rq->body, nc);
+        if (!b)
+            return BODY_DROP;
+        rq->body = b;
+        rq->cap = nc;
+    }
+    memcpy(rq->body + rq->len, data, size);
+    rq->len += size;
+    rq->body[rq->len] = 0;
+    return BODY_MORE;
+}
+
+/* Checks media type and parses the complete body. 0: ready; else the error was
+ * answered and the result is returned in *rc. */
+static int body_finish(request *rq, int *rc)
+{
+    const route *r = &kb_routes[rq->route];
+    api_error err = {0};
+    if (rq->too_large) {
+        api_fail(&err, API_PAYLOAD_TOO_LARGE, NULL, "the body exceeds %zu bytes", srv.cfg.max_body);
+        goto answer;
+    }
+    if (r->body == BODY_NONE)
+        return 0;
+    if (rq->len == 0 && r->body == BODY_JSON_OPTIONAL)
+        return 0;
+    if (rq->len == 0) {
+        api_fail(&err, API_INVALID_JSON, NULL, "a request body is required");
+        goto answer;
+    }
+    if (r->body == BODY_JSON_OR_CSV && media_is(rq->conn, "text/csv")) {
+        rq->csv = 1;
+        return 0;
+    }
+    if (!media_is(rq->conn, "application/json")) {
+        api_fail(&err, API_UNSUPPORTED_MEDIA_TYPE, NULL, "Content-Type must be %s",
+                 r->body == BODY_JSON_OR_CSV ? "application/json or text/csv" : "application/json");
+        goto answer;
+    }
+    rq->json = proto_parse_object(rq->body, rq->len, &err);
+    if (rq->json)
+        return 0;
+answer:
+    *rc = reply_error(rq, &err);
+    return -1;
+}
+
+/* ------------------------------------------------------------ MHD callbacks */
+
+/* First call: route, authenticate, check the declared length. 0 to go on. */
+static int on_headers(request *rq, const char *url, const char *method, int *rc)
+{
+    char allow[128];
+    rq->route = route_of(method, url, rq->ids, allow, sizeof allow);
+    if (rq->route == -1) {
+        *rc = reply_code(rq, API_NOT_FOUND, "no route %s", url);
+        return -1;
+    }
+    if (rq->route == -2) {
+        api_error err;
+        api_fail(&err, API_METHOD_NOT_ALLOWED, NULL, "method %s not allowed here", method);
+        struct MHD_Response *r = json_response(api_error_json(&err));
+        if (r)
+            MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+        rq->route = -1;
+        *rc = queue(rq, 405, r);
+        return -1;
+    }
+    const route *r = &kb_routes[rq->route];
+    if (atomic_load(&srv.quiescing) && !r->open) {
+        *rc = reply_code(rq, API_UNAVAILABLE, "%s", "shutting down");
+        return -1;
+    }
+    if (!r->open && srv.cfg.token && !authorized(rq->conn)) {
+        *rc = reply_code(rq, API_UNAUTHORIZED, "%s", "missing or wrong bearer token");
+        return -1;
+    }
+    const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > srv.cfg.max_body) {
+        rq->too_large = 1;
+        *rc = reply_code(rq, API_PAYLOAD_TOO_LARGE, "%s", "the body is too large");
+        return -1;
+    }
+    return 0;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version,
+                                 const char *upload_data, size_t *upload_data_size,
+                                 void **con_cls)
+{
+    (void)cls;
+    (void)version;
+    request *rq = *con_cls;
+    int rc = MHD_YES;
+    if (!rq) {
+        rq = calloc(1, sizeof *rq);
+        if (!rq)
+            return MHD_NO;
+        rq->conn = conn;
+        rq->t0 = mono_sec();
+        rq->route = -1;
+        *con_cls = rq;
+        if (on_headers(rq, url, method, &rc)) {
+            rq->ready = -1; /* answered: ignore any body */
+            return (enum MHD_Result)rc;
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        body_result br = rq->ready ? BODY_MORE : body_append(rq, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return br == BODY_DROP ? MHD_NO : MHD_YES;
+    }
+    if (rq->ready < 0)
+        return MHD_YES;
+    if (!rq->ready) {
+        if (body_finish(rq, &rc)) {
+            rq->ready = -1;
+            return (enum MHD_Result)rc;
+        }
+        rq->ready = 1;
+    }
+    return (enum MHD_Result)kb_routes[rq->route].fn(rq);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    request *rq = *con_cls;
+    if (!rq)
+        return;
+    if (rq->waiting) { /* closed while suspended: cannot happen, but never dangle */
+        pthread_mutex_lock(&waits.lock);
+        for (request **p = &waits.head; *p; p = &(*p)->wait_next)
+            if (*p == rq) {
+                *p = rq->wait_next;
+                break;
+            }
+        pthread_mutex_unlock(&waits.lock);
+    }
+    metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
+                    mono_sec() - rq->t0);
+    if (rq->state_free)
+        rq->state_free(rq->state);
+    json_decref(rq->json);
+    free(rq->body);
+    free(rq);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = 0;
+    log_json(LOG_WARN, "microhttpd", json_pack("{s:s}", "detail", msg));
+}
+
+int http_start(const http_config *cfg)
+{
+    srv.cfg = *cfg;
+    srv.quiesced_fd = -1;
+    atomic_store(&srv.quiescing, 0);
+    waits.stop = 0;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_cond_init(&waits.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&waits.timer, NULL, timer_main, NULL))
+        return -1;
+    srv.d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY | MHD_ALLOW_SUSPEND_RESUME |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd,
+        MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    if (!srv.d) {
+        pthread_mutex_lock(&waits.lock);
+        waits.stop = 1;
+        pthread_cond_signal(&waits.cv);
+        pthread_mutex_unlock(&waits.lock);
+        pthread_join(waits.timer, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+void http_quiesce(void)
+{
+    atomic_store(&srv.quiescing, 1);
+    /* The socket is ours again, but may be closed only after MHD_stop_daemon. */
+    srv.quiesced_fd = MHD_quiesce_daemon(srv.d);
+    pthread_mutex_lock(&waits.lock);
+    resume_where(1, 0, 0);
+    pthread_mutex_unlock(&waits.lock);
+}
+
+void http_stop(void)
+{
+    pthread_mutex_lock(&waits.lock);
+    waits.stop = 1;
+    pthread_cond_signal(&waits.cv);
+    pthread_mutex_unlock(&waits.lock);
+    pthread_join(waits.timer, NULL);
+    MHD_stop_daemon(srv.d);
+    srv.d = NULL;
+    if (srv.quiesced_fd >= 0)
+        close(srv.quiesced_fd);
+    pthread_cond_destroy(&waits.cv);
+}

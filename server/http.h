@@ -1,0 +1,78 @@
+/*
+ * http.h - the HTTP layer of kbanditd over libmicrohttpd: the route table type, the
+ * per-request context handlers work with, replies, and long-poll suspension.
+ *
+ * A handler is called once per request, after the whole body arrived (or again after a
+ * suspended request is resumed). It must answer with exactly one reply_* call or
+ * suspend the request with rq_suspend, and return the reply's result.
+ */
+#ifndef KB_HTTP_H
+#define KB_HTTP_H
+
+#include "../proto/proto.h"
+
+#include <stdint.h>
+
+typedef struct request request;
+
+typedef enum body_kind {
+    BODY_NONE = 0,      /* a body is ignored */
+    BODY_JSON,          /* application/json object required */
+    BODY_JSON_OPTIONAL, /* empty, or an application/json object */
+    BODY_JSON_OR_CSV,   /* application/json or text/csv */
+} body_kind;
+
+typedef int (*handler_fn)(request *rq);
+
+typedef struct route {
+    const char *method;
+    const char *pattern; /* "{id}" segments match positive integers */
+    handler_fn fn;
+    body_kind body;
+    int open;            /* 1: no authentication (healthz, metrics) */
+} route;
+
+/* Defined by handlers.c. */
+extern const route kb_routes[];
+extern const size_t kb_n_routes;
+
+typedef struct http_config {
+    int listen_fd;          /* bound, listening socket (taken) */
+    unsigned threads;
+    const char *token;      /* NULL: no authentication */
+    size_t max_body;
+} http_config;
+
+int http_start(const http_config *cfg);
+/* Stop accepting, answer 503 to new requests, resume every long-poll. */
+void http_quiesce(void);
+/* Finish in-flight requests and stop the threads. */
+void http_stop(void);
+/* Resumes the long-polls waiting on a study (registry on_feedback hook). */
+void http_wake_study(int64_t study_id);
+
+/* ---------------------------------------------------------- handler API */
+
+int64_t rq_id(const request *rq, int i);          /* i-th {id} of the path */
+const char *rq_arg(request *rq, const char *key); /* query argument or NULL */
+const char *rq_body(const request *rq, size_t *len);
+/* Parsed JSON body (borrowed; NULL for an empty optional body). */
+json_t *rq_json(const request *rq);
+int rq_is_csv(const request *rq);
+/* Handler state kept across suspensions, freed with free_fn at completion. */
+void *rq_state(const request *rq);
+void rq_set_state(request *rq, void *state, void (*free_fn)(void *));
+
+/* Replies take ownership of body / text. */
+int reply_json(request *rq, int status, json_t *body);
+int reply_json_retry(request *rq, int status, json_t *body, int retry_after_s);
+int reply_error(request *rq, const api_error *err);
+int reply_text(request *rq, int status, const char *content_type, char *text, size_t len);
+int reply_empty(request *rq, int status);
+/* Suspends until the study's version moves past `version` or deadline_ms (wall clock)
+ * passes; the handler is then called again. Returns 1 without suspending when the
+ * version already moved (call again now), 0 when suspended. */
+int rq_suspend(request *rq, int64_t study_id, uint64_t version, int64_t deadline_ms,
+               uint64_t (*current)(void *), void *ctx);
+
+#endif /* KB_HTTP_H */

@@ -1,0 +1,294 @@
+/*
+ * main.c - This file contains kbanditd's entry point: configuration from flags and
+ * KB_* environment variables, the listening socket, start-up (database, migrations,
+ * recovery of every study, HTTP threads, lease sweeper) and the orderly shutdown on
+ * SIGTERM/SIGINT (stop accepting, finish in-flight requests, snapshot, close the DB).
+ *
+ * Threads: SIGTERM/SIGINT are blocked in every thread and taken by sigwait() in main,
+ * so no handler runs in async-signal context.
+ */
+#include "handlers.h"
+#include "http.h"
+#include "log.h"
+#include "storage.h"
+#include "study.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* OpenBLAS has no portable header declaration of this; engines must be single-threaded
+ * inside BLAS so that concurrent studies are safe and results deterministic. */
+extern void openblas_set_num_threads(int num_threads);
+
+typedef struct options {
+    const char *listen, *db, *token_file, *log_level;
+    long threads, sweep_ms;
+    long long max_body;
+    int insecure;
+} options;
+
+static void usage(FILE *f)
+{
+    fputs("usage: kbanditd [--listen HOST:PORT] [--db PATH] [--threads N] [--token-file PATH]\n"
+          "                [--max-body-bytes N] [--log-level debug|info|warn|error]\n"
+          "                [--sweep-ms N] [--insecure]\n"
+          "Each flag may also be given as KB_<FLAG> in the environment (KB_LISTEN, KB_DB,\n"
+          "KB_THREADS, KB_TOKEN_FILE, KB_MAX_BODY_BYTES, KB_LOG_LEVEL, KB_SWEEP_MS,\n"
+          "KB_INSECURE=1); flags win.\n",
+          f);
+}
+
+static int fatal(const char *msg, const char *detail)
+{
+    log_json(LOG_ERROR, msg, detail ? json_pack("{s:s}", "error", detail) : NULL);
+    return 1;
+}
+
+static const char *env_or(const char *name, const char *def)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : def;
+}
+
+static int parse_long(const char *s, long long min, long long max, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, options *o)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, 0, 'l'}, {"db", required_argument, 0, 'd'},
+        {"threads", required_argument, 0, 't'}, {"token-file", required_argument, 0, 'k'},
+        {"max-body-bytes", required_argument, 0, 'm'}, {"log-level", required_argument, 0, 'v'},
+        {"sweep-ms", required_argument, 0, 's'}, {"insecure", no_argument, 0, 'i'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *threads = env_or("KB_THREADS", "4"), *max_body = env_or("KB_MAX_BODY_BYTES", "67108864"),
+               *sweep = env_or("KB_SWEEP_MS", "200");
+    o->listen = env_or("KB_LISTEN", "127.0.0.1:8080");
+    o->db = env_or("KB_DB", "./kbandit.db");
+    o->token_file = env_or("KB_TOKEN_FILE", NULL);
+    o->log_level = env_or("KB_LOG_LEVEL", "info");
+    o->insecure = strcmp(env_or("KB_INSECURE", "0"), "0") != 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l': o->listen = optarg; break;
+        case 'd': o->db = optarg; break;
+        case 't': threads = optarg; break;
+        case 'k': o->token_file = optarg; break;
+        case 'm': max_body = optarg; break;
+        case 'v': o->log_level = optarg; break;
+        case 's': sweep = optarg; break;
+        case 'i': o->insecure = 1; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    long long v;
+    log_level lvl;
+    if (optind < argc || log_level_parse(o->log_level, &lvl)) {
+        usage(stderr);
+        return -1;
+    }
+    log_set_level(lvl);
+    if (parse_long(threads, 1, 256, &v))
+        return fatal("invalid --threads (1..256)", threads), -1;
+    o->threads = (long)v;
+    if (parse_long(sweep, 10, 3600000, &v))
+        return fatal("invalid --sweep-ms (10..3600000)", sweep), -1;
+    o->sweep_ms = (long)v;
+    if (parse_long(max_body, 1024, (long long)1 << 40, &o->max_body))
+        return fatal("invalid --max-body-bytes", max_body), -1;
+    return 0;
+}
+
+/* Reads the token (first line, surrounding whitespace removed); NULL after logging. */
+static char *read_token(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char buf[4096];
+    if (!f) {
+        fatal("cannot read token file", path);
+        return NULL;
+    }
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *s = buf, *e;
+    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
+        s++;
+    for (e = s; *e && *e != '\n' && *e != '\r'; e++)
+        ;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+    *e = 0;
+    if (!*s) {
+        fatal("token file is empty", path);
+        return NULL;
+    }
+    return strdup(s);
+}
+
+/* Binds host:port ([v6]:port allowed); *port gets the real port, *loopback whether the
+ * address is a loopback one. Returns the listening fd or -1. */
+static int listen_on(const char *spec, int *port, int *loopback)
+{
+    char host[256];
+    const char *colon = strrchr(spec, ':');
+    if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof host)
+        return -1;
+    memcpy(host, spec, (size_t)(colon - spec));
+    host[colon - spec] = 0;
+    char *h = host;
+    if (h[0] == '[' && h[strlen(h) - 1] == ']') {
+        h[strlen(h) - 1] = 0;
+        h++;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai;
+    if (getaddrinfo(h, colon + 1, &hints, &ai))
+        return -1;
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0), one = 1;
+    if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+                    bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 512))) {
+        close(fd);
+        fd = -1;
+    }
+    if (ai->ai_family == AF_INET)
+        *loopback = (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    else
+        *loopback = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (fd >= 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        *port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                              : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    return fd;
+}
+
+/* ------------------------------------------------------------ lease sweeper */
+
+static struct {
+    pthread_mutex_t lock; /* protects stop */
+    pthread_cond_t cv;
+    int stop;
+    long period_ms;
+} sweeper = {.lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *sweeper_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&sweeper.lock);
+    while (!sweeper.stop) {
+        pthread_mutex_unlock(&sweeper.lock);
+        registry_sweep(now_ms());
+        pthread_mutex_lock(&sweeper.lock);
+        int64_t until = now_ms() + sweeper.period_ms;
+        struct timespec ts = {.tv_sec = (time_t)(until / 1000), .tv_nsec = (long)(until % 1000) * 1000000};
+        if (!sweeper.stop)
+            pthread_cond_timedwait(&sweeper.cv, &sweeper.lock, &ts);
+    }
+    pthread_mutex_unlock(&sweeper.lock);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ main */
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (parse_options(argc, argv, &o))
+        return 2;
+    openblas_set_num_threads(1);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* inherited by every thread started below */
+
+    char *token = o.token_file ? read_token(o.token_file) : NULL;
+    if (o.token_file && !token)
+        return 1;
+    int port = 0, loopback = 0;
+    int fd = listen_on(o.listen, &port, &loopback);
+    if (fd < 0) {
+        free(token);
+        return fatal("cannot listen", o.listen);
+    }
+    if (!token && !loopback && !o.insecure) {
+        close(fd);
+        return fatal("refusing to listen on a non-loopback address without --token-file "
+                     "(use --insecure to override)", o.listen);
+    }
+    if (!token)
+        log_json(LOG_WARN, "auth disabled", json_pack("{s:s}", "hint", "give --token-file"));
+
+    char errbuf[512];
+    store *db = store_open(o.db, errbuf, sizeof errbuf);
+    if (!db) {
+        close(fd);
+        free(token);
+        return fatal("cannot open database", errbuf);
+    }
+    registry_config rc = {.db = db, .on_feedback = http_wake_study, .snapshot_every = 500};
+    if (registry_open(&rc)) {
+        registry_close();
+        store_close(db);
+        close(fd);
+        free(token);
+        return fatal("cannot restore the studies from the database", o.db);
+    }
+    handlers_init(db);
+    http_config hc = {.listen_fd = fd, .threads = (unsigned)o.threads, .token = token,
+                      .max_body = (size_t)o.max_body};
+    if (http_start(&hc)) {
+        registry_close();
+        store_close(db);
+        close(fd);
+        free(token);
+        return fatal("cannot start the HTTP daemon", NULL);
+    }
+    sweeper.period_ms = o.sweep_ms;
+    pthread_t sweep_thread;
+    pthread_create(&sweep_thread, NULL, sweeper_main, NULL);
+    log_json_always("listening",
+             json_pack("{s:i,s:s,s:s,s:i,s:b,s:s}", "port", port, "listen", o.listen, "db", o.db,
+                       "threads", (int)o.threads, "auth", token != NULL, "version",
+                       KB_VERSION_STRING));
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log_json(LOG_INFO, "shutting down", json_pack("{s:s}", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
+    registry_shutting_down();
+    http_quiesce();
+    http_stop();
+    pthread_mutex_lock(&sweeper.lock);
+    sweeper.stop = 1;
+    pthread_cond_signal(&sweeper.cv);
+    pthread_mutex_unlock(&sweeper.lock);
+    pthread_join(sweep_thread, NULL);
+    registry_close();
+    store_close(db);
+    free(token);
+    log_json(LOG_INFO, "stopped", NULL);
+    return 0;
+}

@@ -1,0 +1,83 @@
+/*
+ * study.h - live studies: the registry, and every operation the handlers perform on a
+ * study (ask, tell, fail, heartbeat, observe, listings), each applied to the engine and
+ * made durable in the store before it is acknowledged.
+ *
+ * Locking (see the definitions in study.c):
+ *   - the registry's rwlock protects only the array of live studies; it is held for
+ *     lookup/insert/remove, never while an engine runs;
+ *   - each study has its own mutex around its engine, its trials and its DB writes, so
+ *     studies never wait for each other (a resparsification stalls only its own study);
+ *   - a study is reference counted: study_get() returns a reference that the caller
+ *     gives back with study_put(); a deleted study stays valid until its last reference.
+ *
+ * Functions that build a JSON answer return a new reference, or NULL with err filled.
+ */
+#ifndef KB_STUDY_H
+#define KB_STUDY_H
+
+#include "../proto/proto.h"
+#include "storage.h"
+
+typedef struct study study;
+
+typedef struct registry_config {
+    store *db;
+    /* Called (study mutex held, must not block) after feedback that may change an
+     * empty ask answer: tell, fail, expiry, delete, shutdown. */
+    void (*on_feedback)(int64_t study_id);
+    int snapshot_every; /* events between engine snapshots */
+} registry_config;
+
+/* Creates the registry and rebuilds every study from the database (snapshot + replay of
+ * the events after it). Returns -1 (logged) when a study cannot be rebuilt exactly. */
+int registry_open(const registry_config *cfg);
+/* Wakes long-polls and makes new asks fail with 503. */
+void registry_shutting_down(void);
+/* Stores a snapshot of every study and frees them all. */
+void registry_close(void);
+
+study *study_get(int64_t id);   /* new reference or NULL */
+int64_t study_id(const study *s);
+const study_spec *study_spec_of(const study *s); /* immutable: no lock needed */
+void study_put(study *s);
+
+/* POST /v1/studies: takes ownership of *spec (cleared on return). */
+json_t *study_create(study_spec *spec, api_error *err);
+int study_delete(int64_t id, api_error *err);
+/* {"studies": [...], "next_cursor"} for ids > after. */
+json_t *study_list(int64_t after, size_t limit);
+
+json_t *study_json(study *s, api_error *err);
+/* One ask attempt, never blocking. *retry_after_ms > 0 when no trial was handed out;
+ * *can_wait = 1 when feedback could change that empty answer, and *version is the
+ * study's feedback version the answer was computed at (for long-polls, see http.c). */
+json_t *study_ask(study *s, const ask_req *req, int *can_wait, uint64_t *version,
+                  int64_t *retry_after_ms, api_error *err);
+uint64_t study_version(study *s);
+json_t *study_tell(study *s, int64_t trial_id, double value, api_error *err);
+json_t *study_tell_batch(study *s, const tell_item *items, size_t n, api_error *err);
+json_t *study_fail(study *s, int64_t trial_id, const char *reason, api_error *err);
+json_t *study_heartbeat(study *s, int64_t trial_id, api_error *err);
+json_t *study_trial(study *s, int64_t trial_id, api_error *err);
+/* state < 0: all states. */
+json_t *study_trials(study *s, int state, int64_t after, size_t limit, api_error *err);
+json_t *study_best(study *s, api_error *err);
+json_t *study_observe(study *s, const double *xs, const double *values, size_t n,
+                      api_error *err);
+json_t *study_export_json(study *s, api_error *err);
+/* CSV text (malloc'd) of all trials. */
+char *study_export_csv(study *s, size_t *len, api_error *err);
+
+/* Expires the leases that ended before now_ms in every study. Returns how many. */
+size_t registry_sweep(int64_t now_ms);
+
+typedef struct registry_stats {
+    size_t studies;
+    size_t trials[TRIAL__STATES];
+    uint64_t resparsifications;
+    double engine_sec;
+} registry_stats;
+void registry_stats_get(registry_stats *out);
+
+#endif /* KB_STUDY_H */

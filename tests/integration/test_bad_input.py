@@ -1,0 +1,235 @@
+"""This file contains the bad-input table: each malformed, out-of-range or wrong-state
+request must get the right status and a JSON error naming the field, leave every table of
+the database unchanged (dump before == dump after), and leave the daemon up.
+
+One daemon serves the whole table (module scope). Its fixture prepares:
+  A  a candidate study (dim 2) with a pending trial P and a completed trial C (value 1.0);
+  B  a box study;  E  a study with lease_seconds=1 whose trial X has expired;
+  D  a deleted study (with a trial T handed out before deletion).
+"""
+import json
+import os
+import time
+
+import pytest
+
+from conftest import (Daemon, ask, create_study, db_dump, error_of, grid, shutdown_and_check,
+                      tell)
+
+ANY = object()      # the error must name some field (a non-empty string)
+NOCHECK = None      # parse-level errors: field may be null
+
+CAND = {"type": "candidates", "candidates": [[1.0, 2.0], [3.0, 4.0]]}
+
+
+def study(**kw):
+    body = {"name": "bad", "space": CAND}
+    body.update(kw)
+    return body
+
+
+def box(*params):
+    return study(space={"type": "box", "params": list(params)})
+
+
+# (id, method, path, body, content-type, status, accepted codes, field)
+CASES = [
+    ("malformed-json", "POST", "/v1/studies", b'{"name": "x",', None, 400, {"invalid_json"}, NOCHECK),
+    ("trailing-garbage", "POST", "/v1/studies/{A}/ask", b'{"worker": "w"} xx', None, 400,
+     {"invalid_json"}, NOCHECK),
+    ("body-not-object", "POST", "/v1/studies/{A}/ask", b'[1, 2]', None, 400,
+     {"invalid_json", "invalid"}, NOCHECK),
+    ("deep-nesting", "POST", "/v1/studies", b'[' * 100000, None, 400, {"invalid_json"}, NOCHECK),
+    ("empty-body-tell", "POST", "/v1/studies/{A}/trials/{P}/tell", b'', None, 400,
+     {"invalid_json", "invalid"}, NOCHECK),
+    ("empty-body-create", "POST", "/v1/studies", b'', None, 400, {"invalid_json", "invalid"}, NOCHECK),
+    ("garbage-10MB", "POST", "/v1/studies", "GARBAGE", None, (400, 413),
+     {"invalid_json", "payload_too_large"}, NOCHECK),
+    ("invalid-utf8", "POST", "/v1/studies",
+     b'{"name": "\xff\xfe\xc3", "space": {"type": "candidates", "candidates": [[1]]}}', None, 400,
+     {"invalid_json"}, NOCHECK),
+    ("nan-literal", "POST", "/v1/studies/{A}/trials/{P}/tell", b'{"value": NaN}', None, 400,
+     {"invalid_json", "invalid"}, "value"),
+    ("infinity-literal", "POST", "/v1/studies/{A}/trials/{P}/tell", b'{"value": Infinity}', None, 400,
+     {"invalid_json", "invalid"}, "value"),
+    ("minus-infinity", "POST", "/v1/studies/{A}/trials/{P}/tell", b'{"value": -Infinity}', None, 400,
+     {"invalid_json", "invalid"}, "value"),
+    ("overflow-1e400", "POST", "/v1/studies/{A}/trials/{P}/tell", b'{"value": 1e400}', None, 400,
+     {"invalid_json", "invalid"}, "value"),
+    ("value-string", "POST", "/v1/studies/{A}/trials/{P}/tell", {"value": "1"}, None, 400, {"invalid"}, "value"),
+    ("value-null", "POST", "/v1/studies/{A}/trials/{P}/tell", {"value": None}, None, 400, {"invalid"}, "value"),
+    ("value-missing", "POST", "/v1/studies/{A}/trials/{P}/tell", {}, None, 400, {"invalid"}, "value"),
+    ("unknown-field-tell", "POST", "/v1/studies/{A}/trials/{P}/tell", {"value": 1, "extra": 2}, None, 400,
+     {"invalid"}, "extra"),
+    ("unknown-field-study", "POST", "/v1/studies", study(colour="red"), None, 400, {"invalid"}, "colour"),
+    ("unknown-field-param", "POST", "/v1/studies",
+     box({"name": "a", "type": "float", "low": 0, "high": 1, "bogus": 1}), None, 400, {"invalid"},
+     "space.params[0].bogus"),
+    ("name-wrong-type", "POST", "/v1/studies", study(name=5), None, 400, {"invalid"}, "name"),
+    ("name-empty", "POST", "/v1/studies", study(name=""), None, 400, {"invalid"}, "name"),
+    ("name-too-long", "POST", "/v1/studies", study(name="n" * 201), None, 400, {"invalid"}, "name"),
+    ("direction-bad", "POST", "/v1/studies", study(direction="up"), None, 400, {"invalid"}, "direction"),
+    ("lease-zero", "POST", "/v1/studies", study(lease_seconds=0), None, 400, {"invalid"}, "lease_seconds"),
+    ("lease-too-long", "POST", "/v1/studies", study(lease_seconds=604801), None, 400, {"invalid"},
+     "lease_seconds"),
+    ("max-trials-zero", "POST", "/v1/studies", study(max_trials=0), None, 400, {"invalid"}, "max_trials"),
+    ("space-missing", "POST", "/v1/studies", {"name": "bad"}, None, 400, {"invalid"}, "space"),
+    ("space-type-bad", "POST", "/v1/studies", study(space={"type": "sphere"}), None, 400, {"invalid"},
+     "space.type"),
+    ("candidates-empty", "POST", "/v1/studies", study(space={"type": "candidates", "candidates": []}),
+     None, 400, {"invalid"}, "space.candidates"),
+    ("candidates-dim-mismatch", "POST", "/v1/studies",
+     study(space={"type": "candidates", "candidates": [[1, 2], [3]]}), None, 400, {"invalid"},
+     "space.candidates[1]"),
+    ("candidates-non-number", "POST", "/v1/studies",
+     study(space={"type": "candidates", "candidates": [[1, 2], [3, "4"]]}), None, 400, {"invalid"},
+     "space.candidates[1][1]"),
+    ("candidates-1e400", "POST", "/v1/studies",
+     b'{"name": "bad", "space": {"type": "candidates", "candidates": [[1, 1e400]]}}', None, 400,
+     {"invalid_json", "invalid"}, "space.candidates[0][1]"),
+    ("candidate-set-unknown", "POST", "/v1/studies",
+     study(space={"type": "candidates", "candidate_set": 987654}), None, (400, 404),
+     {"invalid", "not_found"}, "space.candidate_set"),
+    ("box-low-above-high", "POST", "/v1/studies", box({"name": "a", "type": "float", "low": 2, "high": 1}),
+     None, 400, {"invalid"}, "space.params[0]"),
+    ("box-log-nonpositive", "POST", "/v1/studies",
+     box({"name": "a", "type": "float", "low": 0, "high": 1, "log": True}), None, 400, {"invalid"},
+     "space.params[0]"),
+    ("box-categorical-empty", "POST", "/v1/studies", box({"name": "c", "type": "categorical", "choices": []}),
+     None, 400, {"invalid"}, "space.params[0].choices"),
+    ("box-duplicate-names", "POST", "/v1/studies",
+     box({"name": "a", "type": "int", "low": 0, "high": 3}, {"name": "a", "type": "int", "low": 0, "high": 3}),
+     None, 400, {"invalid"}, "space.params[1]"),
+    ("box-param-type-bad", "POST", "/v1/studies", box({"name": "a", "type": "complex", "low": 0, "high": 1}),
+     None, 400, {"invalid"}, "space.params[0].type"),
+    ("engine-unknown", "POST", "/v1/studies", study(engine={"name": "no-such-engine"}), None, 400,
+     {"invalid"}, "engine.name"),
+    ("engine-option-unknown", "POST", "/v1/studies", study(engine={"name": "random", "settings": {"bogus": 1}}),
+     None, 400, {"invalid"}, "engine.settings.bogus"),
+    ("engine-option-range", "POST", "/v1/studies",
+     study(engine={"name": "random", "settings": {"lengthscale": -1}}), None, 400, {"invalid"},
+     "engine.settings.lengthscale"),
+    ("engine-option-type", "POST", "/v1/studies",
+     study(engine={"name": "random", "settings": {"repeats": 3}}), None, 400, {"invalid"},
+     "engine.settings.repeats"),
+    ("ask-worker-missing", "POST", "/v1/studies/{A}/ask", {}, None, 400, {"invalid"}, "worker"),
+    ("ask-worker-empty", "POST", "/v1/studies/{A}/ask", {"worker": ""}, None, 400, {"invalid"}, "worker"),
+    ("ask-count-string", "POST", "/v1/studies/{A}/ask", {"worker": "w", "count": "2"}, None, 400,
+     {"invalid"}, "count"),
+    ("ask-count-zero", "POST", "/v1/studies/{A}/ask", {"worker": "w", "count": 0}, None, 400, {"invalid"}, "count"),
+    ("ask-count-big", "POST", "/v1/studies/{A}/ask", {"worker": "w", "count": 1001}, None, 400, {"invalid"},
+     "count"),
+    ("ask-count-fraction", "POST", "/v1/studies/{A}/ask", {"worker": "w", "count": 1.5}, None, 400,
+     {"invalid"}, "count"),
+    ("ask-count-1e20", "POST", "/v1/studies/{A}/ask", b'{"worker": "w", "count": 100000000000000000000}',
+     None, 400, {"invalid", "invalid_json"}, "count"),
+    ("ask-wait-negative", "POST", "/v1/studies/{A}/ask", {"worker": "w", "wait_ms": -1}, None, 400,
+     {"invalid"}, "wait_ms"),
+    ("observation-dim-mismatch", "POST", "/v1/studies/{A}/observations",
+     {"observations": [{"x": [1.0], "value": 1.0}]}, None, 400, {"invalid"}, "observations[0].x"),
+    ("observation-value-missing", "POST", "/v1/studies/{A}/observations",
+     {"observations": [{"x": [1.0, 2.0]}]}, None, 400, {"invalid"}, "observations[0].value"),
+    ("batch-tell-bad-item", "POST", "/v1/studies/{A}/tell",
+     {"results": [{"trial_id": "{P}", "value": 1.0}, {"trial_id": "{P}", "value": "x"}]}, None, 400,
+     {"invalid"}, "results[1].value"),
+    ("batch-tell-empty", "POST", "/v1/studies/{A}/tell", {"results": []}, None, 400, {"invalid"}, "results"),
+    ("csv-text-cell", "POST", "/v1/candidate-sets", b"a,b\n1,2\n3,x\n", "text/csv", 400, {"invalid"}, ANY),
+    ("csv-ragged", "POST", "/v1/candidate-sets", b"1,2\n3\n", "text/csv", 400, {"invalid"}, ANY),
+    ("json-set-ragged", "POST", "/v1/candidate-sets", {"rows": [[1, 2], [3]]}, None, 400, {"invalid"}, "rows[1]"),
+    ("list-limit-negative", "GET", "/v1/studies?limit=-1", None, None, 400, {"invalid"}, "limit"),
+    ("list-limit-text", "GET", "/v1/studies?limit=abc", None, None, 400, {"invalid"}, "limit"),
+    ("list-cursor-bad", "GET", "/v1/studies?cursor=%ff%00zz", None, None, 400, {"invalid"}, "cursor"),
+    ("trials-state-bad", "GET", "/v1/studies/{A}/trials?state=bogus", None, None, 400, {"invalid"}, "state"),
+    ("export-format-bad", "GET", "/v1/studies/{A}/export?format=xml", None, None, 400, {"invalid"}, "format"),
+    ("study-id-text", "GET", "/v1/studies/abc", None, None, (400, 404), {"invalid", "not_found"}, NOCHECK),
+    ("trial-id-overflow", "POST", "/v1/studies/{A}/trials/99999999999999999999999/tell", {"value": 1}, None,
+     (400, 404), {"invalid", "not_found"}, NOCHECK),
+    ("tell-unknown-trial", "POST", "/v1/studies/{A}/trials/999999/tell", {"value": 1}, None, 404,
+     {"not_found"}, NOCHECK),
+    ("tell-trial-of-other-study", "POST", "/v1/studies/{B}/trials/{P}/tell", {"value": 1}, None, 404,
+     {"not_found"}, NOCHECK),
+    ("tell-expired-trial", "POST", "/v1/studies/{E}/trials/{X}/tell", {"value": 1}, None, 409,
+     {"conflict"}, NOCHECK),
+    ("heartbeat-expired-trial", "POST", "/v1/studies/{E}/trials/{X}/heartbeat", {}, None, 409,
+     {"conflict"}, NOCHECK),
+    ("fail-completed-trial", "POST", "/v1/studies/{A}/trials/{C}/fail", {}, None, 409, {"conflict"}, NOCHECK),
+    ("tell-completed-other-value", "POST", "/v1/studies/{A}/trials/{C}/tell", {"value": 2.0}, None, 409,
+     {"conflict"}, NOCHECK),
+    ("ask-deleted-study", "POST", "/v1/studies/{D}/ask", {"worker": "w"}, None, 404, {"not_found"}, NOCHECK),
+    ("tell-deleted-study", "POST", "/v1/studies/{D}/trials/{T}/tell", {"value": 1}, None, 404,
+     {"not_found"}, NOCHECK),
+    ("get-deleted-study", "GET", "/v1/studies/{D}", None, None, 404, {"not_found"}, NOCHECK),
+]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    d = Daemon(tmp_path_factory.mktemp("bad-input"), args=["--sweep-ms", "100"])
+    d.start()
+    api = d.client()
+    a = create_study(api, "A", space={"type": "candidates", "candidates": grid(20, 2)})["id"]
+    c = ask(api, a)["trials"][0]["id"]
+    tell(api, a, c, 1.0)
+    p = ask(api, a)["trials"][0]["id"]
+    b = create_study(api, "B", space={"type": "box", "params": [
+        {"name": "u", "type": "float", "low": 0, "high": 1}]})["id"]
+    e = create_study(api, "E", lease_seconds=1)["id"]
+    x = ask(api, e)["trials"][0]["id"]
+    dd = create_study(api, "D")["id"]
+    t = ask(api, dd)["trials"][0]["id"]
+    assert api.delete(f"/v1/studies/{dd}").status_code == 204
+    deadline = time.monotonic() + 15
+    while api.get(f"/v1/studies/{e}/trials/{x}").json()["state"] != "expired":
+        assert time.monotonic() < deadline, "trial with a 1 s lease never expired"
+        time.sleep(0.1)
+    ids = {"A": a, "B": b, "C": c, "P": p, "E": e, "X": x, "D": dd, "T": t}
+    yield d, api, ids
+    shutdown_and_check([d])
+
+
+def fill(obj, ids):
+    """Substitute {A}-style placeholders; a JSON string "{P}" becomes the integer id."""
+    if isinstance(obj, str):
+        if obj.startswith("{") and obj.endswith("}") and obj[1:-1] in ids:
+            return ids[obj[1:-1]]
+        return obj.format(**ids)
+    if isinstance(obj, list):
+        return [fill(v, ids) for v in obj]
+    if isinstance(obj, dict):
+        return {k: fill(v, ids) for k, v in obj.items()}
+    return obj
+
+
+def field_ok(actual, expected):
+    if expected is NOCHECK:
+        return True
+    if expected is ANY:
+        return isinstance(actual, str) and actual != ""
+    return isinstance(actual, str) and (actual == expected or actual.startswith(expected + ".")
+                                        or actual.startswith(expected + "["))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(env, case):
+    d, api, ids = env
+    name, method, path, body, ctype, status, codes, field = case
+    path = path.format(**ids)
+    if body == "GARBAGE":
+        data = os.urandom(10 * 1024 * 1024)
+    elif isinstance(body, bytes):
+        data = body
+    elif body is None:
+        data = None
+    else:
+        data = json.dumps(fill(body, ids)).encode()
+    headers = {"Content-Type": ctype or "application/json"} if data is not None else {}
+    before = db_dump(d.db)
+    r = api.request(method, path, data=data, headers=headers)
+    statuses = status if isinstance(status, tuple) else (status,)
+    assert r.status_code in statuses, f"{name}: {r.status_code} {r.text[:300]}"
+    err = error_of(r)
+    assert err["code"] in codes, f"{name}: code {err['code']!r}, expected one of {codes}"
+    if err["code"] not in ("invalid_json", "not_found", "conflict", "payload_too_large"):
+        assert field_ok(err["field"], field), f"{name}: field {err['field']!r}, expected {field!r}"
+    assert db_dump(d.db) == before, f"{name}: the database changed"
+    assert d.running and api.get("/healthz").status_code == 200, f"{name}: daemon down"

@@ -1,0 +1,328 @@
+"""This file contains the full ask/tell loop over HTTP for every engine the daemon knows.
+
+Engines are discovered by name: a study is created with each name of conftest.ENGINES
+and the test skips when the daemon answers 400 with field "engine.name", so the suite
+grows as engines land. Each engine runs on a finite candidate set and on a box space with
+float (linear and log), int and categorical parameters.
+"""
+import csv
+import io
+import math
+import re
+
+import pytest
+
+from conftest import (ENGINES, ask, create_study, error_of, grid, tell, toy,
+                      try_create_engine_study)
+
+BOX = {"type": "box", "params": [
+    {"name": "lr", "type": "float", "low": 1e-5, "high": 1.0, "log": True},
+    {"name": "x", "type": "float", "low": -2.0, "high": 2.0},
+    {"name": "layers", "type": "int", "low": 1, "high": 8},
+    {"name": "opt", "type": "categorical", "choices": ["adam", "sgd", "rmsprop"]},
+]}
+TRIALS = 12
+
+
+def box_objective(params):
+    return (-(math.log10(params["lr"]) + 3) ** 2 - (params["x"] - 0.5) ** 2
+            - 0.1 * (params["layers"] - 4) ** 2 + {"adam": 1, "sgd": 0, "rmsprop": 0.5}[params["opt"]])
+
+
+def check_box_trial(t):
+    p = t["params"]
+    assert set(p) == {"lr", "x", "layers", "opt"}, t
+    assert 1e-5 * (1 - 1e-9) <= p["lr"] <= 1.0 * (1 + 1e-9), t
+    assert -2.0 <= p["x"] <= 2.0, t
+    assert isinstance(p["layers"], int) and 1 <= p["layers"] <= 8, t
+    assert p["opt"] in ("adam", "sgd", "rmsprop"), t
+    assert all(0.0 <= u <= 1.0 for u in t["x"]), t
+    assert t["candidate_index"] is None
+
+
+def run_loop(api, study, objective, n):
+    """ask(2)/tell until n trials are completed; returns {trial_id: value}."""
+    sid = study["id"]
+    told = {}
+    rounds = 0
+    while len(told) < n:
+        rounds += 1
+        assert rounds <= 4 * n, f"no progress after {rounds} asks: {told}"
+        res = ask(api, sid, worker="loop", count=min(2, n - len(told)))
+        if not res["trials"]:
+            # Nothing is pending, so the engine must not wait for feedback.
+            assert res["status"] in ("exhausted", "max_trials_reached"), res
+            break
+        assert res["status"] == "ok", res
+        for t in res["trials"]:
+            assert t["state"] == "pending" and t["study_id"] == sid and t["worker"] == "loop"
+            v = objective(t)
+            done = tell(api, sid, t["id"], v)
+            assert done["state"] == "completed" and done["value"] == v and done["id"] == t["id"]
+            told[t["id"]] = v
+    return told
+
+
+def check_summary(api, study, told, maximize=True):
+    sid = study["id"]
+    s = api.get(f"/v1/studies/{sid}").json()
+    assert s["progress"]["trials"]["completed"] == len(told)
+    assert s["progress"]["trials"]["pending"] == 0
+    best = api.get(f"/v1/studies/{sid}/best").json()
+    target = max(told.values()) if maximize else min(told.values())
+    assert best["value"] == target and told[best["id"]] == target
+    listed = api.get(f"/v1/studies/{sid}/trials", params={"state": "completed", "limit": 1000}).json()
+    assert {t["id"]: t["value"] for t in listed["trials"]} == told
+    export = api.get(f"/v1/studies/{sid}/export", params={"format": "json"}).json()
+    assert export["study"]["id"] == sid and len(export["trials"]) == len(told)
+    r = api.get(f"/v1/studies/{sid}/export", params={"format": "csv"})
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(r.text)))
+    assert rows[0][:4] == ["id", "state", "worker", "value"] and len(rows) == 1 + len(told)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_candidates(api, engine):
+    rows = grid(40, 3)
+    study = try_create_engine_study(api, f"cand-{engine}", engine,
+                                    {"type": "candidates", "candidates": rows},
+                                    settings={"seed": 3})
+    assert study["engine"]["name"] == engine
+    assert study["space"]["rows"] == 40 and study["space"]["dim"] == 3
+
+    def objective(t):
+        assert t["x"] == rows[t["candidate_index"]] and t["params"] is None
+        return toy(t["x"])
+    told = run_loop(api, study, objective, TRIALS)
+    assert len(told) == TRIALS
+    check_summary(api, study, told)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_box(api, engine):
+    study = try_create_engine_study(api, f"box-{engine}", engine, BOX,
+                                    settings={"seed": 5, "pool_size": 256})
+    assert [p["name"] for p in study["space"]["params"]] == ["lr", "x", "layers", "opt"]
+
+    def objective(t):
+        check_box_trial(t)
+        return box_objective(t["params"])
+    told = run_loop(api, study, objective, TRIALS)
+    assert len(told) == TRIALS
+    check_summary(api, study, told)
+
+
+def test_minimize_best_is_smallest(api):
+    study = create_study(api, "min", direction="minimize")
+    assert study["direction"] == "minimize"
+    told = run_loop(api, study, lambda t: toy(t["x"]), 8)
+    check_summary(api, study, told, maximize=False)
+
+
+def test_candidate_set_upload_json_and_csv(api):
+    r = api.post("/v1/candidate-sets", json={"rows": [[1, 2], [3, 4], [5, 6]], "names": ["a", "b"]})
+    assert r.status_code == 201, r.text
+    cs = r.json()
+    assert cs["rows"] == 3 and cs["dim"] == 2 and cs["names"] == ["a", "b"]
+    assert api.get(f"/v1/candidate-sets/{cs['id']}").json() == cs
+    r = api.post("/v1/candidate-sets", data="p,q\n1,2\n3,4\n",
+                 headers={"Content-Type": "text/csv"})
+    assert r.status_code == 201, r.text
+    csv = r.json()
+    assert csv["rows"] == 2 and csv["dim"] == 2 and csv["names"] == ["p", "q"]
+    study = create_study(api, "from-set",
+                         space={"type": "candidates", "candidate_set": cs["id"]})
+    assert study["space"]["rows"] == 3 and study["space"].get("candidate_set") == cs["id"]
+    t = ask(api, study["id"])["trials"][0]
+    assert t["x"] == [[1, 2], [3, 4], [5, 6]][t["candidate_index"]]
+
+
+def test_observations_warm_start(api):
+    rows = grid(10, 2)
+    study = create_study(api, "warm", space={"type": "candidates", "candidates": rows})
+    r = api.post(f"/v1/studies/{study['id']}/observations",
+                 json={"observations": [{"x": rows[0], "value": 1.5}, {"x": rows[1], "value": -2}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["added"] == 2
+
+
+def test_batch_tell(api):
+    study = create_study(api, "batch")
+    sid = study["id"]
+    trials = ask(api, sid, count=3)["trials"]
+    assert len(trials) == 3
+    r = api.post(f"/v1/studies/{sid}/tell", json={"results": [
+        {"trial_id": trials[0]["id"], "value": 1.0},
+        {"trial_id": trials[1]["id"], "value": 2.0},
+        {"trial_id": 999999, "value": 3.0}]})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert [x["status"] for x in res] == [200, 200, 404]
+    assert res[0]["trial"]["state"] == "completed" and res[2]["error"]["code"] == "not_found"
+    # The same batch again is harmless (exactly-once per item) and answers the same trials.
+    again = api.post(f"/v1/studies/{sid}/tell", json={"results": [
+        {"trial_id": trials[0]["id"], "value": 1.0}, {"trial_id": trials[1]["id"], "value": 2.0}]})
+    assert [x["status"] for x in again.json()["results"]] == [200, 200]
+    assert [x["trial"] for x in again.json()["results"]] == [res[0]["trial"], res[1]["trial"]]
+    # Telling the first again with a different value is a per-item conflict.
+    r = api.post(f"/v1/studies/{sid}/tell", json={"results": [
+        {"trial_id": trials[0]["id"], "value": 5.0}, {"trial_id": trials[2]["id"], "value": 0.5}]})
+    assert [x["status"] for x in r.json()["results"]] == [409, 200]
+
+
+def test_fail_trial(api):
+    study = create_study(api, "fail")
+    sid = study["id"]
+    t = ask(api, sid)["trials"][0]
+    r = api.post(f"/v1/studies/{sid}/trials/{t['id']}/fail", json={"reason": "OOM"})
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "failed" and r.json()["reason"] == "OOM"
+    assert api.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": 1}).status_code == 409
+    s = api.get(f"/v1/studies/{sid}").json()
+    assert s["progress"]["trials"]["failed"] == 1
+
+
+def test_max_trials(api):
+    study = create_study(api, "cap", max_trials=3)
+    sid = study["id"]
+    got = ask(api, sid, count=5)
+    assert len(got["trials"]) <= 3
+    for t in got["trials"]:
+        tell(api, sid, t["id"], 1.0)
+    while True:
+        res = ask(api, sid, count=1)
+        if not res["trials"]:
+            break
+        tell(api, sid, res["trials"][0]["id"], 1.0)
+    assert res["status"] == "max_trials_reached"
+    assert api.get(f"/v1/studies/{sid}").json()["progress"]["trials"]["completed"] == 3
+
+
+def test_list_studies_pagination(api):
+    ids = {create_study(api, f"page-{i}")["id"] for i in range(5)}
+    seen, cursor = [], None
+    for _ in range(10):
+        params = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+        page = api.get("/v1/studies", params=params).json()
+        assert len(page["studies"]) <= 2
+        seen += [s["id"] for s in page["studies"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert set(seen) == ids and len(seen) == len(ids)
+
+
+def metrics(api):
+    """Prometheus text exposition -> {(name, labels): value} (labels as a sorted tuple)."""
+    r = api.get("/metrics")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+    out = {}
+    for line in r.text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?', line)
+        assert m, f"not Prometheus text format: {line!r}"
+        labels = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or "")))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def test_healthz_and_metrics(daemon):
+    api = daemon.client()
+    h = api.get("/healthz")
+    assert h.status_code == 200 and h.json()["status"] == "ok" and "version" in h.json()
+    sid = create_study(api, "metered")["id"]
+    create_study(api, "other")
+    trials = ask(api, sid, count=3)["trials"]
+    tell(api, sid, trials[0]["id"], 1.0)
+    api.post(f"/v1/studies/{sid}/trials/{trials[1]['id']}/fail", json={})
+    m = metrics(api)
+    names = {k[0] for k in m}
+    for name in ("kbandit_http_requests_total", "kbandit_http_request_duration_seconds_bucket",
+                 "kbandit_studies", "kbandit_trials", "kbandit_resparsifications_total",
+                 "kbandit_engine_seconds_total"):
+        assert name in names, f"{name} missing from /metrics"
+    assert m[("kbandit_studies", ())] == 2
+    for state, n in (("pending", 1), ("completed", 1), ("failed", 1), ("expired", 0)):
+        assert m[("kbandit_trials", (("state", state),))] == n, state
+    asks = [v for (n, labels), v in m.items() if n == "kbandit_http_requests_total"
+            and ("status", "200") in labels and any(l[0] == "route" and l[1].endswith("/ask") for l in labels)]
+    assert sum(asks) == 1
+
+
+def test_trials_pagination_and_box_export(api):
+    study = create_study(api, "pages", space=BOX, settings={"pool_size": 64})
+    sid = study["id"]
+    told = run_loop(api, study, lambda t: box_objective(t["params"]), 20)
+    seen, cursor = [], None
+    for _ in range(10):
+        params = {"limit": 7} | ({"cursor": cursor} if cursor else {})
+        page = api.get(f"/v1/studies/{sid}/trials", params=params).json()
+        assert len(page["trials"]) <= 7
+        seen += [t["id"] for t in page["trials"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == sorted(told) and len(seen) == 20
+    text = api.get(f"/v1/studies/{sid}/export", params={"format": "csv"}).text
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["id", "state", "worker", "value", "lr", "x", "layers", "opt"], rows[0]
+    assert len(rows) == 21
+    by_id = {int(r[0]): r for r in rows[1:]}
+    assert {i: float(r[3]) for i, r in by_id.items()} == told
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_extreme_finite_values(api, engine):
+    """Finite extremes (coordinates and values near DBL_MAX, tiny differences): every tell
+    is accepted, the engine keeps handing out points, and nothing turns into NaN/inf.
+    Coordinates whose spread overflows a double may be refused at creation (400)."""
+    rows = [[1e308, -1e308], [-1e308, 1e308], [0.0, 5e-324], [1.0, 1.0 + 2.2e-16]]
+    r = api.post("/v1/studies", json={"name": f"extreme-{engine}", "engine": {
+        "name": engine, "settings": {"seed": 2}}, "space": {"type": "candidates", "candidates": rows}})
+    if r.status_code == 400 and error_of(r)["field"] == "engine.name":
+        pytest.skip(f"engine {engine!r} not in this daemon")
+    if r.status_code == 400:  # refusing coordinates whose spread overflows is fine too
+        assert error_of(r)["field"].startswith("space.candidates"), r.text
+        rows[:2] = [[1e300, -1e300], [-1e300, 1e300]]
+        r = api.post("/v1/studies", json={"name": f"extreme-{engine}", "engine": {
+            "name": engine, "settings": {"seed": 2}}, "space": {"type": "candidates", "candidates": rows}})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    values = [1.7976931348623157e308, -1.7976931348623157e308, 5e-324, 0.0]
+    for v in values:
+        res = ask(api, sid, worker="x")
+        assert res["trials"], res
+        t = res["trials"][0]
+        assert t["x"] == rows[t["candidate_index"]]
+        tell(api, sid, t["id"], v)
+    res = ask(api, sid, worker="x", count=2)
+    assert res["status"] in ("ok", "awaiting_feedback"), res
+    for t in res["trials"]:
+        assert all(math.isfinite(u) for u in t["x"])
+    best = api.get(f"/v1/studies/{sid}/best").json()
+    assert best["value"] == 1.7976931348623157e308
+
+
+def test_box_param_values_always_present(api):
+    """Every param of a box has a finite value in every trial, even when high - low
+    overflows a double (the daemon must then refuse the space or map without overflow)."""
+    space = {"type": "box", "params": [{"name": "wide", "type": "float", "low": -1e308, "high": 1e308},
+                                        {"name": "k", "type": "int", "low": -2 ** 53, "high": 2 ** 53}]}
+    r = api.post("/v1/studies", json={"name": "wide", "space": space, "engine": {"name": "random"}})
+    if r.status_code == 400:
+        assert error_of(r)["field"].startswith("space.params["), r.text
+        return
+    assert r.status_code == 201, r.text
+    for t in ask(api, r.json()["id"], count=5)["trials"]:
+        assert set(t["params"]) == {"wide", "k"}, t
+        assert -1e308 <= t["params"]["wide"] <= 1e308 and math.isfinite(t["params"]["wide"])
+        assert -2 ** 53 <= t["params"]["k"] <= 2 ** 53
+
+
+def test_csv_upload_with_bom_and_crlf(api):
+    """Spreadsheet exports start with a UTF-8 byte-order mark and end lines with CRLF."""
+    r = api.post("/v1/candidate-sets", data=b"\xef\xbb\xbfp,q\r\n1,2\r\n3,4\r\n",
+                 headers={"Content-Type": "text/csv"})
+    assert r.status_code == 201, r.text
+    assert r.json()["names"] == ["p", "q"] and r.json()["rows"] == 2

@@ -1,0 +1,134 @@
+"""This file contains the HTTP status paths (400, 401, 404, 405, 409, 413, 415), bearer
+auth on and off, exactly-once tell, and the start-up refusal of an unauthenticated
+non-loopback listener."""
+import pytest
+import requests
+
+from conftest import ask, create_study, error_of, tell
+
+
+def test_exactly_once_tell(api):
+    sid = create_study(api, "once")["id"]
+    t = ask(api, sid)["trials"][0]
+    first = tell(api, sid, t["id"], 0.25)
+    again = tell(api, sid, t["id"], 0.25)
+    assert again == first, "a repeated tell with the same value must return the same trial"
+    r = api.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": 0.5})
+    assert r.status_code == 409 and error_of(r)["code"] == "conflict"
+    assert api.get(f"/v1/studies/{sid}/trials/{t['id']}").json()["value"] == 0.25
+    assert api.get(f"/v1/studies/{sid}").json()["progress"]["trials"]["completed"] == 1
+
+
+def test_status_paths(daemons):
+    d = daemons(args=["--max-body-bytes", "4096"])
+    api = d.client()
+    sid = create_study(api, "paths")["id"]
+
+    r = api.post("/v1/studies", data=b'{"name": ', headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and error_of(r)["code"] == "invalid_json"
+
+    for path in ("/v1/studies/999999", "/v1/studies/999999/trials/1", "/v1/nope", "/nope",
+                 f"/v1/studies/{sid}/trials/999999", "/v1/candidate-sets/424242"):
+        r = api.get(path)
+        assert r.status_code == 404 and error_of(r)["code"] == "not_found", path
+
+    r = api.get(f"/v1/studies/{sid}/best")
+    assert r.status_code == 404 and error_of(r)["code"] == "not_found"
+
+    for method, path in (("PUT", "/v1/studies"), ("DELETE", "/healthz"), ("PATCH", f"/v1/studies/{sid}"),
+                         ("GET", f"/v1/studies/{sid}/ask"), ("POST", "/metrics")):
+        r = api.request(method, path)
+        assert r.status_code == 405, (method, path, r.status_code, r.text)
+        assert error_of(r)["code"] == "method_not_allowed"
+        assert "Allow" in r.headers and r.headers["Allow"], (method, path)
+
+    r = api.post("/v1/studies", json={"name": "paths", "space": {"type": "candidates",
+                                                                   "candidates": [[1.0]]}})
+    assert r.status_code == 409 and error_of(r)["code"] == "conflict"
+
+    r = api.post("/v1/studies", data=b'{"name": "' + b"a" * 8192 + b'"}',
+                 headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and error_of(r)["code"] == "payload_too_large"
+
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"Content-Type": ctype} if ctype else {}
+        r = api.post(f"/v1/studies/{sid}/ask", data=b'{"worker": "w"}', headers=headers)
+        assert r.status_code == 415, (ctype, r.text)
+        assert error_of(r)["code"] == "unsupported_media_type"
+    assert api.get("/healthz").status_code == 200
+
+
+def test_auth_on(daemons):
+    d = daemons(token="s3cret-token")
+    ok = d.client()
+    sid = create_study(ok, "auth")["id"]
+    anon = d.client(token="")
+    anon.headers.pop("Authorization", None)
+    wrong = d.client(token="s3cret-tokem")
+    for c in (anon, wrong):
+        for method, path in (("GET", "/v1/studies"), ("GET", f"/v1/studies/{sid}"),
+                             ("POST", f"/v1/studies/{sid}/ask"), ("GET", "/v1/nope")):
+            r = c.request(method, path, json={"worker": "x"} if method == "POST" else None)
+            if path == "/v1/nope" and r.status_code == 404:
+                continue  # an unknown route may say so before asking for credentials
+            assert r.status_code == 401, (method, path, r.text)
+            assert error_of(r)["code"] == "unauthorized"
+            assert r.headers.get("WWW-Authenticate", "").startswith("Bearer")
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/metrics").status_code == 200
+    r = ok.get("/v1/studies", headers={"Authorization": "Basic czNjcmV0LXRva2Vu"})
+    assert r.status_code == 401
+    assert ok.get(f"/v1/studies/{sid}").status_code == 200
+    # Nothing was created by the refused requests.
+    assert len(ok.get("/v1/studies").json()["studies"]) == 1
+
+
+def test_auth_off(daemons):
+    d = daemons()
+    assert "auth disabled" in d.stderr()
+    api = d.client()
+    assert "Authorization" not in api.headers
+    assert api.get("/v1/studies").status_code == 200
+    # A token sent to a daemon without auth is ignored.
+    assert api.get("/v1/studies", headers={"Authorization": "Bearer whatever"}).status_code == 200
+
+
+def test_non_loopback_needs_token_or_insecure(daemons):
+    d = daemons(listen="0.0.0.0:0", start=False)
+    d.start(expect_fail=True)
+    assert not d.running and d.exit_codes and d.exit_codes[-1] != 0, d.stderr()
+    assert "--insecure" in d.stderr() or "token" in d.stderr().lower()
+    d2 = daemons(listen="0.0.0.0:0", args=["--insecure"])
+    assert d2.running and "auth disabled" in d2.stderr()
+    assert requests.get(f"{d2.url}/healthz", timeout=10).status_code == 200
+    d3 = daemons(listen="0.0.0.0:0", token="t0k")
+    assert d3.running and d3.client().get("/v1/studies").status_code == 200
+
+
+def test_delete_study(api):
+    sid = create_study(api, "gone")["id"]
+    t = ask(api, sid)["trials"][0]
+    r = api.delete(f"/v1/studies/{sid}")
+    assert r.status_code == 204 and r.content == b""
+    for method, path, body in (("GET", f"/v1/studies/{sid}", None),
+                               ("POST", f"/v1/studies/{sid}/ask", {"worker": "w"}),
+                               ("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell", {"value": 1}),
+                               ("GET", f"/v1/studies/{sid}/trials", None),
+                               ("DELETE", f"/v1/studies/{sid}", None)):
+        r = api.request(method, path, json=body)
+        assert r.status_code == 404, (method, path, r.text)
+    # The name is free again.
+    create_study(api, "gone")
+
+
+@pytest.mark.parametrize("wait_ms", [0, 300])
+def test_ask_nothing_available_has_retry_after(api, wait_ms):
+    sid = create_study(api, "full", space={"type": "candidates", "candidates": [[0.0], [1.0]]},
+                       settings={"repeats": "no_pending"})["id"]
+    assert len(ask(api, sid, count=2)["trials"]) == 2
+    r = api.post(f"/v1/studies/{sid}/ask", json={"worker": "w", "wait_ms": wait_ms})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["trials"] == [] and body["status"] in ("exhausted", "awaiting_feedback")
+    # Both candidates come back once told: the client is told when to retry.
+    assert int(r.headers["Retry-After"]) >= 1

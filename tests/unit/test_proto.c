@@ -1,0 +1,424 @@
+/*
+ * test_proto.c - unit tests of proto/: the error table, a data-driven validation table
+ * (input document -> expected API code and field) over every request parser, the CSV
+ * candidate parser (including a 20,000 x 8 upload), and the box <-> unit-cube mapping.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../proto/proto.h"
+
+static void error_table_is_complete(void **state)
+{
+    (void)state;
+    static const struct { api_code c; int status; const char *name; } want[] = {
+        {API_INVALID_JSON, 400, "invalid_json"}, {API_INVALID, 400, "invalid"},
+        {API_UNAUTHORIZED, 401, "unauthorized"}, {API_NOT_FOUND, 404, "not_found"},
+        {API_METHOD_NOT_ALLOWED, 405, "method_not_allowed"}, {API_CONFLICT, 409, "conflict"},
+        {API_PAYLOAD_TOO_LARGE, 413, "payload_too_large"},
+        {API_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type"},
+        {API_INTERNAL, 500, "internal"}, {API_UNAVAILABLE, 503, "unavailable"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        assert_int_equal(api_status(want[i].c), want[i].status);
+        assert_string_equal(api_code_name(want[i].c), want[i].name);
+    }
+    api_error e;
+    api_fail(&e, API_INVALID, "count", "must be %d", 3);
+    json_t *j = api_error_json(&e);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "field")), "count");
+    json_decref(j);
+    api_fail(&e, API_NOT_FOUND, NULL, "x");
+    j = api_error_json(&e);
+    assert_true(json_is_null(json_object_get(json_object_get(j, "error"), "field")));
+    json_decref(j);
+}
+
+typedef enum { P_STUDY, P_ASK, P_TELL, P_BATCH, P_FAIL, P_HEARTBEAT, P_OBS_BOX, P_OBS_CAND, P_CSET } parser;
+
+typedef struct vcase {
+    parser p;
+    const char *body;
+    api_code code;      /* API_OK: must parse */
+    const char *field;  /* expected field ("" none), NULL = don't care */
+} vcase;
+
+#define BOX "{\"type\":\"box\",\"params\":[{\"name\":\"lr\",\"type\":\"float\",\"low\":1e-5,\"high\":1,\"log\":true}," \
+            "{\"name\":\"n\",\"type\":\"int\",\"low\":1,\"high\":8},{\"name\":\"opt\",\"type\":\"categorical\",\"choices\":[\"a\",\"b\"]}]}"
+#define CAND "{\"type\":\"candidates\",\"candidates\":[[1,2],[3,4]]}"
+
+static const vcase cases[] = {
+    /* studies */
+    {P_STUDY, "{\"name\":\"s\",\"space\":" CAND "}", API_OK, NULL},
+    {P_STUDY, "{\"name\":\"s\",\"space\":" BOX ",\"engine\":{\"name\":\"random\",\"settings\":{\"seed\":3}},\"max_trials\":null}", API_OK, NULL},
+    {P_STUDY, "", API_INVALID_JSON, ""},
+    {P_STUDY, "{\"name\": ", API_INVALID_JSON, ""},
+    {P_STUDY, "[1,2]", API_INVALID, ""},
+    {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"bogus\":1}", API_INVALID, "bogus"},
+    {P_STUDY, "{\"space\":" CAND "}", API_INVALID, "name"},
+    {P_STUDY, "{\"name\":\"\",\"space\":" CAND "}", API_INVALID, "name"},
+    {P_STUDY, "{\"name\":7,\"space\":" CAND "}", API_INVALID, "name"},
+    {P_STUDY, "{\"name\":\"s\"}", API_INVALID, "space"},
+    {P_STUDY, "{\"name\":\"s\",\"direction\":\"up\",\"space\":" CAND "}", API_INVALID, "direction"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"candidates\",\"candidates\":[[1,2],[3]]}}", API_INVALID, "space.candidates[1]"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"candidates\",\"candidates\":[[1,2],[3,\"x\"]]}}", API_INVALID, "space.candidates[1][1]"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"candidates\",\"candidates\":[[1,1e400]]}}", API_INVALID_JSON, ""},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"candidates\",\"candidates\":[[NaN]]}}", API_INVALID_JSON, ""},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"candidates\",\"candidates\":[]}}", API_INVALID, "space.candidates"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"candidates\",\"candidates\":[[1]],\"candidate_set\":1}}", API_INVALID, "space.candidates"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"candidates\",\"candidate_set\":0}}", API_INVALID, "space.candidate_set"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"ball\"}}", API_INVALID, "space.type"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"float\",\"low\":1,\"high\":1}]}}", API_INVALID, "space.params[0].high"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"float\",\"low\":0,\"high\":1,\"log\":true}]}}", API_INVALID, "space.params[0].low"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"int\",\"low\":0.5,\"high\":1}]}}", API_INVALID, "space.params[0].low"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"categorical\",\"choices\":[]}]}}", API_INVALID, "space.params[0].choices"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"categorical\",\"choices\":[\"x\"],\"low\":1}]}}", API_INVALID, "space.params[0].low"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"int\",\"low\":0,\"high\":1},{\"name\":\"a\",\"type\":\"int\",\"low\":0,\"high\":1}]}}", API_INVALID, "space.params[1].name"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"lease_seconds\":0}", API_INVALID, "lease_seconds"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"lease_seconds\":1.5}", API_INVALID, "lease_seconds"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"max_trials\":0}", API_INVALID, "max_trials"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"engine\":{\"nme\":\"random\"}}", API_INVALID, "engine.nme"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"engine\":{\"name\":\"random\",\"settings\":[]}}", API_INVALID, "engine.settings"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"name\":\"t\"}", API_INVALID_JSON, ""},
+    /* ask */
+    {P_ASK, "{\"worker\":\"w\"}", API_OK, NULL},
+    {P_ASK, "{\"worker\":\"w\",\"count\":1000,\"wait_ms\":60000}", API_OK, NULL},
+    {P_ASK, "{}", API_INVALID, "worker"},
+    {P_ASK, "{\"worker\":\"w\",\"count\":0}", API_INVALID, "count"},
+    {P_ASK, "{\"worker\":\"w\",\"count\":1001}", API_INVALID, "count"},
+    {P_ASK, "{\"worker\":\"w\",\"count\":\"2\"}", API_INVALID, "count"},
+    {P_ASK, "{\"worker\":\"w\",\"count\":2.0}", API_INVALID, "count"},
+    {P_ASK, "{\"worker\":\"w\",\"wait_ms\":-1}", API_INVALID, "wait_ms"},
+    {P_ASK, "{\"worker\":\"w\",\"extra\":true}", API_INVALID, "extra"},
+    {P_ASK, "{\"worker\":\"\xff\xfe\"}", API_INVALID_JSON, ""},
+    /* tell */
+    {P_TELL, "{\"value\":1.5}", API_OK, NULL},
+    {P_TELL, "{\"value\":-3}", API_OK, NULL},
+    {P_TELL, "{}", API_INVALID, "value"},
+    {P_TELL, "{\"value\":\"1\"}", API_INVALID, "value"},
+    {P_TELL, "{\"value\":null}", API_INVALID, "value"},
+    {P_TELL, "{\"value\":1e400}", API_INVALID_JSON, ""},
+    {P_TELL, "{\"value\":Infinity}", API_INVALID_JSON, ""},
+    {P_TELL, "{\"value\":1,\"v\":2}", API_INVALID, "v"},
+    {P_BATCH, "{\"results\":[{\"trial_id\":1,\"value\":2}]}", API_OK, NULL},
+    {P_BATCH, "{\"results\":[]}", API_INVALID, "results"},
+    {P_BATCH, "{\"results\":[{\"trial_id\":1,\"value\":2},{\"trial_id\":0,\"value\":1}]}", API_INVALID, "results[1].trial_id"},
+    {P_BATCH, "{\"results\":[{\"trial_id\":1}]}", API_INVALID, "results[0].value"},
+    {P_BATCH, "{\"results\":[7]}", API_INVALID, "results[0]"},
+    {P_FAIL, "{\"reason\":\"oom\"}", API_OK, NULL},
+    {P_FAIL, "{}", API_OK, NULL},
+    {P_FAIL, "{\"reason\":3}", API_INVALID, "reason"},
+    {P_HEARTBEAT, "{}", API_OK, NULL},
+    {P_HEARTBEAT, "{\"x\":1}", API_INVALID, "x"},
+    /* observations */
+    {P_OBS_CAND, "{\"observations\":[{\"x\":[1,2],\"value\":3}]}", API_OK, NULL},
+    {P_OBS_CAND, "{\"observations\":[{\"x\":[1,2,3],\"value\":3}]}", API_INVALID, "observations[0].x"},
+    {P_OBS_CAND, "{\"observations\":[{\"x\":[1,2]}]}", API_INVALID, "observations[0].value"},
+    {P_OBS_CAND, "{\"observations\":[{\"params\":{},\"value\":1}]}", API_INVALID, "observations[0].params"},
+    {P_OBS_BOX, "{\"observations\":[{\"params\":{\"lr\":0.01,\"n\":3,\"opt\":\"b\"},\"value\":1}]}", API_OK, NULL},
+    {P_OBS_BOX, "{\"observations\":[{\"x\":[0,0.5,1],\"value\":1}]}", API_OK, NULL},
+    {P_OBS_BOX, "{\"observations\":[{\"x\":[0,0.5,1.5],\"value\":1}]}", API_INVALID, "observations[0].x[2]"},
+    {P_OBS_BOX, "{\"observations\":[{\"params\":{\"lr\":0.01,\"n\":3,\"opt\":\"c\"},\"value\":1}]}", API_INVALID, "observations[0].params.opt"},
+    {P_OBS_BOX, "{\"observations\":[{\"params\":{\"lr\":0.01,\"n\":9,\"opt\":\"a\"},\"value\":1}]}", API_INVALID, "observations[0].params.n"},
+    {P_OBS_BOX, "{\"observations\":[{\"params\":{\"lr\":0.01,\"opt\":\"a\"},\"value\":1}]}", API_INVALID, "observations[0].params.n"},
+    {P_OBS_BOX, "{\"observations\":[{\"params\":{\"lr\":0.01,\"n\":1,\"opt\":\"a\",\"z\":1},\"value\":1}]}", API_INVALID, "observations[0].params.z"},
+    {P_OBS_BOX, "{\"observations\":[{\"x\":[0,0.5,1],\"params\":{},\"value\":1}]}", API_INVALID, "observations[0].x"},
+    /* candidate sets (JSON) */
+    {P_CSET, "{\"rows\":[[1,2],[3,4]],\"names\":[\"a\",\"b\"]}", API_OK, NULL},
+    {P_CSET, "{\"rows\":[[1,2],[3,4]],\"names\":[\"a\"]}", API_INVALID, "names"},
+    {P_CSET, "{\"rows\":[[1,2],[3,true]]}", API_INVALID, "rows[1][1]"},
+};
+
+static void spec_for(parser p, study_spec *spec)
+{
+    const char *doc = p == P_OBS_BOX ? "{\"name\":\"s\",\"space\":" BOX "}" : "{\"name\":\"s\",\"space\":" CAND "}";
+    api_error err;
+    json_t *j = proto_parse_object(doc, strlen(doc), &err);
+    assert_non_null(j);
+    assert_int_equal(proto_study_spec_parse(j, spec, &err), 0);
+    json_decref(j);
+}
+
+static int run_case(const vcase *c, api_error *err)
+{
+    json_t *doc = proto_parse_object(c->body, strlen(c->body), err);
+    if (!doc)
+        return -1;
+    int rc = -1;
+    switch (c->p) {
+    case P_STUDY: {
+        study_spec s;
+        rc = proto_study_spec_parse(doc, &s, err);
+        if (rc == 0)
+            proto_study_spec_clear(&s);
+        break;
+    }
+    case P_ASK: {
+        ask_req r;
+        rc = proto_ask_parse(doc, &r, err);
+        proto_ask_clear(&r);
+        break;
+    }
+    case P_TELL: {
+        double v;
+        rc = proto_tell_parse(doc, &v, err);
+        break;
+    }
+    case P_BATCH: {
+        tell_item *it = NULL;
+        size_t n;
+        rc = proto_tell_batch_parse(doc, &it, &n, err);
+        free(it);
+        break;
+    }
+    case P_FAIL: {
+        char *reason;
+        rc = proto_fail_parse(doc, &reason, err);
+        free(reason);
+        break;
+    }
+    case P_HEARTBEAT:
+        rc = proto_heartbeat_parse(doc, err);
+        break;
+    case P_OBS_BOX:
+    case P_OBS_CAND: {
+        study_spec s;
+        double *x = NULL, *y = NULL;
+        size_t n;
+        spec_for(c->p, &s);
+        rc = proto_observations_parse(doc, &s, &x, &y, &n, err);
+        free(x);
+        free(y);
+        proto_study_spec_clear(&s);
+        break;
+    }
+    case P_CSET: {
+        double *rows = NULL;
+        size_t n, d;
+        json_t *names = NULL;
+        rc = proto_candidates_json_parse(doc, &rows, &n, &d, &names, err);
+        free(rows);
+        json_decref(names);
+        break;
+    }
+    }
+    json_decref(doc);
+    return rc;
+}
+
+static void validation_table(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const vcase *c = &cases[i];
+        api_error err = {0};
+        int rc = run_case(c, &err);
+        if ((c->code == API_OK) != (rc == 0) || (rc && err.code != c->code) ||
+            (rc && c->field && strcmp(err.field, c->field) != 0))
+            fail_msg("case %zu (%s): rc %d code %s field '%s' (%s); want %s field '%s'", i,
+                     c->body, rc, api_code_name(err.code), err.field, err.message,
+                     api_code_name(c->code), c->field ? c->field : "*");
+    }
+}
+
+static void engine_settings_are_typed(void **state)
+{
+    (void)state;
+    static const struct { const char *settings; const char *field; } t[] = {
+        {"{\"seed\":7,\"repeats\":\"never\",\"lengthscales\":[1,2]}", ""},
+        {"{\"nope\":1}", "engine.settings.nope"},
+        {"{\"repeats\":\"sometimes\"}", "engine.settings.repeats"},
+        {"{\"seed\":\"x\"}", "engine.settings.seed"},
+        {"{\"lengthscales\":[1,\"a\"]}", "engine.settings.lengthscales[1]"},
+        {"{\"lengthscale\":true}", "engine.settings.lengthscale"},
+        {"{\"lengthscale\":-1}", "engine.settings.lengthscale"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char doc[512];
+        snprintf(doc, sizeof doc, "{\"name\":\"s\",\"space\":" CAND ",\"engine\":{\"name\":\"random\",\"settings\":%s}}", t[i].settings);
+        api_error err = {0};
+        study_spec s;
+        json_t *j = proto_parse_object(doc, strlen(doc), &err);
+        assert_non_null(j);
+        assert_int_equal(proto_study_spec_parse(j, &s, &err), 0);
+        json_decref(j);
+        int rc = proto_study_spec_config(&s, &err);
+        proto_study_spec_clear(&s);
+        if (!t[i].field[0]) {
+            assert_int_equal(rc, 0);
+        } else {
+            assert_int_equal(rc, -1);
+            assert_int_equal(err.code, API_INVALID);
+            assert_string_equal(err.field, t[i].field);
+        }
+    }
+    /* unknown engine */
+    const char *doc = "{\"name\":\"s\",\"space\":" CAND ",\"engine\":{\"name\":\"nope\"}}";
+    api_error err;
+    study_spec s;
+    json_t *j = proto_parse_object(doc, strlen(doc), &err);
+    assert_int_equal(proto_study_spec_parse(j, &s, &err), 0);
+    json_decref(j);
+    assert_int_equal(proto_study_spec_config(&s, &err), -1);
+    assert_string_equal(err.field, "engine.name");
+    proto_study_spec_clear(&s);
+}
+
+static void stored_spec_round_trips(void **state)
+{
+    (void)state;
+    study_spec a, b;
+    spec_for(P_OBS_BOX, &a);
+    json_t *j = proto_study_spec_json(&a, 1);
+    api_error err;
+    assert_int_equal(proto_study_spec_parse(j, &b, &err), 0);
+    json_t *k = proto_study_spec_json(&b, 1);
+    assert_true(json_equal(j, k));
+    json_decref(j);
+    json_decref(k);
+    proto_study_spec_clear(&a);
+    proto_study_spec_clear(&b);
+}
+
+static void csv_parses_and_rejects(void **state)
+{
+    (void)state;
+    double *rows;
+    size_t n, d;
+    json_t *names;
+    api_error err;
+    const char *ok = "a, b\r\n1,2\n3.5 , -4e-3\n\n";
+    assert_int_equal(proto_candidates_csv_parse(ok, strlen(ok), &rows, &n, &d, &names, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(d, 2);
+    assert_true(rows[2] == 3.5 && rows[3] == -4e-3);
+    assert_string_equal(json_string_value(json_array_get(names, 1)), "b");
+    free(rows);
+    json_decref(names);
+    static const struct { const char *text; const char *field; } bad[] = {
+        {"1,2\n3\n", "rows[1]"}, {"1,2\n3,x\n", "rows[1][1]"}, {"1,nan\n", "rows[0][1]"},
+        {"1,1e400\n", "rows[0][1]"}, {"a,b\n", "rows"}, {"", "rows"}, {"1,,2\n", "rows[0][1]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = proto_candidates_csv_parse(bad[i].text, strlen(bad[i].text), &rows, &n, &d, &names, &err);
+        assert_int_equal(rc, -1);
+        assert_int_equal(err.code, API_INVALID);
+        assert_string_equal(err.field, bad[i].field);
+    }
+}
+
+static void csv_bom_and_wide_box(void **state)
+{
+    (void)state;
+    double *rows;
+    size_t n, d;
+    json_t *names;
+    api_error err;
+    const char *bom = "\xef\xbb\xbfp,q\r\n1,2\r\n";
+    assert_int_equal(proto_candidates_csv_parse(bom, strlen(bom), &rows, &n, &d, &names, &err), 0);
+    assert_string_equal(json_string_value(json_array_get(names, 0)), "p");
+    free(rows);
+    json_decref(names);
+    /* high - low overflows a double: values stay finite and in range */
+    const char *doc = "{\"name\":\"w\",\"space\":{\"type\":\"box\",\"params\":["
+                      "{\"name\":\"f\",\"type\":\"float\",\"low\":-1e308,\"high\":1e308},"
+                      "{\"name\":\"k\",\"type\":\"int\",\"low\":-9007199254740992,\"high\":9007199254740992}]}}";
+    json_t *j = proto_parse_object(doc, strlen(doc), &err);
+    study_spec s;
+    assert_int_equal(proto_study_spec_parse(j, &s, &err), 0);
+    json_decref(j);
+    for (int i = 0; i <= 10; i++) {
+        double x[2] = {i / 10.0, i / 10.0}, back[2];
+        json_t *p = proto_params_from_x(&s, x);
+        double f = json_real_value(json_object_get(p, "f"));
+        assert_true(isfinite(f) && f >= -1e308 && f <= 1e308);
+        assert_non_null(json_object_get(p, "k"));
+        assert_int_equal(proto_params_to_x(&s, p, "params", back, &err), 0);
+        assert_true(fabs(back[0] - x[0]) < 1e-12);
+        json_decref(p);
+    }
+    proto_study_spec_clear(&s);
+}
+
+static void csv_20000_by_8(void **state)
+{
+    (void)state;
+    size_t cap = 20000 * 8 * 24 + 64, len = 0;
+    char *text = malloc(cap);
+    len += (size_t)snprintf(text, cap, "c0,c1,c2,c3,c4,c5,c6,c7\n");
+    for (int i = 0; i < 20000; i++)
+        for (int j = 0; j < 8; j++)
+            len += (size_t)snprintf(text + len, cap - len, "%.6f%c", (i * 8 + j) * 1e-3, j == 7 ? '\n' : ',');
+    double *rows;
+    size_t n, d;
+    json_t *names;
+    api_error err;
+    assert_int_equal(proto_candidates_csv_parse(text, len, &rows, &n, &d, &names, &err), 0);
+    assert_int_equal(n, 20000);
+    assert_int_equal(d, 8);
+    assert_true(fabs(rows[19999 * 8 + 7] - (19999 * 8 + 7) * 1e-3) < 1e-9);
+    free(rows);
+    json_decref(names);
+    free(text);
+}
+
+static void box_mapping(void **state)
+{
+    (void)state;
+    study_spec s;
+    spec_for(P_OBS_BOX, &s);
+    double x[3] = {0, 0, 0};
+    json_t *p = proto_params_from_x(&s, x);
+    assert_true(fabs(json_real_value(json_object_get(p, "lr")) - 1e-5) < 1e-15);
+    assert_int_equal(json_integer_value(json_object_get(p, "n")), 1);
+    assert_string_equal(json_string_value(json_object_get(p, "opt")), "a");
+    json_decref(p);
+    double one[3] = {1, 1, 1};
+    p = proto_params_from_x(&s, one);
+    assert_true(fabs(json_real_value(json_object_get(p, "lr")) - 1) < 1e-12);
+    assert_int_equal(json_integer_value(json_object_get(p, "n")), 8);
+    assert_string_equal(json_string_value(json_object_get(p, "opt")), "b");
+    /* params -> x -> params is the identity on the params */
+    double back[3];
+    api_error err;
+    assert_int_equal(proto_params_to_x(&s, p, "params", back, &err), 0);
+    json_t *q = proto_params_from_x(&s, back);
+    assert_true(fabs(json_real_value(json_object_get(q, "lr")) - 1) < 1e-12);
+    assert_int_equal(json_integer_value(json_object_get(q, "n")), 8);
+    assert_string_equal(json_string_value(json_object_get(q, "opt")), "b");
+    json_decref(p);
+    json_decref(q);
+    /* every int value has an equal bin */
+    int hits[9] = {0};
+    for (int i = 0; i < 8000; i++) {
+        double u[3] = {0.5, (i + 0.5) / 8000.0, 0.5};
+        json_t *r = proto_params_from_x(&s, u);
+        hits[json_integer_value(json_object_get(r, "n"))]++;
+        json_decref(r);
+    }
+    for (int v = 1; v <= 8; v++)
+        assert_int_equal(hits[v], 1000);
+    proto_study_spec_clear(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(error_table_is_complete),
+        cmocka_unit_test(validation_table),
+        cmocka_unit_test(engine_settings_are_typed),
+        cmocka_unit_test(stored_spec_round_trips),
+        cmocka_unit_test(csv_parses_and_rejects),
+        cmocka_unit_test(csv_bom_and_wide_box),
+        cmocka_unit_test(csv_20000_by_8),
+        cmocka_unit_test(box_mapping),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

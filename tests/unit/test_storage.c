@@ -1,0 +1,339 @@
+/*
+ * test_storage.c - unit tests of server/storage.c and of recovery in server/study.c:
+ * migrations on a fresh database, refusal of a newer schema, integrity, the queries'
+ * round trips, and a restored study making exactly the choices an uninterrupted one
+ * makes (snapshot + event replay).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../server/storage.h"
+#include "../../server/log.h"
+#include "../../server/study.h"
+
+static char *temp_db(void)
+{
+    char *path = strdup("/tmp/kb-test-storage-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    unlink(path);
+    return path;
+}
+
+static void remove_db(char *path)
+{
+    char buf[512];
+    unlink(path);
+    snprintf(buf, sizeof buf, "%s-wal", path);
+    unlink(buf);
+    snprintf(buf, sizeof buf, "%s-shm", path);
+    unlink(buf);
+    free(path);
+}
+
+static void migrations_apply_once(void **state)
+{
+    (void)state;
+    char *path = temp_db(), err[256];
+    store *s = store_open(path, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(store_schema_version(s), store_latest_version());
+    assert_int_equal(store_integrity_check(s), 0);
+    store_close(s);
+    s = store_open(path, err, sizeof err); /* again: nothing to apply */
+    assert_non_null(s);
+    assert_int_equal(store_schema_version(s), store_latest_version());
+    store_close(s);
+    remove_db(path);
+}
+
+static void newer_schema_is_refused(void **state)
+{
+    (void)state;
+    char *path = temp_db(), err[256] = "";
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", store_latest_version() + 1);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_null(store_open(path, err, sizeof err));
+    assert_non_null(strstr(err, "newer"));
+    remove_db(path);
+}
+
+static int count_trial(void *ud, const trial_rec *t)
+{
+    int *n = ud;
+    assert_int_equal(t->id, *n + 1);
+    assert_string_equal(t->worker, "w");
+    (*n)++;
+    return 0;
+}
+
+static int count_event(void *ud, const store_event *ev)
+{
+    int *n = ud;
+    (*n)++;
+    if (ev->kind == 'o')
+        assert_true(ev->x[1] == 2.5);
+    return 0;
+}
+
+static void queries_round_trip(void **state)
+{
+    (void)state;
+    char *path = temp_db(), err[256];
+    store *s = store_open(path, err, sizeof err);
+    assert_non_null(s);
+    int64_t id, id2;
+    assert_int_equal(store_begin(s), 0);
+    assert_int_equal(store_study_insert(s, "a", "{}", 1, &id), 0);
+    assert_int_equal(store_study_insert(s, "a", "{}", 1, &id2), STORE_CONFLICT);
+    double x[2] = {1, 2.5};
+    for (int i = 1; i <= 3; i++) {
+        trial_rec t = {.id = i, .state = TRIAL_PENDING, .worker = "w", .cand_index = -1,
+                       .created_ms = 5, .lease_ms = 6, .x = x};
+        assert_int_equal(store_trial_put(s, id, &t, 2), 0);
+        store_event ev = {.seq = i, .kind = 'a', .trial_id = i};
+        assert_int_equal(store_event_append(s, id, &ev, 2), 0);
+    }
+    store_event ob = {.seq = 4, .kind = 'o', .value = 1.0, .x = x};
+    assert_int_equal(store_event_append(s, id, &ob, 2), 0);
+    unsigned char snap1[3] = {1, 2, 3}, snap2[2] = {9, 9};
+    assert_int_equal(store_snapshot_put(s, id, 2, snap1, 3, 7), 0);
+    assert_int_equal(store_snapshot_put(s, id, 4, snap2, 2, 8), 0);
+    assert_int_equal(store_dictionary_put(s, id, 1, 10, 3, 4, 9), 0);
+    assert_int_equal(store_commit(s), 0);
+
+    int n = 0;
+    assert_int_equal(store_trials_each(s, id, 2, count_trial, &n), 0);
+    assert_int_equal(n, 3);
+    n = 0;
+    assert_int_equal(store_events_each(s, id, 1, 2, count_event, &n), 0);
+    assert_int_equal(n, 3);
+    unsigned char *bytes;
+    size_t len;
+    int64_t seq;
+    assert_int_equal(store_snapshot_latest(s, id, &bytes, &len, &seq), 0);
+    assert_int_equal(seq, 4);
+    assert_int_equal(len, 2);
+    free(bytes);
+    assert_int_equal(store_dictionary_count(s, id), 1);
+
+    int64_t cs;
+    double rows[6] = {1, 2, 3, 4, 5, 6}, *back;
+    size_t nr, dim;
+    char *names;
+    assert_int_equal(store_candidate_set_insert(s, rows, 3, 2, "[\"a\",\"b\"]", 1, &cs), 0);
+    assert_int_equal(store_candidate_set_get(s, cs, &back, &nr, &dim, &names), 0);
+    assert_int_equal(nr, 3);
+    assert_int_equal(dim, 2);
+    assert_memory_equal(back, rows, sizeof rows);
+    assert_string_equal(names, "[\"a\",\"b\"]");
+    free(back);
+    free(names);
+    assert_int_equal(store_candidate_set_get(s, cs + 1, &back, &nr, &dim, &names), STORE_NOTFOUND);
+
+    /* a rolled back transaction leaves nothing */
+    assert_int_equal(store_begin(s), 0);
+    assert_int_equal(store_study_insert(s, "b", "{}", 1, &id2), 0);
+    store_rollback(s);
+    assert_int_equal(store_begin(s), 0);
+    assert_int_equal(store_study_insert(s, "b", "{}", 1, &id2), 0);
+    assert_int_equal(store_study_delete(s, id), 0); /* cascades */
+    assert_int_equal(store_commit(s), 0);
+    n = 0;
+    assert_int_equal(store_trials_each(s, id, 2, count_trial, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(store_integrity_check(s), 0);
+    store_close(s);
+    remove_db(path);
+}
+
+typedef struct gc_arg {
+    store *s;
+    int64_t study;
+    int thread, n;
+} gc_arg;
+
+static void *gc_worker(void *p)
+{
+    gc_arg *a = p;
+    double x[1] = {0.5};
+    for (int i = 0; i < a->n; i++) {
+        trial_rec t = {.id = a->thread * 100000 + i + 1, .state = TRIAL_PENDING, .worker = "w",
+                       .cand_index = -1, .x = x};
+        if (store_begin_mode(a->s, i % 3 != 0))
+            return (void *)1;
+        if (i % 7 == 3) { /* an operation that gives up must not disturb the others */
+            store_trial_put(a->s, a->study, &t, 1);
+            store_rollback(a->s);
+            continue;
+        }
+        if (store_trial_put(a->s, a->study, &t, 1) || store_commit(a->s))
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static int count_any(void *ud, const trial_rec *t)
+{
+    (void)t;
+    (*(int *)ud)++;
+    return 0;
+}
+
+static void group_commit_under_concurrency(void **state)
+{
+    (void)state;
+    char *path = temp_db(), err[256];
+    store *s = store_open(path, err, sizeof err);
+    assert_non_null(s);
+    int64_t id;
+    assert_int_equal(store_begin(s), 0);
+    assert_int_equal(store_study_insert(s, "g", "{}", 1, &id), 0);
+    assert_int_equal(store_commit(s), 0);
+    enum { T = 6, N = 140 };
+    pthread_t th[T];
+    gc_arg args[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (gc_arg){.s = s, .study = id, .thread = i, .n = N};
+        pthread_create(&th[i], NULL, gc_worker, &args[i]);
+    }
+    for (int i = 0; i < T; i++) {
+        void *rc;
+        pthread_join(th[i], &rc);
+        assert_null(rc);
+    }
+    int n = 0;
+    assert_int_equal(store_trials_each(s, id, 1, count_any, &n), 0);
+    assert_int_equal(n, T * (N - N / 7)); /* i % 7 == 3 rolled back: 20 of 140 */
+    assert_int_equal(store_integrity_check(s), 0);
+    store_close(s);
+    remove_db(path);
+}
+
+/* Drives a study: asks and tells in a fixed pattern; returns the x of every trial. */
+static void drive(int64_t sid, int rounds, double *xs_out, int *n_out)
+{
+    study *s = study_get(sid);
+    assert_non_null(s);
+    for (int r = 0; r < rounds; r++) {
+        ask_req req = {.worker = "w", .count = 3, .wait_ms = 0};
+        api_error err;
+        int can_wait;
+        uint64_t version;
+        int64_t retry;
+        json_t *o = study_ask(s, &req, &can_wait, &version, &retry, &err);
+        assert_non_null(o);
+        json_t *trials = json_object_get(o, "trials");
+        for (size_t i = 0; i < json_array_size(trials); i++) {
+            json_t *t = json_array_get(trials, i);
+            int64_t tid = json_integer_value(json_object_get(t, "id"));
+            xs_out[(*n_out)++] = json_real_value(json_array_get(json_object_get(t, "x"), 0));
+            json_t *res;
+            if (i == 1)
+                res = study_fail(s, tid, "boom", &err);
+            else if (i == 2)
+                res = NULL; /* left pending */
+            else
+                res = study_tell(s, tid, (double)tid * 0.5, &err);
+            json_decref(res);
+        }
+        json_decref(o);
+    }
+    study_put(s);
+}
+
+static int64_t new_study(void)
+{
+    const char *doc = "{\"name\":\"r\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"float\",\"low\":0,\"high\":1},"
+                      "{\"name\":\"b\",\"type\":\"int\",\"low\":1,\"high\":5}]},\"engine\":{\"name\":\"random\",\"settings\":{\"seed\":11,\"pool_size\":64}}}";
+    api_error err;
+    study_spec spec;
+    json_t *j = proto_parse_object(doc, strlen(doc), &err);
+    assert_int_equal(proto_study_spec_parse(j, &spec, &err), 0);
+    json_decref(j);
+    json_t *st = study_create(&spec, &err);
+    assert_non_null(st);
+    int64_t id = json_integer_value(json_object_get(st, "id"));
+    json_decref(st);
+    return id;
+}
+
+static void restored_study_continues_identically(void **state)
+{
+    (void)state;
+    double a[400], b[400];
+    int na = 0, nb = 0;
+    char err[256];
+    /* Control: 60 rounds without restart. */
+    char *p1 = temp_db();
+    store *s = store_open(p1, err, sizeof err);
+    registry_config rc = {.db = s, .snapshot_every = 50};
+    assert_int_equal(registry_open(&rc), 0);
+    int64_t id = new_study();
+    drive(id, 60, a, &na);
+    registry_close();
+    store_close(s);
+    /* Same, restarting after 25 and 40 rounds (snapshots every 50 events in between). */
+    char *p2 = temp_db();
+    s = store_open(p2, err, sizeof err);
+    rc.db = s;
+    assert_int_equal(registry_open(&rc), 0);
+    id = new_study();
+    drive(id, 25, b, &nb);
+    registry_close();
+    store_close(s);
+    s = store_open(p2, err, sizeof err);
+    rc.db = s;
+    rc.snapshot_every = 7;
+    assert_int_equal(registry_open(&rc), 0);
+    drive(id, 15, b, &nb);
+    registry_close(); /* clean: stores a snapshot */
+    store_close(s);
+    s = store_open(p2, err, sizeof err);
+    rc.db = s;
+    assert_int_equal(registry_open(&rc), 0);
+    drive(id, 20, b, &nb);
+    study *st = study_get(id);
+    api_error e;
+    json_t *j = study_json(st, &e);
+    json_t *counts = json_object_get(json_object_get(j, "progress"), "trials");
+    assert_int_equal(json_integer_value(json_object_get(counts, "pending")), 60);
+    assert_int_equal(json_integer_value(json_object_get(counts, "failed")), 60);
+    json_decref(j);
+    study_put(st);
+    registry_close();
+    assert_int_equal(store_integrity_check(s), 0);
+    store_close(s);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, (size_t)na * sizeof *a);
+    remove_db(p1);
+    remove_db(p2);
+}
+
+int main(void)
+{
+    log_set_level(LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(migrations_apply_once),
+        cmocka_unit_test(newer_schema_is_refused),
+        cmocka_unit_test(queries_round_trip),
+        cmocka_unit_test(group_commit_under_concurrency),
+        cmocka_unit_test(restored_study_continues_identically),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
