@@ -28,7 +28,8 @@
  * (N = 1000 costs 16 times more per ask). The joint sample is mu_D + v_t C xi,
  * xi ~ N(0, I), with C the lower Cholesky factor of the posterior covariance on D_t
  * (LAPACKE dpotrf; a jitter of 1e-10 .. 1e-2 times the mean diagonal is added only when
- * the factorization fails, see kb__ts_cholesky).
+ * the factorization fails, see kb__ts_cholesky; if S is not finite, e.g. candidates
+ * whose scaled coordinates overflowed, each point is drawn from its marginal instead).
  *
  * Model and costs (A candidates, n observations in the model, N = |D_t|):
  *   L: lower Cholesky of K + lambda I, grown by one row per observation, O(n^2);
@@ -215,22 +216,24 @@ static double current_v(const gp_ts *st)
 }
 
 /* out = mu + v C xi, C the Cholesky factor of the N x N covariance S (lower triangle
- * read; overwritten by C). */
-static int draw_joint(kb_rng *rng, const double *mu, double *S, size_t N, double v,
+ * read). When even the largest jitter cannot factor S (it is not finite: candidates
+ * whose scaled coordinates overflowed), each point is drawn from its marginal instead,
+ * so that an ask still hands out a point rather than failing the study. */
+static int draw_joint(kb_rng *rng, const double *mu, const double *S, size_t N, double v,
                       double *out, kb_error *err)
 {
     double *C = malloc(N * N * sizeof *C);
     if (!C)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    if (kb__ts_cholesky(S, N, N, C, NULL)) {
-        free(C);
-        return kb__fail(err, KB_ENUMERIC, "lambda",
-                        "posterior covariance not positive definite; increase lambda");
-    }
+    int joint = kb__ts_cholesky(S, N, N, C, NULL) == KB_OK;
     for (size_t i = 0; i < N; i++)
         out[i] = kb_rng_normal(rng);
-    cblas_dtrmv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)N, C, (int)N,
-                out, 1);
+    if (joint)
+        cblas_dtrmv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)N, C, (int)N,
+                    out, 1);
+    else
+        for (size_t i = 0; i < N; i++)
+            out[i] *= S[i * N + i] > 0 ? sqrt(S[i * N + i]) : 0.0;
     for (size_t i = 0; i < N; i++)
         out[i] = mu[i] + v * out[i];
     free(C);

@@ -45,7 +45,8 @@ int kb__ts_cholesky(const double *A, size_t n, size_t lda, double *Lout, double 
 
 /* ----------------------------------------------------------- shared logic */
 
-/* Index of the largest f[i] over the allowed candidates i < n (kb__excluded false);
+/* Index of the largest f[i] over the allowed candidates i < n (kb__excluded false; NaN
+ * values rank below every number, so some allowed candidate is always chosen);
  * returns 0 and fills *best, or KB_ASK_EXHAUSTED when every candidate is excluded.
  * `idx` maps positions of f to candidate indices (NULL: identity). */
 int kb__ts_argmax(const kb_engine *e, const double *f, const size_t *idx, size_t n,

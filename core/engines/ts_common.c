@@ -115,10 +115,11 @@ int kb__ts_argmax(const kb_engine *e, const double *f, const size_t *idx, size_t
     double top = -INFINITY;
     for (size_t p = 0; p < n; p++) {
         size_t i = idx ? idx[p] : p;
-        if (kb__excluded(e, i) || (found && !(f[p] > top)))
+        double v = isnan(f[p]) ? -INFINITY : f[p]; /* NaN ranks last, never sticks */
+        if (kb__excluded(e, i) || (found && !(v > top)))
             continue;
         found = 1;
-        top = f[p];
+        top = v;
         *best = i;
     }
     return found ? KB_OK : KB_ASK_EXHAUSTED;
