@@ -17,8 +17,11 @@
 /* The registry: one line per engine. */
 static const kb_engine_ops *const registry[] = {
     &kb_engine_random,
+    &kb_engine_bbkb,
+    &kb_engine_bkb,
     &kb_engine_gp_ucb,
     &kb_engine_gp_bucb,
+    &kb_engine_pi_gp_ucb,
     &kb_engine_gp_ts,
     &kb_engine_sgp_ts,
 };

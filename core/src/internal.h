@@ -171,6 +171,23 @@ extern const kb_engine_ops kb_engine_gp_ucb;
 extern const kb_engine_ops kb_engine_gp_bucb;
 extern const kb_engine_ops kb_engine_gp_ts;
 extern const kb_engine_ops kb_engine_sgp_ts;
+extern const kb_engine_ops kb_engine_pi_gp_ucb;
+
+/* pi-GP-UCB introspection, for tests (core/engines/pi_gp_ucb.c). Cells are numbered
+ * 0..kb__pi_n_cells()-1 in the current cover; numbers change when a cell splits. */
+typedef struct kb_pi_cell {
+    const double *lo;   /* lower corner (d entries, borrowed) */
+    double side;        /* rho_A */
+    int level;          /* splits from an initial cell */
+    size_t n_told;      /* |D^A|, observations with multiplicity */
+    size_t n_pending;   /* hand-outs hallucinated in this cell */
+    double gamma;       /* 1/2 log|I + K^A / alpha| over the cell's observations */
+    double alpha;       /* the engine's regularization */
+} kb_pi_cell;
+size_t kb__pi_n_cells(const kb_engine *e);
+size_t kb__pi_n_created(const kb_engine *e); /* cells ever created, initial ones included */
+void kb__pi_cell(const kb_engine *e, size_t i, kb_pi_cell *out);
+size_t kb__pi_locate(const kb_engine *e, const double *u); /* cell holding u (internal) */
 
 /* gp-ucb / gp-bucb (engines/gp_ucb.c), for tests: the incrementally maintained mean and
  * variance of every candidate (brought up to date first, as the next ask would) and
