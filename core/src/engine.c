@@ -22,6 +22,8 @@ static const kb_engine_ops *const registry[] = {
     &kb_engine_gp_ucb,
     &kb_engine_gp_bucb,
     &kb_engine_pi_gp_ucb,
+    &kb_engine_gp_ts,
+    &kb_engine_sgp_ts,
 };
 #define N_ENGINES (sizeof registry / sizeof registry[0])
 

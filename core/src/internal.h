@@ -169,6 +169,8 @@ extern const kb_engine_ops kb_engine_bbkb;
 extern const kb_engine_ops kb_engine_bkb;
 extern const kb_engine_ops kb_engine_gp_ucb;
 extern const kb_engine_ops kb_engine_gp_bucb;
+extern const kb_engine_ops kb_engine_gp_ts;
+extern const kb_engine_ops kb_engine_sgp_ts;
 extern const kb_engine_ops kb_engine_pi_gp_ucb;
 
 /* pi-GP-UCB introspection, for tests (core/engines/pi_gp_ucb.c). Cells are numbered
