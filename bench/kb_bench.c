@@ -199,6 +199,23 @@ static void apply_set(kb_config *cfg, const char *engine, const char *kv)
         die("--set", &err);
 }
 
+/* The problem's prescribed settings ("k=v k=v"), each only where the engine has k. */
+static void apply_problem_settings(kb_config *cfg, const char *engine, const char *settings)
+{
+    char buf[sizeof ((bench_problem *)0)->settings];
+    snprintf(buf, sizeof buf, "%s", settings);
+    for (char *save = NULL, *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+        char key[128];
+        size_t n = strcspn(kv, "=");
+        if (n >= sizeof key)
+            continue;
+        memcpy(key, kv, n);
+        key[n] = 0;
+        if (option_type(engine, key) >= 0)
+            apply_set(cfg, engine, kv);
+    }
+}
+
 /* ------------------------------------------------------------ bookkeeping */
 
 static void note_points(run *r, size_t npts)
@@ -258,7 +275,10 @@ static size_t timed_ask(run *r, size_t n, kb_point *pts, kb_ask_result *res)
 static void tell(run *r, const kb_point *pt)
 {
     kb_error err;
-    double y = r->p->f[pt->index] + r->noise * kb_rng_normal(&r->noise_rng);
+    double w = r->p->noise_uniform;
+    double eps = w > 0 ? w * (2.0 * kb_rng_uniform(&r->noise_rng) - 1.0)
+                       : r->noise * kb_rng_normal(&r->noise_rng);
+    double y = r->p->f[pt->index] + eps;
     if (kb_engine_tell(r->e, pt->handle, y, &err))
         die("tell", &err);
     r->told++;
@@ -370,8 +390,6 @@ int main(int argc, char **argv)
         die("--engine", &err);
     if (kb_config_set_number(cfg, "seed", (double)o.seed, &err))
         die("--seed", &err);
-    for (size_t i = 0; i < o.n_sets; i++)
-        apply_set(cfg, o.engine, o.sets[i]);
 
     const bench_problem_entry *pe = bench_problem_find(o.problem);
     if (!pe) {
@@ -384,6 +402,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "kb-bench: problem %s: %s\n", o.problem, msg);
         return 2;
     }
+    apply_problem_settings(cfg, o.engine, p.settings);
+    for (size_t i = 0; i < o.n_sets; i++)
+        apply_set(cfg, o.engine, o.sets[i]);
     kb_space *sp = kb_space_new_finite(p.X, p.A, p.d, &err);
     if (!sp)
         die("space", &err);

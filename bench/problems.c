@@ -342,6 +342,8 @@ const bench_problem_entry bench_problems[] = {
     {"hartmann3", make_hartmann3, "negated Hartmann-3"},
     {"hartmann6", make_hartmann6, "negated Hartmann-6"},
     {"ackley", make_ackley, "negated Ackley on [-32.768, 32.768]^d"},
+    {"matern-rkhs", bench_make_matern_rkhs,
+     "seed 002 Table 1: Matern-3/2 RKHS function on a 30^d grid, uniform noise, B given"},
     {NULL, NULL, NULL},
 };
 

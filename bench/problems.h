@@ -6,7 +6,9 @@
  * Invariants of a built problem: X is A x d (the rows handed to the engine as a finite
  * space, in the problem's input coordinates), f holds the A noiseless values to be
  * MAXIMIZED, rescaled to [0, 1] so that the default noise sd (0.01) means the same on
- * every problem; observations are f + N(0, noise^2).
+ * every problem; observations are f + N(0, noise^2). A problem that prescribes its own
+ * noise (noise_uniform) and engine settings (settings, e.g. an RKHS norm bound B that
+ * refers to f itself) keeps f unscaled: matern-rkhs (problem_matern_rkhs.c).
  */
 #ifndef KB_BENCH_PROBLEMS_H
 #define KB_BENCH_PROBLEMS_H
@@ -19,6 +21,11 @@ typedef struct bench_problem {
     size_t A, d;
     double *X; /* A x d, owned */
     double *f; /* A, owned */
+    /* Optional, zero by default: noise uniform on [-w, w] instead of N(0, --noise^2);
+     * and space-separated key=value engine settings the problem prescribes (e.g. B, the
+     * RKHS norm of f), applied before --set and only where the engine has the option. */
+    double noise_uniform;
+    char settings[512];
 } bench_problem;
 
 /* What a constructor may use; A or d are 0 when not given on the command line. */
@@ -39,6 +46,9 @@ typedef struct bench_problem_entry {
     bench_ctor make;
     const char *help;
 } bench_problem_entry;
+
+/* Problems defined in their own files (bench/problem_*.c). */
+int bench_make_matern_rkhs(const bench_args *a, bench_problem *p, char *msg, size_t len);
 
 extern const bench_problem_entry bench_problems[]; /* terminated by name == NULL */
 const bench_problem_entry *bench_problem_find(const char *name);

@@ -8,6 +8,7 @@
 #include "internal.h"
 
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,8 +118,12 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
         sq_norms(SY, m, k->dim, ny);
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < m; j++) {
+                /* Cancellation leaves ~eps (|a|^2 + |b|^2) for a == b, which Matern 1/2's
+                 * sqrt(r2) would turn into a 1e-8 error: below that noise level r2 is 0. */
                 double r2 = out[i * m + j] + nx[i] + ny[j];
-                out[i * m + j] = k->variance * stationary(k->kind, r2 > 0.0 ? r2 : 0.0);
+                if (r2 < 8.0 * DBL_EPSILON * (nx[i] + ny[j]))
+                    r2 = 0.0;
+                out[i * m + j] = k->variance * stationary(k->kind, r2);
             }
     }
 done:

@@ -1,0 +1,991 @@
+/*
+ * pi_gp_ucb.c - pi-GP-UCB, Partitioned Improved GP-UCB (Janz, Burt, Gonzalez, "Bandit
+ * optimisation of functions in the Matern kernel RKHS", AISTATS 2020; seed 002).
+ *
+ * This file contains the engine: a cover of [0,1]^d by hypercubes (section 3), one
+ * independent GP per cover element conditioned only on the data inside it (section 2,
+ * "Gaussian process regression"), the IGP-UCB width of eq. (2) per element with the
+ * union-bound correction beta^A_t(delta / N~_t), N~_t = 4 (t+1)^(bd) (Lemma 6), and the
+ * splitting rule rho_A^(-1/b) < |D_t^A| + 1 (section 3), b = (d+1)/(d+2nu),
+ * q = d(d+1)/(d(d+2)+2nu).
+ *
+ * The cover. The initial cover is a regular grid of m^d cubes with m = round(T^(q/d)),
+ * i.e. about T^q elements (section 5), or m = initial_divisions. A cube that splits
+ * becomes an internal node of a 2^d-ary tree; the cover is the set of leaves. The paper's
+ * cubes are closed and a point on a shared face lies in several of them; here every
+ * point belongs to exactly ONE leaf, found by descending the tree with half-open
+ * comparisons (u < mid goes low, u >= mid high; the root grid cell is floor(u m), the
+ * cube's upper face at 1 included). So each observation updates one GP, and the cover's
+ * leaves partition [0,1]^d. A child inherits every observation of its parent that lies
+ * in it (D_t^A is "the subset of D_t^X located in A") and every pending point in it.
+ * The rule is applied after every observation to the leaf receiving it, and again to the
+ * new children until none satisfies it, so no leaf ever satisfies the rule.
+ *
+ * Each leaf's GP. Repeated inputs are common (grids, exploitation), so a leaf stores its
+ * DISTINCT inputs u_j with the number c_j of observations, their sum of values and the
+ * number p_j of pending hand-outs. A GP with c_j observations at u_j and noise alpha is
+ * exactly the GP on the distinct inputs with averaged values and noise alpha / c_j:
+ * same mean, same variance, and log|I + K/alpha| = log|K_u + alpha N^-1| + log|N|
+ * - u log alpha (N = diag(c_j)), so gamma^A is exact too. Two Cholesky factors per leaf:
+ *   told: rows = inputs with c_j > 0, noise alpha / c_j   -> mean (w_y, w_1) and gamma;
+ *   full: rows = all inputs (c_j + p_j > 0, table order), noise alpha / (c_j + p_j)
+ *                                                        -> variance.
+ * Pending points are thus hallucinated in their cell: the variance counts them, the mean
+ * ignores them (the same as conditioning on the current mean at those points). New inputs
+ * are appended to a factor (O(n^2)); a count change is a rank-one update or downdate of
+ * one diagonal entry (O(n^2)); removing an input (abandon of its only hand-out) or
+ * building a child's GP is a full dpotrf.
+ *
+ * Output: the mean uses y standardized by kb__output_stats; since m and s change with
+ * every observation, a leaf keeps w_y = A^-1 ybar and w_1 = A^-1 1 (A the told system) and
+ * mean = (k.w_y - m k.w_1) / s, so only the leaf that received data is re-solved. B and
+ * R are read in those units: use output_scaling = "none" for the paper's protocol.
+ *
+ * Choice: argmax over the candidates (finite set, or box pool) of mu^A + beta^A sigma^A
+ * with A the leaf holding the candidate; per-candidate mean and variance are cached and
+ * recomputed only for leaves whose data changed. t in N~_t is the index of the point
+ * being chosen: observations + pending + 1. Ties go to the lowest candidate index.
+ * Box pools are refreshed (kb__refresh_pool) after a split or after pool_size/4 asks.
+ *
+ * Options. horizon T (default 10000) fixes the initial cover and alpha = 1 + 2/T
+ * (section 3; `lambda` overrides alpha, e.g. lambda = 1 as in the section 5 experiments).
+ * B, R, delta enter eq. (2). beta_scale multiplies the whole width: 1 (default) is the
+ * paper's algorithm; the theoretical width (a union bound over N~_t cells, B a worst-case
+ * norm) over-explores on real problems, and values around 0.1-0.5 are the usual practical
+ * shrinkage (as gp-ucb's beta_scale). nu comes from the kernel: matern12/32/52 give
+ * nu = 1/2, 3/2, 5/2 (the regret theorem needs nu > 1, so matern12 runs without it); an
+ * unset kernel means matern32; rbf and linear are rejected (field "kernel"): as nu -> inf,
+ * b and q -> 0 and the cover degenerates to one split of the cube, i.e. IGP-UCB.
+ * Finite sets must lie in [0,1]^d after input scaling (unit or none; field
+ * "candidates[i][j]"), as must warm-start observations (field "x[j]").
+ * Stats: dict_size is the number of cells of the current cover; epoch stays 0 (the
+ * engine hands out points one at a time, with no batches or resparsifications).
+ *
+ * Invariants: every pending trial and every observation is counted in exactly one leaf,
+ * the one kb__pi_locate returns for its coordinates; leaf factors match their counts;
+ * cand_cell[i] is the leaf holding candidate i of the current space.
+ */
+#include "../src/internal.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const kb_option_spec pi_options[] = {
+    {"horizon", KB_OPT_INTEGER, 1, 1e9, 0, 10000, NULL, NULL,
+     "horizon T: sets the initial cover (about T^q cells) and alpha = 1 + 2/T"},
+    {"B", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,
+     "bound on the RKHS norm of the objective (in the engine's output units)"},
+    {"R", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,
+     "sub-Gaussian constant of the noise (in the engine's output units)"},
+    {"delta", KB_OPT_NUMBER, 0, 1, 1, 0.1, NULL, NULL, "confidence level 1 - delta, 0 < delta < 1"},
+    {"lambda", KB_OPT_NUMBER, 0, INFINITY, 0, 0.0, NULL, NULL,
+     "GP regularization alpha; 0 means the paper's 1 + 2/horizon"},
+    {"beta_scale", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,
+     "practical multiplier of the theoretical width beta (1 = theory)"},
+    {"initial_divisions", KB_OPT_INTEGER, 0, 1e6, 0, 0, NULL, NULL,
+     "cells per side of the initial grid cover; 0 means round(T^(q/d))"},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+
+#define MAX_INITIAL_CELLS (1u << 22)
+
+/* ------------------------------------------------------- Cholesky factors */
+
+/* A lower Cholesky factor, row-major with leading dimension cap. `pt[r]` is the leaf's
+ * distinct input of row r (used by the told factor; the full factor is the identity). */
+typedef struct chol {
+    size_t n, cap;
+    size_t *pt;
+    double *L;
+} chol;
+
+typedef struct leaf_gp {
+    size_t n, cap;   /* distinct inputs */
+    double *u;       /* n x d */
+    unsigned *told, *pend;
+    double *ysum;
+    size_t n_told;   /* |D^A|: observations with multiplicity */
+    size_t n_pend;
+    chol tf, ff;     /* told and full factors */
+    double *w_y, *w_1; /* told system solves, tf.n each */
+} leaf_gp;
+
+typedef struct cell {
+    double side;
+    int level;
+    size_t child;    /* first of 2^d children; 0 for a leaf (roots are never children) */
+    leaf_gp *gp;     /* leaves only */
+    size_t cand_off, cand_n;
+    double gamma;    /* cached gp_gamma, valid when !stale */
+    int stale;       /* w, gamma and candidate caches out of date */
+} cell;
+
+typedef struct pi_state {
+    size_t d, m, n_roots;
+    double nu, b, q, alpha, B, R, delta, beta_scale;
+    cell *cells;
+    double *lo;      /* n_cells x d lower corners */
+    size_t n_cells, cap_cells;
+    size_t *leaves, n_leaves;
+    size_t *cand_cell, *cand_order;
+    double *mu_y, *mu_1, *sd, *beta;
+    size_t asks_since_refresh;
+    int split_since_refresh;
+    uint64_t splits;
+    double sec_ask, sec_tell;
+} pi_state;
+
+static void chol_free(chol *f)
+{
+    free(f->pt);
+    free(f->L);
+}
+
+static int chol_reserve(chol *f, size_t need)
+{
+    if (need <= f->cap)
+        return KB_OK;
+    size_t nc = f->cap ? f->cap : 8;
+    while (nc < need)
+        nc *= 2;
+    double *L = malloc(nc * nc * sizeof *L);
+    size_t *pt = realloc(f->pt, nc * sizeof *pt);
+    if (!L || !pt) {
+        free(L);
+        if (pt)
+            f->pt = pt;
+        return KB_ENOMEM;
+    }
+    for (size_t i = 0; i < f->n; i++)
+        memcpy(L + i * nc, f->L + i * f->cap, (i + 1) * sizeof *L);
+    free(f->L);
+    f->L = L;
+    f->pt = pt;
+    f->cap = nc;
+    return KB_OK;
+}
+
+/* Row of input j in the told factor, or (size_t)-1. */
+static size_t chol_row(const chol *f, size_t j)
+{
+    for (size_t r = 0; r < f->n; r++)
+        if (f->pt[r] == j)
+            return r;
+    return (size_t)-1;
+}
+
+static double told_noise(const pi_state *st, const leaf_gp *g, size_t j)
+{
+    return st->alpha / g->told[j];
+}
+
+static double full_noise(const pi_state *st, const leaf_gp *g, size_t j)
+{
+    return st->alpha / (g->told[j] + g->pend[j]);
+}
+
+/* Appends input j as the last row: l = L^-1 k, diag = sqrt(k(u,u) + noise - l.l). */
+static int chol_append(chol *f, const kb_kernel *k, const leaf_gp *g, size_t j, double noise)
+{
+    if (chol_reserve(f, f->n + 1))
+        return KB_ENOMEM;
+    size_t r = f->n, d = k->dim;
+    double *row = f->L + r * f->cap;
+    for (size_t s = 0; s < r; s++)
+        row[s] = kb_kernel_eval(k, g->u + f->pt[s] * d, g->u + j * d);
+    if (r)
+        cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)r, f->L,
+                    (int)f->cap, row, 1);
+    double piv = kb_kernel_eval(k, g->u + j * d, g->u + j * d) + noise -
+                 (r ? cblas_ddot((int)r, row, 1, row, 1) : 0.0);
+    if (!(piv > 0.0))
+        return KB_ENUMERIC;
+    row[r] = sqrt(piv);
+    f->pt[r] = j;
+    f->n++;
+    return KB_OK;
+}
+
+/* A + delta e_r e_r^T: rank-one update (delta > 0) or downdate (delta < 0) of rows r.. */
+static int chol_diag_change(chol *f, size_t r, double delta)
+{
+    size_t n = f->n, ld = f->cap;
+    double sign = delta > 0 ? 1.0 : -1.0;
+    double x[n];
+    memset(x, 0, n * sizeof *x);
+    x[r] = sqrt(fabs(delta));
+    for (size_t k = r; k < n; k++) {
+        double lkk = f->L[k * ld + k];
+        double r2 = lkk * lkk + sign * x[k] * x[k];
+        if (!(r2 > 0.0))
+            return KB_ENUMERIC;
+        double rr = sqrt(r2), c = rr / lkk, s = x[k] / lkk;
+        f->L[k * ld + k] = rr;
+        int m = (int)(n - k - 1);
+        if (m == 0)
+            break;
+        double *col = f->L + (k + 1) * ld + k;
+        cblas_daxpy(m, sign * s, x + k + 1, 1, col, (int)ld);
+        cblas_dscal(m, 1.0 / c, col, (int)ld);
+        cblas_dscal(m, c, x + k + 1, 1);
+        cblas_daxpy(m, -s, col, (int)ld, x + k + 1, 1);
+    }
+    return KB_OK;
+}
+
+/* Full dpotrf of the rows already listed in f->pt[0..n) with the given noises. */
+static int chol_build(chol *f, const kb_kernel *k, const leaf_gp *g, const double *noise)
+{
+    size_t n = f->n, d = k->dim;
+    if (n == 0)
+        return KB_OK;
+    double *P = malloc(n * d * sizeof *P), *K = malloc(n * n * sizeof *K);
+    int rc = KB_ENOMEM;
+    if (!P || !K)
+        goto done;
+    for (size_t r = 0; r < n; r++)
+        memcpy(P + r * d, g->u + f->pt[r] * d, d * sizeof *P);
+    kb_kernel_matrix(k, P, n, P, n, K);
+    for (size_t r = 0; r < n; r++) {
+        memcpy(f->L + r * f->cap, K + r * n, (r + 1) * sizeof *K);
+        f->L[r * f->cap + r] += noise[r];
+    }
+    rc = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, f->L, (lapack_int)f->cap)
+             ? KB_ENUMERIC
+             : KB_OK;
+done:
+    free(P);
+    free(K);
+    return rc;
+}
+
+/* ---------------------------------------------------------- leaf GPs */
+
+static void gp_free(leaf_gp *g)
+{
+    if (!g)
+        return;
+    free(g->u);
+    free(g->told);
+    free(g->pend);
+    free(g->ysum);
+    free(g->w_y);
+    free(g->w_1);
+    chol_free(&g->tf);
+    chol_free(&g->ff);
+    free(g);
+}
+
+/* Room for one more distinct input in the table and both factors. */
+static int gp_reserve(leaf_gp *g, size_t d)
+{
+    size_t need = g->n + 1;
+    if (chol_reserve(&g->tf, need) || chol_reserve(&g->ff, need))
+        return KB_ENOMEM;
+    if (need <= g->cap)
+        return KB_OK;
+    size_t nc = g->cap ? 2 * g->cap : 8;
+    double *u = realloc(g->u, nc * d * sizeof *u);
+    if (u)
+        g->u = u;
+    unsigned *t = realloc(g->told, nc * sizeof *t);
+    if (t)
+        g->told = t;
+    unsigned *p = realloc(g->pend, nc * sizeof *p);
+    if (p)
+        g->pend = p;
+    double *ys = realloc(g->ysum, nc * sizeof *ys);
+    if (ys)
+        g->ysum = ys;
+    double *wy = realloc(g->w_y, nc * sizeof *wy);
+    if (wy)
+        g->w_y = wy;
+    double *w1 = realloc(g->w_1, nc * sizeof *w1);
+    if (w1)
+        g->w_1 = w1;
+    if (!u || !t || !p || !ys || !wy || !w1)
+        return KB_ENOMEM;
+    g->cap = nc;
+    return KB_OK;
+}
+
+/* Index of the distinct input equal to u, or (size_t)-1. */
+static size_t gp_find(const leaf_gp *g, const double *u, size_t d)
+{
+    for (size_t j = 0; j < g->n; j++)
+        if (memcmp(g->u + j * d, u, d * sizeof *u) == 0)
+            return j;
+    return (size_t)-1;
+}
+
+/* Rebuilds both factors from the counts (told rows in table order). */
+static int gp_rebuild(const pi_state *st, const kb_kernel *k, leaf_gp *g)
+{
+    double noise[g->n ? g->n : 1];
+    g->tf.n = 0;
+    for (size_t j = 0; j < g->n; j++)
+        if (g->told[j]) {
+            noise[g->tf.n] = told_noise(st, g, j);
+            g->tf.pt[g->tf.n++] = j;
+        }
+    int rc = chol_build(&g->tf, k, g, noise);
+    if (rc)
+        return rc;
+    g->ff.n = g->n;
+    for (size_t j = 0; j < g->n; j++) {
+        g->ff.pt[j] = j;
+        noise[j] = full_noise(st, g, j);
+    }
+    return chol_build(&g->ff, k, g, noise);
+}
+
+/* Moves factor row r from noise `from` to `to`. */
+static int renoise(chol *f, size_t r, double from, double to)
+{
+    return from == to ? KB_OK : chol_diag_change(f, r, to - from);
+}
+
+/* Adds (told, pend) to input u (new input appended if absent) and updates both factors.
+ * On failure the counts are restored and the factors rebuilt from them. */
+static int gp_add(const pi_state *st, const kb_kernel *k, leaf_gp *g, const double *u,
+                  int dtold, int dpend, double y)
+{
+    size_t d = k->dim;
+    if (gp_reserve(g, d))
+        return KB_ENOMEM;
+    size_t j = gp_find(g, u, d);
+    int fresh = j == (size_t)-1;
+    if (fresh) {
+        j = g->n++;
+        memcpy(g->u + j * d, u, d * sizeof *u);
+        g->told[j] = g->pend[j] = 0;
+        g->ysum[j] = 0.0;
+    }
+    double tf_old = g->told[j] ? told_noise(st, g, j) : 0.0;
+    double ff_old = fresh ? 0.0 : full_noise(st, g, j);
+    g->told[j] += (unsigned)dtold;
+    g->pend[j] = (unsigned)((int)g->pend[j] + dpend);
+    g->ysum[j] += y;
+    g->n_told += (size_t)dtold;
+    g->n_pend = (size_t)((long)g->n_pend + dpend);
+    int rc = fresh ? chol_append(&g->ff, k, g, j, full_noise(st, g, j))
+                   : renoise(&g->ff, j, ff_old, full_noise(st, g, j));
+    if (!rc && dtold)
+        rc = tf_old == 0.0 ? chol_append(&g->tf, k, g, j, told_noise(st, g, j))
+                           : renoise(&g->tf, chol_row(&g->tf, j), tf_old, told_noise(st, g, j));
+    if (rc) /* a downdate lost positivity to rounding: factor the counts afresh */
+        rc = gp_rebuild(st, k, g);
+    if (rc) {
+        g->told[j] -= (unsigned)dtold;
+        g->pend[j] = (unsigned)((int)g->pend[j] - dpend);
+        g->ysum[j] -= y;
+        g->n_told -= (size_t)dtold;
+        g->n_pend = (size_t)((long)g->n_pend - dpend);
+        if (fresh)
+            g->n--;
+        gp_rebuild(st, k, g);
+    }
+    return rc;
+}
+
+/* Forgets one pending hand-out at input j (abandon). */
+static int gp_unpend(const pi_state *st, const kb_kernel *k, leaf_gp *g, size_t j)
+{
+    size_t d = k->dim;
+    double old = full_noise(st, g, j);
+    g->pend[j]--;
+    g->n_pend--;
+    if (g->told[j] + g->pend[j] > 0)
+        return renoise(&g->ff, j, old, full_noise(st, g, j)) ? gp_rebuild(st, k, g) : KB_OK;
+    /* The input carries nothing any more: drop it from the table. */
+    size_t tail = g->n - j - 1;
+    memmove(g->u + j * d, g->u + (j + 1) * d, tail * d * sizeof *g->u);
+    memmove(g->told + j, g->told + j + 1, tail * sizeof *g->told);
+    memmove(g->pend + j, g->pend + j + 1, tail * sizeof *g->pend);
+    memmove(g->ysum + j, g->ysum + j + 1, tail * sizeof *g->ysum);
+    g->n--;
+    if (tail == 0) {
+        g->ff.n--;
+        return KB_OK;
+    }
+    return gp_rebuild(st, k, g);
+}
+
+/* w_y = A^-1 ybar and w_1 = A^-1 1 for the told system A = L L^T. */
+static void gp_solve(leaf_gp *g)
+{
+    int n = (int)g->tf.n, ld = (int)g->tf.cap;
+    for (int r = 0; r < n; r++) {
+        size_t j = g->tf.pt[r];
+        g->w_y[r] = g->ysum[j] / g->told[j];
+        g->w_1[r] = 1.0;
+    }
+    if (n == 0)
+        return;
+    double *w[2] = {g->w_y, g->w_1};
+    for (int i = 0; i < 2; i++) {
+        cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, n, g->tf.L, ld, w[i], 1);
+        cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, n, g->tf.L, ld, w[i], 1);
+    }
+}
+
+/* gamma = 1/2 log|I + K/alpha| over the told data, with multiplicities (see the header). */
+static double gp_gamma(const pi_state *st, const leaf_gp *g)
+{
+    double s = 0.0;
+    for (size_t r = 0; r < g->tf.n; r++)
+        s += log(g->tf.L[r * g->tf.cap + r]) + 0.5 * log((double)g->told[g->tf.pt[r]]) -
+             0.5 * log(st->alpha);
+    return s;
+}
+
+/* Mean parts (k.w_y, k.w_1) and variance at the m rows of U (m x d). */
+static int gp_predict(const kb_kernel *k, const leaf_gp *g, const double *U, size_t m,
+                      double *my, double *m1, double *var)
+{
+    size_t d = k->dim, nt = g->tf.n, nf = g->ff.n;
+    kb_kernel_diag(k, U, m, var);
+    if (m == 0)
+        return KB_OK;
+    if (nf == 0) {
+        memset(my, 0, m * sizeof *my);
+        memset(m1, 0, m * sizeof *m1);
+        return KB_OK;
+    }
+    double *Kt = malloc((nt ? nt : 1) * m * sizeof *Kt);
+    double *Pt = malloc((nt ? nt : 1) * d * sizeof *Pt);
+    double *Kf = malloc(nf * m * sizeof *Kf);
+    int rc = KB_ENOMEM;
+    if (!Kt || !Pt || !Kf)
+        goto done;
+    for (size_t r = 0; r < nt; r++)
+        memcpy(Pt + r * d, g->u + g->tf.pt[r] * d, d * sizeof *Pt);
+    if (nt) {
+        kb_kernel_matrix(k, Pt, nt, U, m, Kt);
+        cblas_dgemv(CblasRowMajor, CblasTrans, (int)nt, (int)m, 1.0, Kt, (int)m, g->w_y, 1,
+                    0.0, my, 1);
+        cblas_dgemv(CblasRowMajor, CblasTrans, (int)nt, (int)m, 1.0, Kt, (int)m, g->w_1, 1,
+                    0.0, m1, 1);
+    } else {
+        memset(my, 0, m * sizeof *my);
+        memset(m1, 0, m * sizeof *m1);
+    }
+    kb_kernel_matrix(k, g->u, nf, U, m, Kf);
+    cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)nf,
+                (int)m, 1.0, g->ff.L, (int)g->ff.cap, Kf, (int)m);
+    for (size_t r = 0; r < nf; r++)
+        for (size_t i = 0; i < m; i++)
+            var[i] -= Kf[r * m + i] * Kf[r * m + i];
+    for (size_t i = 0; i < m; i++)
+        var[i] = var[i] > 0.0 ? var[i] : 0.0;
+    rc = KB_OK;
+done:
+    free(Kt);
+    free(Pt);
+    free(Kf);
+    return rc;
+}
+
+/* ------------------------------------------------------------- the cover */
+
+static size_t n_children(const pi_state *st) { return (size_t)1 << st->d; }
+
+/* The leaf holding u (internal coordinates in [0,1]^d). */
+static size_t locate(const pi_state *st, const double *u)
+{
+    size_t id = 0, stride = 1;
+    for (size_t j = 0; j < st->d; j++) {
+        double c = floor(u[j] * (double)st->m);
+        size_t k = c < 0 ? 0 : c >= (double)st->m ? st->m - 1 : (size_t)c;
+        id += k * stride;
+        stride *= st->m;
+    }
+    while (st->cells[id].child) {
+        const cell *c = &st->cells[id];
+        const double *lo = st->lo + id * st->d;
+        size_t bits = 0;
+        for (size_t j = 0; j < st->d; j++)
+            bits |= (size_t)(u[j] >= lo[j] + 0.5 * c->side) << j;
+        id = c->child + bits;
+    }
+    return id;
+}
+
+static int add_cells(pi_state *st, size_t n)
+{
+    size_t need = st->n_cells + n;
+    if (need > st->cap_cells) {
+        size_t nc = st->cap_cells ? st->cap_cells : 64;
+        while (nc < need)
+            nc *= 2;
+        cell *c = realloc(st->cells, nc * sizeof *c);
+        if (c)
+            st->cells = c;
+        double *lo = realloc(st->lo, nc * st->d * sizeof *lo);
+        if (lo)
+            st->lo = lo;
+        size_t *lv = realloc(st->leaves, nc * sizeof *lv);
+        if (lv)
+            st->leaves = lv;
+        double *beta = realloc(st->beta, nc * sizeof *beta);
+        if (beta)
+            st->beta = beta;
+        if (!c || !lo || !lv || !beta)
+            return KB_ENOMEM;
+        st->cap_cells = nc;
+    }
+    while (st->n_cells < need) {
+        cell *c = &st->cells[st->n_cells];
+        memset(c, 0, sizeof *c);
+        if (!(c->gp = calloc(1, sizeof(leaf_gp))))
+            return KB_ENOMEM;
+        c->stale = 1;
+        st->n_cells++;
+    }
+    return KB_OK;
+}
+
+/* Assigns every candidate of the current space to its leaf (counting sort by leaf). */
+static void assign_candidates(kb_engine *e)
+{
+    pi_state *st = e->impl;
+    size_t n = e->space->n, d = st->d;
+    for (size_t c = 0; c < st->n_cells; c++)
+        st->cells[c].cand_n = 0;
+    for (size_t i = 0; i < n; i++) {
+        st->cand_cell[i] = locate(st, e->space->u + i * d);
+        st->cells[st->cand_cell[i]].cand_n++;
+    }
+    size_t off = 0;
+    for (size_t c = 0; c < st->n_cells; c++) {
+        st->cells[c].cand_off = off;
+        off += st->cells[c].cand_n;
+        st->cells[c].cand_n = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        cell *c = &st->cells[st->cand_cell[i]];
+        st->cand_order[c->cand_off + c->cand_n++] = i;
+    }
+}
+
+static int split_rule(const pi_state *st, const cell *c)
+{
+    return exp(-log(c->side) / st->b) < (double)c->gp->n_told + 1.0;
+}
+
+/* Splits leaf `id` into 2^d children that inherit its inputs, counts and values. */
+static int split(kb_engine *e, size_t id)
+{
+    pi_state *st = e->impl;
+    size_t d = st->d, nch = n_children(st), first = st->n_cells;
+    int rc = add_cells(st, nch);
+    if (rc)
+        return rc;
+    cell *p = &st->cells[id];
+    leaf_gp *g = p->gp;
+    for (size_t c = 0; c < nch; c++) {
+        cell *ch = &st->cells[first + c];
+        ch->side = 0.5 * p->side;
+        ch->level = p->level + 1;
+        for (size_t j = 0; j < d; j++)
+            st->lo[(first + c) * d + j] = st->lo[id * d + j] + ((c >> j) & 1) * ch->side;
+    }
+    p->child = first;
+    for (size_t j = 0; j < g->n && !rc; j++) {
+        leaf_gp *cg = st->cells[locate(st, g->u + j * d)].gp;
+        if ((rc = gp_reserve(cg, d)))
+            break;
+        size_t k = cg->n++;
+        memcpy(cg->u + k * d, g->u + j * d, d * sizeof *g->u);
+        cg->told[k] = g->told[j];
+        cg->pend[k] = g->pend[j];
+        cg->ysum[k] = g->ysum[j];
+        cg->n_told += g->told[j];
+        cg->n_pend += g->pend[j];
+    }
+    for (size_t c = 0; c < nch && !rc; c++)
+        rc = gp_rebuild(st, &e->kernel, st->cells[first + c].gp);
+    if (rc)
+        return rc; /* out of memory or numerical failure mid-split: the engine is unusable */
+    gp_free(g);
+    p->gp = NULL;
+    for (size_t i = 0; i < st->n_leaves; i++)
+        if (st->leaves[i] == id)
+            st->leaves[i] = first;
+    for (size_t c = 1; c < nch; c++)
+        st->leaves[st->n_leaves++] = first + c;
+    st->splits++;
+    st->split_since_refresh = 1;
+    return KB_OK;
+}
+
+/* Applies the splitting rule to leaf id and, recursively, to its children. */
+static int split_while_needed(kb_engine *e, size_t id)
+{
+    pi_state *st = e->impl;
+    if (!split_rule(st, &st->cells[id]))
+        return KB_OK;
+    int rc = split(e, id);
+    size_t first = st->cells[id].child;
+    for (size_t c = 0; c < n_children(st) && !rc; c++)
+        rc = split_while_needed(e, first + c);
+    return rc;
+}
+
+/* ------------------------------------------------------------- the engine */
+
+static double kernel_nu(kb_kernel_kind kind)
+{
+    return kind == KB_KERNEL_MATERN12 ? 0.5 : kind == KB_KERNEL_MATERN32 ? 1.5 : 2.5;
+}
+
+/* Cross-field checks: Matern kernel, delta < 1, finite sets inside [0,1]^d. */
+static int check_config(kb_engine *e, kb_error *err)
+{
+    kb_kernel_kind kind = e->kernel.kind;
+    if (!kb_config_is_set(e->cfg, "kernel"))
+        e->kernel.kind = KB_KERNEL_MATERN32; /* the paper's nu = 3/2 */
+    else if (kind != KB_KERNEL_MATERN12 && kind != KB_KERNEL_MATERN32 &&
+             kind != KB_KERNEL_MATERN52)
+        return kb__fail(err, KB_EINVAL, "kernel",
+                        "pi-gp-ucb needs a Matern kernel (matern12, matern32, matern52): its "
+                        "cover is built from the smoothness nu");
+    if (kb_config_number(e->cfg, "delta") >= 1.0)
+        return kb__fail(err, KB_ERANGE, "delta", "'delta' must be < 1");
+    if (!e->space->finite)
+        return KB_OK;
+    const char *scaling = kb_config_string(e->cfg, "input_scaling");
+    if (strcmp(scaling, "standardize") == 0)
+        return kb__fail(err, KB_EINVAL, "input_scaling",
+                        "pi-gp-ucb covers [0,1]^d: input_scaling must be unit or none");
+    size_t d = e->space->dim;
+    for (size_t i = 0; i < e->space->n * d; i++)
+        if (!(e->space->u[i] >= 0.0 && e->space->u[i] <= 1.0)) {
+            char field[KB_ERROR_FIELD_MAX];
+            snprintf(field, sizeof field, "candidates[%zu][%zu]", i / d, i % d);
+            return kb__fail(err, KB_EINVAL, field,
+                            "candidate outside [0,1]^d (pi-gp-ucb covers the unit cube)");
+        }
+    return KB_OK;
+}
+
+static void pi_destroy(kb_engine *e)
+{
+    pi_state *st = e->impl;
+    if (!st)
+        return;
+    for (size_t c = 0; c < st->n_cells; c++)
+        gp_free(st->cells[c].gp);
+    free(st->cells);
+    free(st->lo);
+    free(st->leaves);
+    free(st->beta);
+    free(st->cand_cell);
+    free(st->cand_order);
+    free(st->mu_y);
+    free(st->mu_1);
+    free(st->sd);
+    free(st);
+    e->impl = NULL;
+}
+
+/* The initial grid of m^d cubes. */
+static int initial_cover(pi_state *st, kb_error *err)
+{
+    size_t total = 1;
+    for (size_t j = 0; j < st->d; j++) {
+        if (total > MAX_INITIAL_CELLS / st->m)
+            return kb__fail(err, KB_ERANGE, "initial_divisions",
+                            "the initial cover would have more than %u cells",
+                            MAX_INITIAL_CELLS);
+        total *= st->m;
+    }
+    if (add_cells(st, total))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    st->n_roots = st->n_leaves = total;
+    for (size_t id = 0; id < total; id++) {
+        size_t rest = id;
+        st->cells[id].side = 1.0 / (double)st->m;
+        for (size_t j = 0; j < st->d; j++) {
+            st->lo[id * st->d + j] = (double)(rest % st->m) / (double)st->m;
+            rest /= st->m;
+        }
+        st->leaves[id] = id;
+    }
+    return KB_OK;
+}
+
+static int pi_create(kb_engine *e, kb_error *err)
+{
+    int rc = check_config(e, err);
+    if (rc)
+        return rc;
+    pi_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    e->impl = st;
+    size_t d = st->d = e->space->dim, n = e->space->n;
+    double T = kb_config_number(e->cfg, "horizon");
+    st->nu = kernel_nu(e->kernel.kind);
+    st->b = (d + 1.0) / (d + 2.0 * st->nu);
+    st->q = d * (d + 1.0) / (d * (d + 2.0) + 2.0 * st->nu);
+    double lambda = kb_config_number(e->cfg, "lambda");
+    st->alpha = lambda > 0 ? lambda : 1.0 + 2.0 / T;
+    st->B = kb_config_number(e->cfg, "B");
+    st->R = kb_config_number(e->cfg, "R");
+    st->delta = kb_config_number(e->cfg, "delta");
+    st->beta_scale = kb_config_number(e->cfg, "beta_scale");
+    double m = kb_config_number(e->cfg, "initial_divisions");
+    st->m = m > 0 ? (size_t)m : (size_t)fmax(1.0, round(pow(T, st->q / (double)d)));
+    if ((rc = initial_cover(st, err)))
+        goto fail;
+    st->cand_cell = malloc(n * sizeof *st->cand_cell);
+    st->cand_order = malloc(n * sizeof *st->cand_order);
+    st->mu_y = malloc(n * sizeof *st->mu_y);
+    st->mu_1 = malloc(n * sizeof *st->mu_1);
+    st->sd = malloc(n * sizeof *st->sd);
+    if (!st->cand_cell || !st->cand_order || !st->mu_y || !st->mu_1 || !st->sd) {
+        rc = kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    assign_candidates(e);
+    return KB_OK;
+fail:
+    pi_destroy(e);
+    return rc;
+}
+
+/* Re-solves a stale leaf and refreshes the caches of its candidates. */
+static int refresh_leaf(kb_engine *e, size_t id)
+{
+    pi_state *st = e->impl;
+    cell *c = &st->cells[id];
+    if (!c->stale)
+        return KB_OK;
+    size_t d = st->d, m = c->cand_n;
+    gp_solve(c->gp);
+    double *U = malloc((m ? m : 1) * d * sizeof *U);
+    double *my = malloc((m ? m : 1) * 3 * sizeof *my);
+    int rc = KB_ENOMEM;
+    if (!U || !my)
+        goto done;
+    for (size_t i = 0; i < m; i++)
+        memcpy(U + i * d, e->space->u + st->cand_order[c->cand_off + i] * d, d * sizeof *U);
+    if ((rc = gp_predict(&e->kernel, c->gp, U, m, my, my + m, my + 2 * m)))
+        goto done;
+    for (size_t i = 0; i < m; i++) {
+        size_t k = st->cand_order[c->cand_off + i];
+        st->mu_y[k] = my[i];
+        st->mu_1[k] = my[m + i];
+        st->sd[k] = sqrt(my[2 * m + i]);
+    }
+    c->gamma = gp_gamma(st, c->gp);
+    c->stale = 0;
+done:
+    free(U);
+    free(my);
+    return rc;
+}
+
+/* Box spaces: a new pool after a split, or after pool_size / 4 asks without one. */
+static void maybe_refresh_pool(kb_engine *e)
+{
+    pi_state *st = e->impl;
+    if (e->space->finite)
+        return;
+    size_t every = e->space->n / 4 ? e->space->n / 4 : 1;
+    if (!st->split_since_refresh && st->asks_since_refresh < every)
+        return;
+    kb__refresh_pool(e);
+    assign_candidates(e);
+    for (size_t i = 0; i < st->n_leaves; i++)
+        st->cells[st->leaves[i]].stale = 1;
+    st->split_since_refresh = 0;
+    st->asks_since_refresh = 0;
+}
+
+/* beta^A_t(delta / N~_t) of eq. (2) for every leaf, t = points chosen so far + 1. */
+static void leaf_widths(kb_engine *e)
+{
+    pi_state *st = e->impl;
+    double t = (double)(e->n_obs + e->n_pending + 1);
+    double log_n = log(4.0) + st->b * (double)st->d * log(t + 1.0);
+    for (size_t i = 0; i < st->n_leaves; i++) {
+        size_t id = st->leaves[i];
+        double g = st->cells[id].gamma;
+        st->beta[id] = st->beta_scale *
+                       (st->B + st->R * sqrt(2.0 * (g + 1.0 + log_n - log(st->delta))));
+    }
+}
+
+static int pi_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+{
+    pi_state *st = e->impl;
+    double t0 = kb__now();
+    maybe_refresh_pool(e);
+    for (size_t i = 0; i < st->n_leaves; i++)
+        if (refresh_leaf(e, st->leaves[i]))
+            return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    leaf_widths(e);
+    double mean, sd;
+    kb__output_stats(e, &mean, &sd);
+    size_t best = (size_t)-1;
+    double best_ucb = -INFINITY;
+    for (size_t i = 0; i < e->space->n; i++) {
+        if (kb__excluded(e, i))
+            continue;
+        double ucb = (st->mu_y[i] - mean * st->mu_1[i]) / sd +
+                     st->beta[st->cand_cell[i]] * st->sd[i];
+        if (best == (size_t)-1 || ucb > best_ucb) {
+            best = i;
+            best_ucb = ucb;
+        }
+    }
+    st->sec_ask += kb__now() - t0;
+    if (best == (size_t)-1) {
+        res->status = KB_ASK_EXHAUSTED;
+        return KB_OK;
+    }
+    *index = best;
+    st->asks_since_refresh++;
+    return KB_OK;
+}
+
+/* Applies (dtold, dpend, y) at u to its leaf, then the splitting rule. */
+static int update_at(kb_engine *e, const double *u, int dtold, int dpend, double y,
+                     kb_error *err)
+{
+    pi_state *st = e->impl;
+    double t0 = kb__now();
+    size_t id = locate(st, u);
+    uint64_t splits = st->splits;
+    int rc = gp_add(st, &e->kernel, st->cells[id].gp, u, dtold, dpend, y);
+    if (!rc) {
+        st->cells[id].stale = 1;
+        if (dtold && (rc = split_while_needed(e, id)) == KB_OK && st->splits != splits)
+            assign_candidates(e);
+    }
+    st->sec_tell += kb__now() - t0;
+    if (rc)
+        return kb__fail(err, rc, NULL, rc == KB_ENOMEM ? "out of memory"
+                                                       : "kernel matrix not positive definite");
+    return KB_OK;
+}
+
+static int pi_handed(kb_engine *e, uint64_t h, kb_error *err)
+{
+    return update_at(e, kb__trial_u(e, h), 0, 1, 0.0, err);
+}
+
+static int pi_tell(kb_engine *e, uint64_t h, kb_error *err)
+{
+    return update_at(e, kb__trial_u(e, h), 1, -1, e->obs_y[e->n_obs - 1], err);
+}
+
+static int pi_observe(kb_engine *e, kb_error *err)
+{
+    size_t d = e->space->dim;
+    const double *u = e->obs_u + (e->n_obs - 1) * d;
+    for (size_t j = 0; j < d; j++)
+        if (!(u[j] >= 0.0 && u[j] <= 1.0)) {
+            char field[KB_ERROR_FIELD_MAX];
+            snprintf(field, sizeof field, "x[%zu]", j);
+            return kb__fail(err, KB_EINVAL, field,
+                            "point outside [0,1]^d after input scaling (pi-gp-ucb covers the "
+                            "unit cube)");
+        }
+    return update_at(e, u, 1, 0, e->obs_y[e->n_obs - 1], err);
+}
+
+static int pi_abandon(kb_engine *e, uint64_t h, kb_error *err)
+{
+    pi_state *st = e->impl;
+    const double *u = kb__trial_u(e, h);
+    size_t id = locate(st, u);
+    leaf_gp *g = st->cells[id].gp;
+    size_t j = gp_find(g, u, st->d);
+    if (j == (size_t)-1 || g->pend[j] == 0)
+        return kb__fail(err, KB_ESTATE, "handle", "pending point missing from its cell");
+    st->cells[id].stale = 1;
+    int rc = gp_unpend(st, &e->kernel, g, j);
+    return rc ? kb__fail(err, rc, NULL, "kernel matrix not positive definite") : KB_OK;
+}
+
+static int pi_posterior(kb_engine *e, const double *U, size_t n, double *mean, double *sd,
+                        kb_error *err)
+{
+    pi_state *st = e->impl;
+    double m, s;
+    kb__output_stats(e, &m, &s);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < st->d; j++)
+            if (!(U[i * st->d + j] >= 0.0 && U[i * st->d + j] <= 1.0))
+                return kb__fail(err, KB_EINVAL, "x", "point %zu outside [0,1]^d", i);
+        size_t id = locate(st, U + i * st->d);
+        leaf_gp *g = st->cells[id].gp;
+        gp_solve(g);
+        double my, m1, var;
+        if (gp_predict(&e->kernel, g, U + i * st->d, 1, &my, &m1, &var))
+            return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+        mean[i] = (my - m * m1) / s;
+        sd[i] = sqrt(var);
+    }
+    return KB_OK;
+}
+
+static void pi_stats(const kb_engine *e, kb_stats *out)
+{
+    const pi_state *st = e->impl;
+    out->dict_size = st->n_leaves; /* cells of the current cover; epoch stays 0: no batches */
+    out->sec_ask = st->sec_ask;
+    out->sec_tell = st->sec_tell;
+}
+
+/* ------------------------------------------------------ test introspection */
+
+size_t kb__pi_n_cells(const kb_engine *e) { return ((pi_state *)e->impl)->n_leaves; }
+size_t kb__pi_n_created(const kb_engine *e) { return ((pi_state *)e->impl)->n_cells; }
+
+void kb__pi_cell(const kb_engine *e, size_t i, kb_pi_cell *out)
+{
+    const pi_state *st = e->impl;
+    size_t id = st->leaves[i];
+    const cell *c = &st->cells[id];
+    out->lo = st->lo + id * st->d;
+    out->side = c->side;
+    out->level = c->level;
+    out->n_told = c->gp->n_told;
+    out->n_pending = c->gp->n_pend;
+    out->gamma = gp_gamma(st, c->gp);
+    out->alpha = st->alpha;
+}
+
+size_t kb__pi_locate(const kb_engine *e, const double *u)
+{
+    const pi_state *st = e->impl;
+    size_t id = locate(st, u);
+    for (size_t i = 0; i < st->n_leaves; i++)
+        if (st->leaves[i] == id)
+            return i;
+    return (size_t)-1;
+}
+
+const kb_engine_ops kb_engine_pi_gp_ucb = {
+    .name = "pi-gp-ucb",
+    .summary = "partitioned IGP-UCB: independent GPs on an adaptive cover of the unit cube "
+               "(Janz et al. 2020)",
+    .options = pi_options,
+    .create = pi_create,
+    .destroy = pi_destroy,
+    .ask_one = pi_ask_one,
+    .handed = pi_handed,
+    .tell = pi_tell,
+    .abandon = pi_abandon,
+    .observe = pi_observe,
+    .posterior = pi_posterior,
+    .stats = pi_stats,
+};
