@@ -47,7 +47,7 @@ all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(UNIT_BIN)
 deps:
 	@scripts/install-deps
 
-$(BUILD)/%.o: %.c $(wildcard core/include/*.h core/src/*.h server/*.h proto/*.h tests/unit/util/*.h bench/*.h)
+$(BUILD)/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/engines/*.h server/*.h proto/*.h tests/unit/util/*.h bench/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 

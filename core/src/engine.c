@@ -22,6 +22,8 @@ static const kb_engine_ops *const registry[] = {
     &kb_engine_gp_ucb,
     &kb_engine_gp_bucb,
     &kb_engine_pi_gp_ucb,
+    &kb_engine_gp_ts,
+    &kb_engine_sgp_ts,
 };
 #define N_ENGINES (sizeof registry / sizeof registry[0])
 
@@ -347,6 +349,13 @@ int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
         return kb__fail(err, KB_EINVAL, "value", "the value must be a finite number");
     double u[d];
     kb__space_to_internal(e->space, x, u);
+    for (size_t j = 0; j < d; j++)
+        if (!isfinite(u[j])) {
+            char field[KB_ERROR_FIELD_MAX];
+            snprintf(field, sizeof field, "x[%zu]", j);
+            return kb__fail(err, KB_ERANGE, field, "coordinate is too far outside the "
+                            "candidates' range to be scaled");
+        }
     if (push_obs(e, u, y, 0))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     e->n_observed++;

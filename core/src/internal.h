@@ -33,8 +33,10 @@ double kb__now(void);
 /* ------------------------------------------------------------- space */
 
 /* Internal view of a space. For a finite set, `rows` are the input rows and `u` the
- * same rows scaled by the engine's input_scaling (column affine map u = (x - shift) /
- * scale). For a box, rows == u == the current pool in [0,1]^dim. */
+ * same rows scaled by the engine's input_scaling (column affine map
+ * u = (x / norm - shift) / scale; dividing by norm = max |x| of the column first keeps
+ * every intermediate finite for any finite input). For a box, rows == u == the current
+ * pool in [0,1]^dim. */
 struct kb_space {
     int finite;
     size_t n, dim;
@@ -42,13 +44,14 @@ struct kb_space {
     uint64_t generation;   /* box: incremented at each pool refresh */
     double *rows;          /* n x dim, input coordinates (owned) */
     double *u;             /* n x dim, internal coordinates (owned) */
-    double *shift, *scale; /* dim each (owned); identity for boxes */
+    double *norm, *shift, *scale; /* dim each (owned); identity for boxes */
 };
 
 kb_space *kb__space_copy(const kb_space *s);
-/* Computes shift/scale from the finite rows and fills u. */
+/* Computes norm/shift/scale from the finite rows and fills u. */
 int kb__space_apply_scaling(kb_space *s, kb_scaling how, kb_error *err);
-/* Maps one input-coordinate point to internal coordinates. */
+/* Maps one input-coordinate point to internal coordinates (may give +-inf for a point far
+ * outside the candidates' range; callers check). */
 void kb__space_to_internal(const kb_space *s, const double *x, double *u);
 /* Box only: draws a new pool. Half quasi-random (Halton, randomly shifted), half
  * Gaussian perturbations (sd 0.05, clipped to the cube) around the `nbest` rows of
@@ -169,6 +172,8 @@ extern const kb_engine_ops kb_engine_bbkb;
 extern const kb_engine_ops kb_engine_bkb;
 extern const kb_engine_ops kb_engine_gp_ucb;
 extern const kb_engine_ops kb_engine_gp_bucb;
+extern const kb_engine_ops kb_engine_gp_ts;
+extern const kb_engine_ops kb_engine_sgp_ts;
 extern const kb_engine_ops kb_engine_pi_gp_ucb;
 
 /* pi-GP-UCB introspection, for tests (core/engines/pi_gp_ucb.c). Cells are numbered

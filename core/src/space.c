@@ -38,14 +38,15 @@ static kb_space *space_alloc(int finite, size_t n, size_t dim)
     s->dim = dim;
     s->rows = malloc(n * dim * sizeof *s->rows);
     s->u = malloc(n * dim * sizeof *s->u);
+    s->norm = malloc(dim * sizeof *s->norm);
     s->shift = calloc(dim, sizeof *s->shift);
     s->scale = malloc(dim * sizeof *s->scale);
-    if (!s->rows || !s->u || !s->shift || !s->scale) {
+    if (!s->rows || !s->u || !s->norm || !s->shift || !s->scale) {
         kb_space_free(s);
         return NULL;
     }
     for (size_t j = 0; j < dim; j++)
-        s->scale[j] = 1.0;
+        s->norm[j] = s->scale[j] = 1.0;
     return s;
 }
 
@@ -116,6 +117,7 @@ void kb_space_free(kb_space *s)
         return;
     free(s->rows);
     free(s->u);
+    free(s->norm);
     free(s->shift);
     free(s->scale);
     free(s);
@@ -134,25 +136,31 @@ kb_space *kb__space_copy(const kb_space *src)
     s->generation = src->generation;
     memcpy(s->rows, src->rows, src->n * src->dim * sizeof *s->rows);
     memcpy(s->u, src->u, src->n * src->dim * sizeof *s->u);
+    memcpy(s->norm, src->norm, src->dim * sizeof *s->norm);
     memcpy(s->shift, src->shift, src->dim * sizeof *s->shift);
     memcpy(s->scale, src->scale, src->dim * sizeof *s->scale);
     return s;
 }
 
-/* Column j's shift and scale for the chosen scaling; constant columns keep scale 1. */
-static void column_map(const kb_space *s, size_t j, kb_scaling how, double *shift,
-                       double *scale)
+/* Column j's norm, shift and scale for the chosen scaling; constant columns keep scale 1.
+ * Statistics are taken on x / norm, so sums and squares cannot overflow. */
+static void column_map(const kb_space *s, size_t j, kb_scaling how, double *norm,
+                       double *shift, double *scale)
 {
+    double c = 0.0;
+    for (size_t i = 0; i < s->n; i++)
+        c = fmax(c, fabs(s->rows[i * s->dim + j]));
+    *norm = how == KB_SCALE_NONE || c == 0.0 ? 1.0 : c;
     double lo = INFINITY, hi = -INFINITY, sum = 0.0, sum2 = 0.0;
     for (size_t i = 0; i < s->n; i++) {
-        double v = s->rows[i * s->dim + j];
+        double v = s->rows[i * s->dim + j] / *norm;
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
         sum += v;
     }
     double mean = sum / (double)s->n;
     for (size_t i = 0; i < s->n; i++) {
-        double t = s->rows[i * s->dim + j] - mean;
+        double t = s->rows[i * s->dim + j] / *norm - mean;
         sum2 += t * t;
     }
     double sd = sqrt(sum2 / (double)s->n);
@@ -173,7 +181,7 @@ int kb__space_apply_scaling(kb_space *s, kb_scaling how, kb_error *err)
     if (!s->finite)
         return KB_OK; /* boxes live in the unit cube already */
     for (size_t j = 0; j < s->dim; j++)
-        column_map(s, j, how, &s->shift[j], &s->scale[j]);
+        column_map(s, j, how, &s->norm[j], &s->shift[j], &s->scale[j]);
     for (size_t i = 0; i < s->n; i++)
         kb__space_to_internal(s, s->rows + i * s->dim, s->u + i * s->dim);
     return KB_OK;
@@ -182,7 +190,7 @@ int kb__space_apply_scaling(kb_space *s, kb_scaling how, kb_error *err)
 void kb__space_to_internal(const kb_space *s, const double *x, double *u)
 {
     for (size_t j = 0; j < s->dim; j++)
-        u[j] = (x[j] - s->shift[j]) / s->scale[j];
+        u[j] = (x[j] / s->norm[j] - s->shift[j]) / s->scale[j];
 }
 
 /* Radical inverse of i in base b (van der Corput), the coordinates of Halton points. */

@@ -15,6 +15,7 @@
 
 #include "kbandit.h"
 #include "util/testutil.h"
+#include "../../core/src/internal.h"
 
 static void rng_is_deterministic_and_uniform(void **state)
 {
@@ -337,6 +338,29 @@ static void box_space_random_engine_stays_in_cube(void **state)
     kb_space_free(box);
 }
 
+/* Columns spanning nearly the whole double range scale to finite internal coordinates. */
+static void scaling_survives_extreme_columns(void **state)
+{
+    (void)state;
+    kb_error err;
+    double rows[6] = {-1.7e308, 1.0, 0.0, 2.0, 1.7e308, 3.0};
+    kb_scaling hows[] = {KB_SCALE_UNIT, KB_SCALE_STANDARDIZE};
+    for (int h = 0; h < 2; h++) {
+        kb_space *sp = kb_space_new_finite(rows, 3, 2, &err);
+        assert_non_null(sp);
+        assert_int_equal(kb__space_apply_scaling(sp, hows[h], &err), KB_OK);
+        for (int i = 0; i < 6; i++)
+            assert_true(isfinite(sp->u[i]));
+        if (hows[h] == KB_SCALE_UNIT) {
+            assert_true(fabs(sp->u[0]) < 1e-12 && fabs(sp->u[4] - 1.0) < 1e-12);
+            assert_true(fabs(sp->u[2] - 0.5) < 1e-12 && fabs(sp->u[3] - 0.5) < 1e-12);
+        } else {
+            assert_true(fabs(sp->u[0] + sp->u[4]) < 1e-12 && fabs(sp->u[2]) < 1e-12);
+        }
+        kb_space_free(sp);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -348,6 +372,7 @@ int main(void)
         cmocka_unit_test(repeats_policy_is_enforced),
         cmocka_unit_test(snapshot_restore_continues_identically),
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
+        cmocka_unit_test(scaling_survives_extreme_columns),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }

@@ -1,0 +1,146 @@
+/*
+ * ts_common.c - what the Thompson-sampling engines share (see ts.h): random Fourier
+ * features, Cholesky with jitter, argmax over allowed candidates, scale parameters.
+ *
+ * Random features (Rahimi and Recht 2007; seed 001 section 3.2 and eq. 6): for a
+ * stationary k(x, y) = variance * base(||(x - y) / l||), Bochner's theorem gives
+ * k(x, y) = variance * E_omega[cos(omega . (x - y))] with omega drawn from the
+ * normalized spectral density, and E_b[2 cos(a + b) cos(c + b)] = cos(a - c) for
+ * b ~ U[0, 2 pi). The densities, in angular frequency and per-dimension scale 1 / l:
+ *   RBF:       omega ~ N(0, diag(1 / l^2));
+ *   Matern nu: omega ~ multivariate Student-t with 2 nu degrees of freedom and scale
+ *              diag(1 / l^2), drawn as z / l * sqrt(2 nu / g), z ~ N(0, I),
+ *              g ~ chi^2(2 nu) (a sum of 2 nu squared normals: 2 nu is 1, 3 or 5).
+ * The linear kernel has no spectral density and is rejected.
+ */
+#include "ts.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Degrees of freedom 2 nu of the Student-t spectral density; 0 for the Gaussian. */
+static int student_dof(kb_kernel_kind kind)
+{
+    switch (kind) {
+    case KB_KERNEL_MATERN12: return 1;
+    case KB_KERNEL_MATERN32: return 3;
+    case KB_KERNEL_MATERN52: return 5;
+    default: return 0;
+    }
+}
+
+int kb__ts_features_draw(ts_features *f, const kb_kernel *k, kb_rng *rng, size_t M,
+                         kb_error *err)
+{
+    memset(f, 0, sizeof *f);
+    if (k->kind == KB_KERNEL_LINEAR)
+        return kb__fail(err, KB_EUNSUPPORTED, "kernel",
+                        "the linear kernel has no spectral density for random features; "
+                        "use rbf or a matern kernel");
+    f->M = M;
+    f->dim = k->dim;
+    f->amp = sqrt(2.0 * k->variance / (double)M);
+    f->omega = malloc(M * k->dim * sizeof *f->omega);
+    f->b = malloc(M * sizeof *f->b);
+    if (!f->omega || !f->b) {
+        kb__ts_features_free(f);
+        return kb__fail(err, KB_ENOMEM, "features", "out of memory for %zu features", M);
+    }
+    int dof = student_dof(k->kind);
+    for (size_t j = 0; j < M; j++) {
+        double t = 1.0;
+        if (dof) {
+            double g = 0.0;
+            for (int i = 0; i < dof; i++) {
+                double z = kb_rng_normal(rng);
+                g += z * z;
+            }
+            t = sqrt(dof / g);
+        }
+        for (size_t i = 0; i < k->dim; i++)
+            f->omega[j * k->dim + i] = kb_rng_normal(rng) * t / k->lengthscales[i];
+        f->b[j] = 2.0 * M_PI * kb_rng_uniform(rng);
+    }
+    return KB_OK;
+}
+
+void kb__ts_features_free(ts_features *f)
+{
+    free(f->omega);
+    free(f->b);
+    f->omega = f->b = NULL;
+}
+
+void kb__ts_features_eval(const ts_features *f, const double *X, size_t n, double *Phi)
+{
+    if (n == 0)
+        return;
+    size_t M = f->M;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)M, (int)f->dim, 1.0,
+                X, (int)f->dim, f->omega, (int)f->dim, 0.0, Phi, (int)M);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < M; j++)
+            Phi[i * M + j] = f->amp * cos(Phi[i * M + j] + f->b[j]);
+}
+
+int kb__ts_cholesky(const double *A, size_t n, size_t lda, double *Lout, double *jitter)
+{
+    double mean_diag = 0.0;
+    for (size_t i = 0; i < n; i++)
+        mean_diag += A[i * lda + i] / (double)n;
+    if (!(mean_diag > 0.0) || !isfinite(mean_diag))
+        mean_diag = 1.0;
+    for (double j = 0.0; j <= 1e-2 * mean_diag; j = j ? j * 100.0 : 1e-10 * mean_diag) {
+        for (size_t r = 0; r < n; r++) {
+            memcpy(Lout + r * lda, A + r * lda, (r + 1) * sizeof *A);
+            memset(Lout + r * lda + r + 1, 0, (n - r - 1) * sizeof *A);
+            Lout[r * lda + r] += j;
+        }
+        if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, Lout, (lapack_int)lda) == 0) {
+            if (jitter)
+                *jitter = j;
+            return KB_OK;
+        }
+    }
+    return KB_ENUMERIC;
+}
+
+int kb__ts_argmax(const kb_engine *e, const double *f, const size_t *idx, size_t n,
+                  size_t *best)
+{
+    int found = 0;
+    double top = -INFINITY;
+    for (size_t p = 0; p < n; p++) {
+        size_t i = idx ? idx[p] : p;
+        double v = isnan(f[p]) ? -INFINITY : f[p]; /* NaN ranks last, never sticks */
+        if (kb__excluded(e, i) || (found && !(v > top)))
+            continue;
+        found = 1;
+        top = v;
+        *best = i;
+    }
+    return found ? KB_OK : KB_ASK_EXHAUSTED;
+}
+
+/* Seed 003, Algorithm 2: v_t = B + R sqrt(2 (gamma_{t-1} + 1 + ln(2 / delta))), stated
+ * there for lambda = 1 + eta ~ 1. For a general lambda the self-normalized bound scales
+ * the noise term by 1 / sqrt(lambda), as seed 001's Lemma 1 writes it
+ * (R sqrt(2 log(1/delta) / tau)); we use R / sqrt(lambda) so that both engines read R
+ * the same way. */
+double kb__ts_gp_scale(double B, double R, double lambda, double gamma, double delta,
+                       double scale)
+{
+    return scale * (B + R / sqrt(lambda) * sqrt(2.0 * (gamma + 1.0 + log(2.0 / delta))));
+}
+
+/* Seed 001, eq. 10 with the approximation-quality constants at their exact-model values
+ * (a_t = 1, c_t = 0, which they approach as M and the inducing set grow, section 5.4):
+ * alpha_t = 1 + B + R sqrt(2 ln(t^2) / tau), tau = lambda. */
+double kb__ts_sgp_scale(double B, double R, double lambda, size_t t, double scale)
+{
+    double tt = (double)(t ? t : 1);
+    return scale * (1.0 + B + R * sqrt(2.0 * log(tt * tt) / lambda));
+}

@@ -1,0 +1,442 @@
+/*
+ * test_ts.c - unit tests of the Thompson-sampling engines gp-ts and sgp-ts
+ * (core/engines/gp_ts.c, sgp_ts.c, ts_common.c).
+ *
+ * Random quantities are checked statistically with fixed seeds. Every tolerance is
+ * 5 standard errors of the estimate (false-alarm rate about 6e-7 per check under a
+ * normal approximation, and the seeds are fixed, so the outcome is deterministic):
+ *   - a mean of S samples: sd / sqrt(S);
+ *   - a covariance of S Gaussian samples: sqrt((var_i var_j + cov_ij^2) / S);
+ *   - a random-feature kernel estimate (mean of M i.i.d. products): the sample sd of
+ *     the products / sqrt(M).
+ * Exact quantities are checked against tu_exact_posterior (and a dense posterior
+ * covariance written here, independently of the engines) with tight tolerances.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kbandit.h"
+#include "util/testutil.h"
+#include "../../core/engines/ts.h"
+
+enum { NOBS = 12, NTEST = 5, DIM = 2 };
+
+/* Exact posterior covariance (n x n) at Xs given X (pairwise kernel, dense solve). */
+static void exact_cov(const kb_kernel *k, const double *X, size_t n, double noise,
+                      const double *Xs, size_t m, double *C)
+{
+    size_t d = k->dim;
+    double *K = malloc(n * n * sizeof *K), *B = malloc(n * m * sizeof *B);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            K[i * n + j] = kb_kernel_eval(k, X + i * d, X + j * d) + (i == j ? noise : 0);
+    for (size_t i = 0; i < n; i++)
+        for (size_t s = 0; s < m; s++)
+            B[i * m + s] = kb_kernel_eval(k, X + i * d, Xs + s * d);
+    assert_int_equal(LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, K, (int)n), 0);
+    /* L^{-1} B by forward substitution, so C = K_ss - (L^-1 B)^T (L^-1 B). */
+    for (size_t s = 0; s < m; s++)
+        for (size_t i = 0; i < n; i++) {
+            double v = B[i * m + s];
+            for (size_t j = 0; j < i; j++)
+                v -= K[i * n + j] * B[j * m + s];
+            B[i * m + s] = v / K[i * n + i];
+        }
+    for (size_t a = 0; a < m; a++)
+        for (size_t b = 0; b < m; b++) {
+            double v = kb_kernel_eval(k, Xs + a * d, Xs + b * d);
+            for (size_t i = 0; i < n; i++)
+                v -= B[i * m + a] * B[i * m + b];
+            C[a * m + b] = v;
+        }
+    free(K);
+    free(B);
+}
+
+/* An engine on a finite set of 40 random points in [0,1]^2, warm-started with NOBS
+ * observations X (returned, NOBS x DIM) of a smooth function; raw units (no scaling)
+ * so that the engine's posterior is tu_exact_posterior's. */
+static kb_engine *warm_engine(const char *name, const char *const *opts, const double *vals,
+                              double *X, double *y)
+{
+    kb_error err;
+    kb_rng rng;
+    kb_rng_seed(&rng, 5);
+    double *cand = tu_uniform_matrix(&rng, 40, DIM, 0, 1);
+    kb_space *sp = kb_space_new_finite(cand, 40, DIM, &err);
+    kb_config *cfg = kb_config_new(name, &err);
+    assert_non_null(cfg);
+    assert_int_equal(kb_config_set_string(cfg, "input_scaling", "none", &err), 0);
+    assert_int_equal(kb_config_set_string(cfg, "output_scaling", "none", &err), 0);
+    assert_int_equal(kb_config_set_number(cfg, "lengthscale", 0.4, &err), 0);
+    assert_int_equal(kb_config_set_number(cfg, "lambda", 0.05, &err), 0);
+    for (size_t i = 0; opts[i]; i++)
+        assert_int_equal(kb_config_set_number(cfg, opts[i], vals[i], &err), 0);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    for (size_t i = 0; i < NOBS; i++) {
+        X[i * DIM] = kb_rng_uniform(&rng);
+        X[i * DIM + 1] = kb_rng_uniform(&rng);
+        y[i] = sin(4 * X[i * DIM]) + cos(3 * X[i * DIM + 1]);
+        assert_int_equal(kb_engine_observe(e, X + i * DIM, y[i], &err), 0);
+    }
+    free(cand);
+    kb_config_free(cfg);
+    kb_space_free(sp);
+    return e;
+}
+
+/* Empirical mean and covariance of S samples (S x m) against mean/cov, 5 SE each. */
+static void check_moments(const double *F, size_t S, size_t m, const double *mean,
+                          const double *cov)
+{
+    double emean[NTEST] = {0}, ecov[NTEST * NTEST] = {0};
+    for (size_t s = 0; s < S; s++)
+        for (size_t a = 0; a < m; a++)
+            emean[a] += F[s * m + a] / (double)S;
+    for (size_t s = 0; s < S; s++)
+        for (size_t a = 0; a < m; a++)
+            for (size_t b = 0; b < m; b++)
+                ecov[a * m + b] +=
+                    (F[s * m + a] - emean[a]) * (F[s * m + b] - emean[b]) / (double)(S - 1);
+    for (size_t a = 0; a < m; a++) {
+        assert_true(fabs(emean[a] - mean[a]) < 5 * sqrt(cov[a * m + a] / (double)S));
+        for (size_t b = 0; b < m; b++) {
+            double c = cov[a * m + b];
+            double se = sqrt((cov[a * m + a] * cov[b * m + b] + c * c) / (double)S);
+            assert_true(fabs(ecov[a * m + b] - c) < 5 * se);
+        }
+    }
+}
+
+static void test_points(double *U)
+{
+    kb_rng rng;
+    kb_rng_seed(&rng, 99);
+    for (size_t i = 0; i < NTEST * DIM; i++)
+        U[i] = kb_rng_uniform(&rng);
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void random_features_match_kernel(void **state)
+{
+    (void)state;
+    kb_kernel_kind kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN32, KB_KERNEL_MATERN12};
+    enum { M = 100000, NP = 5, D = 3 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 3);
+    double *X = tu_uniform_matrix(&rng, NP, D, 0, 1);
+    double *Phi = malloc((size_t)NP * M * sizeof *Phi);
+    for (size_t t = 0; t < sizeof kinds / sizeof kinds[0]; t++) {
+        kb_kernel k = tu_kernel(kinds[t], D, 0.6);
+        k.lengthscales[2] = 1.5;
+        k.variance = 1.3;
+        ts_features f;
+        assert_int_equal(kb__ts_features_draw(&f, &k, &rng, M, NULL), 0);
+        kb__ts_features_eval(&f, X, NP, Phi);
+        for (size_t a = 0; a < NP; a++)
+            for (size_t b = a; b < NP; b++) {
+                double s = 0, s2 = 0;
+                for (size_t j = 0; j < M; j++) {
+                    double p = (double)M * Phi[a * M + j] * Phi[b * M + j];
+                    s += p;
+                    s2 += p * p;
+                }
+                double mean = s / M, sd = sqrt(s2 / M - mean * mean);
+                double exact = kb_kernel_eval(&k, X + a * D, X + b * D);
+                assert_true(fabs(mean - exact) < 5 * sd / sqrt((double)M));
+            }
+        kb__ts_features_free(&f);
+        tu_kernel_free(&k);
+    }
+    kb_kernel lin = tu_kernel(KB_KERNEL_LINEAR, D, 1.0);
+    ts_features f;
+    kb_error err;
+    assert_int_equal(kb__ts_features_draw(&f, &lin, &rng, 10, &err), KB_EUNSUPPORTED);
+    assert_string_equal(err.field, "kernel");
+    tu_kernel_free(&lin);
+    free(Phi);
+    free(X);
+}
+
+static void gp_ts_samples_have_exact_posterior(void **state)
+{
+    (void)state;
+    /* B = 1, R = 0, v_scale = 1: v_t = 1, the plain posterior. */
+    const char *const opts[] = {"B", "R", "v_scale", NULL};
+    const double vals[] = {1, 0, 1};
+    double X[NOBS * DIM], y[NOBS], U[NTEST * DIM], mean[NTEST], var[NTEST], cov[NTEST * NTEST];
+    kb_engine *e = warm_engine("gp-ts", opts, vals, X, y);
+    test_points(U);
+    kb_kernel k = tu_kernel(KB_KERNEL_RBF, DIM, 0.4);
+    assert_int_equal(tu_exact_posterior(&k, X, y, NOBS, 0.05, U, NTEST, mean, var), 0);
+    exact_cov(&k, X, NOBS, 0.05, U, NTEST, cov);
+
+    double pm[NTEST], psd[NTEST], pvar[NTEST];
+    kb_error err;
+    assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
+    for (size_t i = 0; i < NTEST; i++)
+        pvar[i] = psd[i] * psd[i];
+    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < 1e-8);
+    assert_true(tu_max_rel_err(pvar, var, NTEST, 1e-3) < 1e-7);
+
+    enum { S = 20000 };
+    double *F = malloc(S * NTEST * sizeof *F);
+    for (size_t s = 0; s < S; s++)
+        assert_int_equal(kb__gp_ts_draw(e, U, NTEST, F + s * NTEST, &err), 0);
+    check_moments(F, S, NTEST, mean, cov);
+    free(F);
+    tu_kernel_free(&k);
+    kb_engine_free(e);
+}
+
+static void sgp_ts_samples_match_exact_posterior(void **state)
+{
+    (void)state;
+    /* q huge: every observed point is an inducing point, so the sparse posterior is the
+     * exact one; B = R = 0, alpha_scale = 1: alpha_t = 1. */
+    const char *const opts[] = {"q", "B", "R", "alpha_scale", "features", NULL};
+    const double vals[] = {1e9, 0, 0, 1, 1000};
+    double X[NOBS * DIM], y[NOBS], U[NTEST * DIM], mean[NTEST], var[NTEST], cov[NTEST * NTEST];
+    kb_engine *e = warm_engine("sgp-ts", opts, vals, X, y);
+    kb_stats st;
+    kb_engine_stats(e, &st);
+    assert_int_equal(st.dict_size, NOBS);
+    test_points(U);
+    kb_kernel k = tu_kernel(KB_KERNEL_RBF, DIM, 0.4);
+    assert_int_equal(tu_exact_posterior(&k, X, y, NOBS, 0.05, U, NTEST, mean, var), 0);
+    exact_cov(&k, X, NOBS, 0.05, U, NTEST, cov);
+
+    double pm[NTEST], psd[NTEST], pvar[NTEST];
+    kb_error err;
+    assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
+    for (size_t i = 0; i < NTEST; i++)
+        pvar[i] = psd[i] * psd[i];
+    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < 1e-7);
+    assert_true(tu_max_rel_err(pvar, var, NTEST, 1e-3) < 1e-6);
+
+    /* Fresh features per sample: the sample covariance is linear in the feature kernel,
+     * whose expectation is k, so the moments are unbiased for the exact posterior. */
+    enum { S = 4000 };
+    double *F = malloc(S * NTEST * sizeof *F);
+    for (size_t s = 0; s < S; s++)
+        assert_int_equal(kb__sgp_ts_draw(e, U, NTEST, 1, F + s * NTEST, &err), 0);
+    check_moments(F, S, NTEST, mean, cov);
+    free(F);
+    tu_kernel_free(&k);
+    kb_engine_free(e);
+}
+
+/* ------------------------------------------------- engine-level behaviour */
+
+static double objective(const double *x, size_t d)
+{
+    double s = 0;
+    for (size_t j = 0; j < d; j++)
+        s -= (x[j] - 0.3) * (x[j] - 0.3);
+    return s;
+}
+
+/* An engine on 300 random points of [0,1]^3 (or a box with a pool of 128). `scale`
+ * multiplies v_t / alpha_t (0: the default). */
+static kb_engine *make(const char *name, int box, uint64_t seed, const char *kernel,
+                       double scale)
+{
+    kb_error err;
+    kb_rng rng;
+    kb_rng_seed(&rng, 17);
+    kb_space *sp;
+    if (box) {
+        sp = kb_space_new_box(3, 128, &err);
+    } else {
+        double *cand = tu_uniform_matrix(&rng, 300, 3, 0, 1);
+        sp = kb_space_new_finite(cand, 300, 3, &err);
+        free(cand);
+    }
+    kb_config *cfg = kb_config_new(name, &err);
+    kb_config_set_number(cfg, "seed", (double)seed, &err);
+    kb_config_set_number(cfg, "lengthscale", 0.3, &err);
+    kb_config_set_string(cfg, "kernel", kernel, &err);
+    kb_config_set_number(cfg, "pool_refresh", 7, &err);
+    int gp = strcmp(name, "gp-ts") == 0;
+    if (gp)
+        kb_config_set_number(cfg, "subset_size", 50, &err); /* exercise screening */
+    else
+        kb_config_set_number(cfg, "features", 200, &err);
+    if (scale > 0)
+        kb_config_set_number(cfg, gp ? "v_scale" : "alpha_scale", scale, &err);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    kb_config_free(cfg);
+    kb_space_free(sp);
+    return e;
+}
+
+/* n rounds of ask(2) then tell both; indices into idx. */
+static void run(kb_engine *e, size_t n, size_t *idx)
+{
+    kb_error err;
+    for (size_t t = 0; t < n; t++) {
+        kb_point p[2];
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 2, p, &res, &err), 0);
+        assert_int_equal(res.n, 2);
+        for (int i = 0; i < 2; i++) {
+            idx[2 * t + i] = p[i].index;
+            assert_int_equal(kb_engine_tell(e, p[i].handle, objective(p[i].x, 3), &err), 0);
+        }
+    }
+}
+
+static void deterministic_and_restorable(void **state)
+{
+    (void)state;
+    const char *names[] = {"gp-ts", "sgp-ts"};
+    for (int box = 0; box < 2; box++)
+        for (int k = 0; k < 2; k++) {
+            const char *kern = k ? "matern52" : "rbf";
+            size_t a[80], b[80], c[80];
+            kb_engine *e1 = make(names[k], box, 4, kern, 0), *e2 = make(names[k], box, 4, kern, 0);
+            assert_non_null(e1);
+            run(e1, 20, a);
+            run(e2, 20, b);
+            assert_memory_equal(a, b, sizeof(size_t) * 40);
+            unsigned char *bytes;
+            size_t len;
+            kb_error err;
+            assert_int_equal(kb_engine_snapshot(e2, &bytes, &len, &err), 0);
+            kb_engine *r = kb_engine_restore(bytes, len, &err);
+            assert_non_null(r);
+            run(e1, 20, a + 40);
+            run(r, 20, c + 40);
+            assert_memory_equal(a + 40, c + 40, sizeof(size_t) * 40);
+            kb_stats s1, s2;
+            kb_engine_stats(e1, &s1);
+            kb_engine_stats(r, &s2);
+            assert_int_equal(s1.dict_size, s2.dict_size);
+            assert_int_equal(s1.epoch, 80);
+            if (k)
+                assert_true(s1.dict_size > 0 && s1.dict_size <= 80);
+            /* The same engine with another seed makes other choices. */
+            kb_engine *o = make(names[k], box, 5, kern, 0);
+            run(o, 20, b);
+            assert_true(memcmp(a, b, sizeof(size_t) * 40) != 0);
+            free(bytes);
+            kb_engine_free(e1);
+            kb_engine_free(e2);
+            kb_engine_free(r);
+            kb_engine_free(o);
+        }
+}
+
+static void finds_the_optimum_region(void **state)
+{
+    (void)state;
+    const char *names[] = {"gp-ts", "sgp-ts"};
+    for (int k = 0; k < 2; k++) {
+        /* The theoretical scales (about 6 to 12 here) still explore at t = 120 on this
+         * easy problem; a tenth of them exploits by then. */
+        kb_engine *e = make(names[k], 0, 1, "rbf", 0.1);
+        size_t idx[120];
+        run(e, 60, idx);
+        /* The last 20 picks average near the best of the 300 candidates. */
+        kb_point pt;
+        kb_trial_state ts;
+        double best = -1e9, late = 0;
+        for (uint64_t h = 1; h <= 120; h++) {
+            assert_int_equal(kb_engine_trial(e, h, &pt, &ts), 0);
+            double v = objective(pt.x, 3);
+            best = v > best ? v : best;
+            if (h > 100)
+                late += v / 20;
+        }
+        assert_true(late > best - 0.05);
+        kb_engine_free(e);
+    }
+}
+
+static void refresh_every_and_exhaustion(void **state)
+{
+    (void)state;
+    const char *names[] = {"gp-ts", "sgp-ts"};
+    for (int k = 0; k < 2; k++) {
+        kb_error err;
+        double rows[6] = {0, 1, 2, 3, 4, 5};
+        kb_space *sp = kb_space_new_finite(rows, 6, 1, &err);
+        kb_config *cfg = kb_config_new(names[k], &err);
+        assert_int_equal(kb_config_set_string(cfg, "repeats", "never", &err), 0);
+        assert_int_equal(kb_config_set_number(cfg, "refresh_every", 3, &err), 0);
+        kb_engine *e = kb_engine_create(cfg, sp, &err);
+        kb_point p[6];
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 6, p, &res, &err), 0);
+        assert_int_equal(res.n, 6);
+        for (int i = 0; i < 6; i++)
+            assert_int_equal(kb_engine_tell(e, p[i].handle, p[i].x[0], &err), 0);
+        kb_stats st;
+        kb_engine_stats(e, &st);
+        assert_int_equal(st.epoch, 2); /* refreshed after the 3rd and 6th tells */
+        assert_int_equal(kb_engine_ask(e, 1, p, &res, &err), 0);
+        assert_int_equal(res.n, 0);
+        assert_int_equal(res.status, KB_ASK_EXHAUSTED);
+        kb_engine_free(e);
+        kb_config_free(cfg);
+        kb_space_free(sp);
+    }
+}
+
+static void bad_configurations_are_rejected(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_config *g = kb_config_new("gp-ts", &err), *s = kb_config_new("sgp-ts", &err);
+    assert_int_equal(kb_config_set_number(s, "features", 0, &err), KB_ERANGE);
+    assert_string_equal(err.field, "features");
+    assert_int_equal(kb_config_set_number(g, "subset_size", 0, &err), KB_ERANGE);
+    assert_string_equal(err.field, "subset_size");
+    assert_int_equal(kb_config_set_number(s, "q", 0.5, &err), KB_ERANGE);
+    assert_string_equal(err.field, "q");
+    assert_int_equal(kb_config_set_number(g, "lambda", 0, &err), KB_ERANGE);
+    assert_string_equal(err.field, "lambda");
+    assert_int_equal(kb_config_set_number(g, "refresh_every", 0, &err), KB_ERANGE);
+    assert_string_equal(err.field, "refresh_every");
+    assert_int_equal(kb_config_set_number(g, "features", 10, &err), KB_ENOTFOUND);
+    assert_string_equal(err.field, "features");
+
+    double rows[4] = {0, 1, 2, 3};
+    kb_space *sp = kb_space_new_finite(rows, 4, 1, &err);
+    assert_int_equal(kb_config_set_string(s, "kernel", "linear", &err), 0);
+    assert_null(kb_engine_create(s, sp, &err));
+    assert_int_equal(err.code, KB_EUNSUPPORTED);
+    assert_string_equal(err.field, "kernel");
+    /* The exact engine needs no spectral density. */
+    assert_int_equal(kb_config_set_string(g, "kernel", "linear", &err), 0);
+    kb_engine *e = kb_engine_create(g, sp, &err);
+    assert_non_null(e);
+    kb_engine_free(e);
+    kb_space_free(sp);
+    kb_config_free(g);
+    kb_config_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(random_features_match_kernel),
+        cmocka_unit_test(gp_ts_samples_have_exact_posterior),
+        cmocka_unit_test(sgp_ts_samples_match_exact_posterior),
+        cmocka_unit_test(deterministic_and_restorable),
+        cmocka_unit_test(finds_the_optimum_region),
+        cmocka_unit_test(refresh_every_and_exhaustion),
+        cmocka_unit_test(bad_configurations_are_rejected),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
