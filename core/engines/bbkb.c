@@ -344,7 +344,7 @@ static int bbkb_create(kb_engine *e, kb_error *err)
 typedef struct datum {
     const double *u;
     size_t cand;
-    double n_all, n_told, ysum; /* ysum: sum of told y, standardized by collect_data */
+    double n_all, n_told, ysum; /* sum of standardized told y (see standardize_rows) */
     double var;           /* sigma~^2 at the start of the closing epoch (for sampling) */
 } datum;
 
@@ -371,28 +371,30 @@ static int add_datum(dataset *ds, const double *u, size_t cand)
  * larger batches) drives the sd down to the noise level: on abalone seed 3 it fell from
  * 0.16 to 0.027 while the run repeated one arm (f = 0.61), so the standardized gaps to
  * the unexplored arms grew six-fold while the width alpha sigma~ stays in fixed units,
- * and the run could never leave the arm (regret ratio 0.58). Converts ysum to
- * standardized units in place. */
+ * and the run could never leave the arm (regret ratio 0.58). On entry ysum holds each
+ * row's average told y, on exit the sum of its standardized told y. Sums are formed
+ * from terms divided by the row count or by max |y|, so that finite y near DBL_MAX
+ * do not overflow into inf/NaN. */
 static void standardize_rows(const kb_engine *e, dataset *ds)
 {
-    double mean = 0.0, sd = 1.0, n = 0.0, s2 = 0.0;
+    double mean = 0.0, sd = 1.0, n = 0.0, big = 0.0, s2 = 0.0;
     if (strcmp(kb_config_string(e->cfg, "output_scaling"), "none") != 0) {
         for (size_t j = 0; j < ds->n; j++)
             if (ds->rows[j].n_told > 0.0) {
-                mean += ds->rows[j].ysum / ds->rows[j].n_told;
                 n += 1.0;
+                mean += ds->rows[j].ysum / n - mean / n;
+                big = fmax(big, fabs(ds->rows[j].ysum));
             }
-        mean = n > 0.0 ? mean / n : 0.0;
-        for (size_t j = 0; j < ds->n; j++)
+        for (size_t j = 0; j < ds->n && big > 0.0; j++)
             if (ds->rows[j].n_told > 0.0) {
-                double dev = ds->rows[j].ysum / ds->rows[j].n_told - mean;
+                double dev = ds->rows[j].ysum / big - mean / big;
                 s2 += dev * dev;
             }
-        sd = n > 1.0 ? sqrt(s2 / (n - 1.0)) : 1.0;
+        sd = n > 1.0 ? big * sqrt(s2 / (n - 1.0)) : 1.0;
         sd = sd > 1e-12 ? sd : 1.0;
     }
     for (size_t j = 0; j < ds->n; j++)
-        ds->rows[j].ysum = (ds->rows[j].ysum - ds->rows[j].n_told * mean) / sd;
+        ds->rows[j].ysum = ds->rows[j].n_told * (ds->rows[j].ysum / sd - mean / sd);
 }
 
 /* Every non-abandoned trial and every observe, candidates of the current pool merged
@@ -418,7 +420,8 @@ static int collect_data(kb_engine *e, dataset *ds, size_t *rowof)
         ds->rows[row].n_all += 1.0;
         if (t->state == KB_TRIAL_TOLD) {
             ds->rows[row].n_told += 1.0;
-            ds->rows[row].ysum += t->y;
+            ds->rows[row].ysum += t->y / ds->rows[row].n_told -
+                                  ds->rows[row].ysum / ds->rows[row].n_told;
         }
     }
     for (size_t i = 0; i < e->n_obs; i++) {
