@@ -50,13 +50,6 @@ ENGINE_CASES = [
                  lambda r: r["regret_ratio"] < 0.25,
                  id="gp-ucb-abalone",
                  marks=pytest.mark.skipif(SANITIZED, reason="T=2000 exact GP under ASan")),
-    pytest.param("bbkb",
-                 ["--set", "lengthscale=17.5", "--T", "2000", "--seed", "1",
-                  "--workers", "0"],
-                 lambda r: r["regret_ratio"] < 0.25
-                 and r["batch_mean_second_half"] > r["batch_mean_first_half"],
-                 id="bbkb-abalone",
-                 marks=pytest.mark.skipif(SANITIZED, reason="T=2000 under ASan")),
     # Thompson sampling with the default (theoretical) scales v_t / alpha_t; measured
     # (seeds 1-3): gp-ts 0.114-0.116, sgp-ts 0.115-0.123, sgp-ts with 8 async workers
     # 0.127. gp-ts is the exact reference, about a minute here.
@@ -76,6 +69,19 @@ ENGINE_CASES = [
                  lambda r: r["regret_ratio"] < 0.3,
                  id="sgp-ts-abalone-async",
                  marks=pytest.mark.skipif(SANITIZED, reason="T=2000 under ASan")),
+] + [
+    # bbkb with its defaults (lambda 0.01, beta = scaled 0.5, sampled dictionary), C~ = 2.
+    # Seeds 3 and 7 locked onto a mediocre arm (ratio 0.58) while outputs were
+    # standardized per evaluation (bbkb.c, standardize_rows); measured after the fix on
+    # seeds 1-12: 0.115-0.135, second-half batch mean above the first-half one on all.
+    pytest.param("bbkb",
+                 ["--set", "lengthscale=17.5", "--set", "C=2", "--T", "2000",
+                  "--seed", str(seed)],
+                 lambda r: r["regret_ratio"] < 0.25
+                 and r["batch_mean_second_half"] > r["batch_mean_first_half"],
+                 id=f"bbkb-abalone-seed{seed}",
+                 marks=pytest.mark.skipif(SANITIZED, reason="T=2000 under ASan"))
+    for seed in (1, 2, 3, 4)
 ]
 
 
