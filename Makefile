@@ -16,6 +16,12 @@ CC ?= cc
 OPT ?= -O2 -g
 SAN ?=
 
+# OpenBLAS kernels for this CPU when its model is not recognized (see the script).
+BLAS_CORE := $(shell scripts/openblas-coretype)
+ifneq ($(BLAS_CORE),)
+export OPENBLAS_CORETYPE ?= $(BLAS_CORE)
+endif
+
 PKG_CORE := openblas lapacke
 PKG_SERVER := libmicrohttpd jansson sqlite3
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
