@@ -239,11 +239,10 @@ static conn *get_conn(store *s)
 }
 
 /* The thread's prepared statement q, reset and unbound; NULL on error. */
-static sqlite3_stmt *stmt(store *s, int q, conn **out)
+/* Statement q of connection c, prepared once (kept for the connection's life), reset and
+ * unbound; NULL (logged) if it cannot be prepared. */
+static sqlite3_stmt *prepared(conn *c, int q)
 {
-    conn *c = get_conn(s);
-    if (!c)
-        return NULL;
     if (!c->st[q] &&
         sqlite3_prepare_v3(c->db, sql[q], -1, SQLITE_PREPARE_PERSISTENT, &c->st[q], NULL) !=
             SQLITE_OK) {
@@ -252,9 +251,17 @@ static sqlite3_stmt *stmt(store *s, int q, conn **out)
     }
     sqlite3_reset(c->st[q]);
     sqlite3_clear_bindings(c->st[q]);
+    return c->st[q];
+}
+
+static sqlite3_stmt *stmt(store *s, int q, conn **out)
+{
+    conn *c = get_conn(s);
+    if (!c)
+        return NULL;
     if (out)
         *out = c;
-    return c->st[q];
+    return prepared(c, q);
 }
 
 /* Steps a statement that returns no row; 0 ok, STORE_CONFLICT on a constraint, -1. */
@@ -411,17 +418,11 @@ static void bind_all(sqlite3_stmt *st, const wval *v, int n)
 /* Runs statement q with v on the writer connection (conn_lock held). */
 static int exec_now(store *s, int q, const wval *v, int n)
 {
-    conn *c = s->w.c;
-    if (!c->st[q] &&
-        sqlite3_prepare_v3(c->db, sql[q], -1, SQLITE_PREPARE_PERSISTENT, &c->st[q], NULL) !=
-            SQLITE_OK) {
-        db_log(c->db, sql[q]);
+    sqlite3_stmt *st = prepared(s->w.c, q);
+    if (!st)
         return -1;
-    }
-    sqlite3_reset(c->st[q]);
-    sqlite3_clear_bindings(c->st[q]);
-    bind_all(c->st[q], v, n);
-    return run(s, c->st[q], sql[q]);
+    bind_all(st, v, n);
+    return run(s, st, sql[q]);
 }
 
 /* Appends a copy of statement q with v to the operation being recorded. */

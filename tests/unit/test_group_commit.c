@@ -21,27 +21,7 @@
 #include "../../server/log.h"
 #include "../../server/storage.h"
 #include "../../server/study.h"
-
-static char *temp_db(void)
-{
-    char *path = strdup("/tmp/kb-test-gc-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    unlink(path);
-    return path;
-}
-
-static void remove_db(char *path)
-{
-    char buf[512];
-    unlink(path);
-    snprintf(buf, sizeof buf, "%s-wal", path);
-    unlink(buf);
-    snprintf(buf, sizeof buf, "%s-shm", path);
-    unlink(buf);
-    free(path);
-}
+#include "util/testutil.h"
 
 static int count_trial(void *ud, const trial_rec *t)
 {
@@ -65,7 +45,7 @@ static uint64_t queue_trial(store *s, int64_t sid, int64_t id, uint64_t after)
 static void queued_after_a_failure_is_not_applied(void **state)
 {
     (void)state;
-    char *path = temp_db(), err[256];
+    char *path = tu_temp_db("kb-test-gc"), err[256];
     store *s = store_open(path, err, sizeof err);
     assert_non_null(s);
     int64_t sid;
@@ -87,7 +67,7 @@ static void queued_after_a_failure_is_not_applied(void **state)
     assert_int_equal(n, 2); /* trials 3 and 4 */
     assert_int_equal(store_integrity_check(s), 0);
     store_close(s);
-    remove_db(path);
+    tu_remove_db(path);
 }
 
 /* ------------------------------------------------------------ study level */
@@ -165,7 +145,7 @@ static void concurrent_tells_are_durable_exactly_once(void **state)
 {
     (void)state;
     enum { T = 6, N = 60 };
-    char *path = temp_db(), err[256];
+    char *path = tu_temp_db("kb-test-gc"), err[256];
     store *db = store_open(path, err, sizeof err);
     registry_config rc = {.db = db, .snapshot_every = 25};
     assert_int_equal(registry_open(&rc), 0);
@@ -202,7 +182,7 @@ static void concurrent_tells_are_durable_exactly_once(void **state)
         assert_int_equal(counts[id], 1);
     registry_close();
     store_close(db);
-    remove_db(path);
+    tu_remove_db(path);
 }
 
 static void sql_exec(const char *path, const char *sql)
@@ -228,7 +208,7 @@ static const char *state_of(study *s, int64_t id)
 static void failed_commit_rebuilds_the_study(void **state)
 {
     (void)state;
-    char *path = temp_db(), err[256];
+    char *path = tu_temp_db("kb-test-gc"), err[256];
     store *db = store_open(path, err, sizeof err);
     registry_config rc = {.db = db, .snapshot_every = 1000};
     assert_int_equal(registry_open(&rc), 0);
@@ -264,7 +244,7 @@ static void failed_commit_rebuilds_the_study(void **state)
     registry_close();
     assert_int_equal(store_integrity_check(db), 0);
     store_close(db);
-    remove_db(path);
+    tu_remove_db(path);
 }
 
 int main(void)

@@ -20,32 +20,12 @@
 #include "../../server/storage.h"
 #include "../../server/log.h"
 #include "../../server/study.h"
-
-static char *temp_db(void)
-{
-    char *path = strdup("/tmp/kb-test-storage-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    unlink(path);
-    return path;
-}
-
-static void remove_db(char *path)
-{
-    char buf[512];
-    unlink(path);
-    snprintf(buf, sizeof buf, "%s-wal", path);
-    unlink(buf);
-    snprintf(buf, sizeof buf, "%s-shm", path);
-    unlink(buf);
-    free(path);
-}
+#include "util/testutil.h"
 
 static void migrations_apply_once(void **state)
 {
     (void)state;
-    char *path = temp_db(), err[256];
+    char *path = tu_temp_db("kb-test-storage"), err[256];
     store *s = store_open(path, err, sizeof err);
     assert_non_null(s);
     assert_int_equal(store_schema_version(s), store_latest_version());
@@ -55,13 +35,13 @@ static void migrations_apply_once(void **state)
     assert_non_null(s);
     assert_int_equal(store_schema_version(s), store_latest_version());
     store_close(s);
-    remove_db(path);
+    tu_remove_db(path);
 }
 
 static void newer_schema_is_refused(void **state)
 {
     (void)state;
-    char *path = temp_db(), err[256] = "";
+    char *path = tu_temp_db("kb-test-storage"), err[256] = "";
     sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     char sql[64];
@@ -70,7 +50,7 @@ static void newer_schema_is_refused(void **state)
     sqlite3_close(db);
     assert_null(store_open(path, err, sizeof err));
     assert_non_null(strstr(err, "newer"));
-    remove_db(path);
+    tu_remove_db(path);
 }
 
 static int count_trial(void *ud, const trial_rec *t)
@@ -94,7 +74,7 @@ static int count_event(void *ud, const store_event *ev)
 static void queries_round_trip(void **state)
 {
     (void)state;
-    char *path = temp_db(), err[256];
+    char *path = tu_temp_db("kb-test-storage"), err[256];
     store *s = store_open(path, err, sizeof err);
     assert_non_null(s);
     int64_t id, id2;
@@ -159,7 +139,7 @@ static void queries_round_trip(void **state)
     assert_int_equal(n, 0);
     assert_int_equal(store_integrity_check(s), 0);
     store_close(s);
-    remove_db(path);
+    tu_remove_db(path);
 }
 
 typedef struct gc_arg {
@@ -198,7 +178,7 @@ static int count_any(void *ud, const trial_rec *t)
 static void group_commit_under_concurrency(void **state)
 {
     (void)state;
-    char *path = temp_db(), err[256];
+    char *path = tu_temp_db("kb-test-storage"), err[256];
     store *s = store_open(path, err, sizeof err);
     assert_non_null(s);
     int64_t id;
@@ -222,7 +202,7 @@ static void group_commit_under_concurrency(void **state)
     assert_int_equal(n, T * (N - N / 7)); /* i % 7 == 3 rolled back: 20 of 140 */
     assert_int_equal(store_integrity_check(s), 0);
     store_close(s);
-    remove_db(path);
+    tu_remove_db(path);
 }
 
 /* Drives a study: asks and tells in a fixed pattern; returns the x of every trial. */
@@ -280,7 +260,7 @@ static void restored_study_continues_identically(void **state)
     int na = 0, nb = 0;
     char err[256];
     /* Control: 60 rounds without restart. */
-    char *p1 = temp_db();
+    char *p1 = tu_temp_db("kb-test-storage");
     store *s = store_open(p1, err, sizeof err);
     registry_config rc = {.db = s, .snapshot_every = 50};
     assert_int_equal(registry_open(&rc), 0);
@@ -289,7 +269,7 @@ static void restored_study_continues_identically(void **state)
     registry_close();
     store_close(s);
     /* Same, restarting after 25 and 40 rounds (snapshots every 50 events in between). */
-    char *p2 = temp_db();
+    char *p2 = tu_temp_db("kb-test-storage");
     s = store_open(p2, err, sizeof err);
     rc.db = s;
     assert_int_equal(registry_open(&rc), 0);
@@ -321,8 +301,8 @@ static void restored_study_continues_identically(void **state)
     store_close(s);
     assert_int_equal(na, nb);
     assert_memory_equal(a, b, (size_t)na * sizeof *a);
-    remove_db(p1);
-    remove_db(p2);
+    tu_remove_db(p1);
+    tu_remove_db(p2);
 }
 
 int main(void)

@@ -6,7 +6,9 @@
 #include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 double *tu_uniform_matrix(kb_rng *rng, size_t n, size_t d, double lo, double hi)
 {
@@ -84,4 +86,29 @@ void tu_kernel_free(kb_kernel *k)
 {
     free(k->lengthscales);
     k->lengthscales = NULL;
+}
+
+char *tu_temp_db(const char *prefix)
+{
+    char *path = malloc(strlen(prefix) + 16);
+    sprintf(path, "/tmp/%s-XXXXXX", prefix);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        perror("mkstemp");
+        abort();
+    }
+    close(fd);
+    unlink(path);
+    return path;
+}
+
+void tu_remove_db(char *path)
+{
+    char buf[512];
+    unlink(path);
+    snprintf(buf, sizeof buf, "%s-wal", path);
+    unlink(buf);
+    snprintf(buf, sizeof buf, "%s-shm", path);
+    unlink(buf);
+    free(path);
 }

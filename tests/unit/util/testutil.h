@@ -27,4 +27,10 @@ double tu_max_rel_err(const double *a, const double *b, size_t n, double floor);
 kb_kernel tu_kernel(kb_kernel_kind kind, size_t d, double l);
 void tu_kernel_free(kb_kernel *k);
 
+/* A fresh path for a temporary SQLite database (the file does not exist yet), owned by
+ * the caller; tu_remove_db deletes the database with its -wal and -shm files and frees
+ * the path. */
+char *tu_temp_db(const char *prefix);
+void tu_remove_db(char *path);
+
 #endif
