@@ -4,7 +4,7 @@
  *
  *   kb-bench --engine NAME [--set key=value ...] --problem P [--data PATH] [--A N]
  *            [--d D] --T N [--seed S] [--workers W] [--mode sync|async] [--noise SD]
- *            [--problem-kernel K] [--problem-lengthscale L]
+ *            [--problem-kernel K] [--problem-lengthscale L] [--curve N]
  *
  * Simulation. sync: ask for up to W points (W = 0: as many as the engine gives before it
  * waits), evaluate them all, tell them all, repeat until T evaluations. async: W workers;
@@ -17,6 +17,11 @@
  * points handed out per engine epoch (kb_stats.epoch; an engine without epochs has
  * batches of 1); ask_us_mean averages the wall time of asks that neither started an
  * epoch nor spent time in a resparsification (i.e. in-batch asks).
+ * --curve N adds "curve": one entry per window of N evaluations (the last may be
+ * shorter), {t: evaluations at the window's end, ask_ms: wall time of the asks that
+ * handed out the window's points per point, tell_ms: wall time of its tells per tell,
+ * regret_ratio: the window's regret ratio}. An ask call is charged to the window of
+ * its first point, the k-th tell to the window of the k-th evaluation.
  * Exit status: 0, or 2 for bad arguments / configuration (the kb_error is printed).
  */
 #include "problems.h"
@@ -34,7 +39,7 @@
 typedef struct opts {
     const char *engine, *problem, *mode;
     const char *sets[128];
-    size_t n_sets, T, W;
+    size_t n_sets, T, W, curve;
     uint64_t seed;
     double noise;
     bench_args pa;
@@ -54,6 +59,10 @@ typedef struct run {
     size_t dict_n;
     double ask_us_sum;
     size_t ask_us_n;
+    /* --curve: window length (0: off) and per-window sums, ceil(T / window) each */
+    size_t window, n_windows;
+    double *w_ask_s, *w_tell_s, *w_regret;
+    size_t *w_points, *w_tells, *w_dict;
 } run;
 
 static double now(void)
@@ -78,7 +87,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: kb-bench --engine NAME [--set key=value ...] --problem P [--data PATH]\n"
             "       [--A N] [--d D] --T N [--seed S] [--workers W] [--mode sync|async]\n"
-            "       [--noise SD] [--problem-kernel K] [--problem-lengthscale L]\nproblems:");
+            "       [--noise SD] [--problem-kernel K] [--problem-lengthscale L] [--curve N]\n"
+            "problems:");
     for (const bench_problem_entry *p = bench_problems; p->name; p++)
         fprintf(stderr, " %s", p->name);
     fprintf(stderr, "\n");
@@ -135,6 +145,7 @@ static void parse_args(int argc, char **argv, opts *o)
         else if (!strcmp(f, "--noise")) o->noise = strtod(v, NULL);
         else if (!strcmp(f, "--problem-kernel")) o->pa.kernel = v;
         else if (!strcmp(f, "--problem-lengthscale")) o->pa.lengthscale = strtod(v, NULL);
+        else if (!strcmp(f, "--curve")) o->curve = parse_size(f, v);
         else if (!strcmp(f, "--set") && o->n_sets < 128) o->sets[o->n_sets++] = v;
         else usage();
     }
@@ -246,6 +257,32 @@ static void note_points(run *r, size_t npts)
     }
 }
 
+/* The --curve window of the k-th evaluation (0-based), or -1 when there is no curve. */
+static long window_of(const run *r, size_t k)
+{
+    if (!r->window)
+        return -1;
+    size_t w = k / r->window;
+    return (long)(w < r->n_windows ? w : r->n_windows - 1);
+}
+
+static void curve_alloc(run *r, size_t T, size_t window)
+{
+    if (!window)
+        return;
+    r->window = window;
+    r->n_windows = (T + window - 1) / window;
+    r->w_ask_s = calloc(r->n_windows, sizeof *r->w_ask_s);
+    r->w_tell_s = calloc(r->n_windows, sizeof *r->w_tell_s);
+    r->w_regret = calloc(r->n_windows, sizeof *r->w_regret);
+    r->w_points = calloc(r->n_windows, sizeof *r->w_points);
+    r->w_tells = calloc(r->n_windows, sizeof *r->w_tells);
+    r->w_dict = calloc(r->n_windows, sizeof *r->w_dict);
+    if (!r->w_ask_s || !r->w_tell_s || !r->w_regret || !r->w_points || !r->w_tells ||
+        !r->w_dict)
+        die("out of memory", NULL);
+}
+
 /* One timed ask of up to n points. */
 static size_t timed_ask(run *r, size_t n, kb_point *pts, kb_ask_result *res)
 {
@@ -263,10 +300,20 @@ static size_t timed_ask(run *r, size_t n, kb_point *pts, kb_ask_result *res)
         r->ask_us_n++;
     }
     note_points(r, res->n);
+    long w0 = window_of(r, r->evals);
+    if (w0 >= 0 && res->n) {
+        r->w_ask_s[w0] += dt;
+        r->w_dict[window_of(r, r->evals + res->n - 1)] = after.dict_size;
+    }
     for (size_t i = 0; i < res->n; i++) {
         double f = r->p->f[pts[i].index];
         r->cum_regret += r->fstar - f;
         r->best_f = f > r->best_f ? f : r->best_f;
+        long w = window_of(r, r->evals + i);
+        if (w >= 0) {
+            r->w_regret[w] += r->fstar - f;
+            r->w_points[w]++;
+        }
     }
     r->evals += res->n;
     return res->n;
@@ -279,8 +326,15 @@ static void tell(run *r, const kb_point *pt)
     double eps = w > 0 ? w * (2.0 * kb_rng_uniform(&r->noise_rng) - 1.0)
                        : r->noise * kb_rng_normal(&r->noise_rng);
     double y = r->p->f[pt->index] + eps;
+    double t0 = now();
     if (kb_engine_tell(r->e, pt->handle, y, &err))
         die("tell", &err);
+    double dt = now() - t0;
+    long win = window_of(r, r->told);
+    if (win >= 0) {
+        r->w_tell_s[win] += dt;
+        r->w_tells[win]++;
+    }
     r->told++;
 }
 
@@ -380,6 +434,23 @@ static void batch_summary(const run *r, size_t T, double *mean, double *max, dou
     *m2 = n2 ? s2 / (double)n2 : 0;
 }
 
+/* The --curve field (nothing without --curve); gap = f* - mean f. */
+static void print_curve(const run *r, double gap)
+{
+    if (!r->window)
+        return;
+    printf(", \"curve\": [");
+    for (size_t w = 0, t = 0; w < r->n_windows && r->w_points[w]; w++) {
+        size_t np = r->w_points[w], nt = r->w_tells[w];
+        t += np;
+        printf("%s{\"t\": %zu, \"ask_ms\": %.4g, \"tell_ms\": %.4g, \"regret_ratio\": %.4g, "
+               "\"dict\": %zu}", w ? ", " : "", t, 1e3 * r->w_ask_s[w] / (double)np,
+               nt ? 1e3 * r->w_tell_s[w] / (double)nt : 0.0,
+               gap > 0 ? r->w_regret[w] / ((double)np * gap) : 0.0, r->w_dict[w]);
+    }
+    printf("]");
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -422,6 +493,7 @@ int main(int argc, char **argv)
     kb_rng clock_rng;
     kb_rng_seed(&clock_rng, o.seed * 0x9e3779b97f4a7c15ULL + 2);
 
+    curve_alloc(&r, o.T, o.curve);
     double t0 = now();
     r.e = kb_engine_create(cfg, sp, &err);
     if (!r.e)
@@ -450,18 +522,26 @@ int main(int argc, char **argv)
            "\"batches\": %zu, \"batch_mean\": %.4g, \"batch_max\": %.0f, "
            "\"batch_mean_first_half\": %.4g, \"batch_mean_second_half\": %.4g, "
            "\"dict_mean\": %.4g, \"dict_max\": %.0f, \"idle_fraction\": %.4f, "
-           "\"peak_rss_mb\": %.1f, \"ask_us_mean\": %s}\n",
+           "\"peak_rss_mb\": %.1f, \"ask_us_mean\": %s",
            o.engine, o.problem, p.A, p.d, r.evals, (unsigned long long)o.seed, o.W, o.mode,
            r.evals && gap > 0 ? r.cum_regret / ((double)r.evals * gap) : 0.0,
            r.evals ? r.fstar - r.best_f : r.fstar, wall, st.sec_embed, st.sec_resparsify,
            st.sec_ask, st.sec_tell, r.n_batch, bmean, bmax, b1, b2,
            r.dict_n ? r.dict_sum / (double)r.dict_n : 0.0, r.dict_max, idle,
            (double)ru.ru_maxrss / 1024.0, ask_us);
+    print_curve(&r, gap);
+    printf("}\n");
     kb_engine_free(r.e);
     kb_space_free(sp);
     kb_config_free(cfg);
     bench_problem_free(&p);
     free(r.batch);
     free(r.batch_start);
+    free(r.w_ask_s);
+    free(r.w_tell_s);
+    free(r.w_regret);
+    free(r.w_points);
+    free(r.w_tells);
+    free(r.w_dict);
     return 0;
 }

@@ -133,3 +133,23 @@ def test_ts_engines_learn_a_smooth_function(engine, mode):
     assert r["T"] == int(T)
     if not SANITIZED:
         assert r["regret_ratio"] < {"gp-ts": 0.8, "sgp-ts": 0.5}[engine], r
+
+
+def test_curve_windows_add_up():
+    # --curve N: one entry per window of N evaluations, the last one shorter; the
+    # windows' regret ratios, weighted by their lengths, give the run's regret ratio.
+    r = bench("--engine", "gp-ucb", "--problem", "rkhs", "--A", "300", "--d", "2",
+              "--T", "70", "--seed", "2", "--set", "lengthscale=0.2", "--curve", "30")
+    curve = r["curve"]
+    assert [w["t"] for w in curve] == [30, 60, 70]
+    lengths = [30, 30, 10]
+    total = sum(w["regret_ratio"] * n for w, n in zip(curve, lengths)) / r["T"]
+    assert abs(total - r["regret_ratio"]) < 1e-3 * r["regret_ratio"], (total, r)
+    assert all(w["ask_ms"] > 0 and w["tell_ms"] >= 0 for w in curve), curve
+    assert "curve" not in bench("--engine", "random", "--problem", "rkhs", "--T", "5")
+
+
+def test_curve_in_async_mode_counts_every_evaluation():
+    r = bench("--engine", "random", "--problem", "rkhs", "--T", "25", "--mode", "async",
+              "--workers", "3", "--curve", "10")
+    assert [w["t"] for w in r["curve"]] == [10, 20, 25]
