@@ -20,6 +20,7 @@
  * --curve N adds "curve": one entry per window of N evaluations (the last may be
  * shorter), {t: evaluations at the window's end, ask_ms: wall time of the asks that
  * handed out the window's points per point, tell_ms: wall time of its tells per tell,
+ * ask_cpu_ms, tell_cpu_ms: the same in process CPU time (robust to a loaded machine),
  * regret_ratio: the window's regret ratio}. An ask call is charged to the window of
  * its first point, the k-th tell to the window of the k-th evaluation.
  * Exit status: 0, or 2 for bad arguments / configuration (the kb_error is printed).
@@ -61,7 +62,7 @@ typedef struct run {
     size_t ask_us_n;
     /* --curve: window length (0: off) and per-window sums, ceil(T / window) each */
     size_t window, n_windows;
-    double *w_ask_s, *w_tell_s, *w_regret;
+    double *w_ask_s, *w_tell_s, *w_ask_cpu, *w_tell_cpu, *w_regret;
     size_t *w_points, *w_tells, *w_dict;
 } run;
 
@@ -69,6 +70,15 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU seconds of the process: the run's own work, whatever else loads the machine (with
+ * OPENBLAS_NUM_THREADS=1 the process has one busy thread). */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -274,12 +284,14 @@ static void curve_alloc(run *r, size_t T, size_t window)
     r->n_windows = (T + window - 1) / window;
     r->w_ask_s = calloc(r->n_windows, sizeof *r->w_ask_s);
     r->w_tell_s = calloc(r->n_windows, sizeof *r->w_tell_s);
+    r->w_ask_cpu = calloc(r->n_windows, sizeof *r->w_ask_cpu);
+    r->w_tell_cpu = calloc(r->n_windows, sizeof *r->w_tell_cpu);
     r->w_regret = calloc(r->n_windows, sizeof *r->w_regret);
     r->w_points = calloc(r->n_windows, sizeof *r->w_points);
     r->w_tells = calloc(r->n_windows, sizeof *r->w_tells);
     r->w_dict = calloc(r->n_windows, sizeof *r->w_dict);
-    if (!r->w_ask_s || !r->w_tell_s || !r->w_regret || !r->w_points || !r->w_tells ||
-        !r->w_dict)
+    if (!r->w_ask_s || !r->w_tell_s || !r->w_ask_cpu || !r->w_tell_cpu || !r->w_regret ||
+        !r->w_points || !r->w_tells || !r->w_dict)
         die("out of memory", NULL);
 }
 
@@ -289,10 +301,10 @@ static size_t timed_ask(run *r, size_t n, kb_point *pts, kb_ask_result *res)
     kb_error err;
     kb_stats before, after;
     kb_engine_stats(r->e, &before);
-    double t0 = now();
+    double t0 = now(), c0 = cpu_now();
     if (kb_engine_ask(r->e, n, pts, res, &err))
         die("ask", &err);
-    double dt = now() - t0;
+    double dt = now() - t0, dc = cpu_now() - c0;
     kb_engine_stats(r->e, &after);
     if (res->n && after.epoch == before.epoch &&
         after.sec_resparsify == before.sec_resparsify) {
@@ -303,6 +315,7 @@ static size_t timed_ask(run *r, size_t n, kb_point *pts, kb_ask_result *res)
     long w0 = window_of(r, r->evals);
     if (w0 >= 0 && res->n) {
         r->w_ask_s[w0] += dt;
+        r->w_ask_cpu[w0] += dc;
         r->w_dict[window_of(r, r->evals + res->n - 1)] = after.dict_size;
     }
     for (size_t i = 0; i < res->n; i++) {
@@ -326,13 +339,14 @@ static void tell(run *r, const kb_point *pt)
     double eps = w > 0 ? w * (2.0 * kb_rng_uniform(&r->noise_rng) - 1.0)
                        : r->noise * kb_rng_normal(&r->noise_rng);
     double y = r->p->f[pt->index] + eps;
-    double t0 = now();
+    double t0 = now(), c0 = cpu_now();
     if (kb_engine_tell(r->e, pt->handle, y, &err))
         die("tell", &err);
-    double dt = now() - t0;
+    double dt = now() - t0, dc = cpu_now() - c0;
     long win = window_of(r, r->told);
     if (win >= 0) {
         r->w_tell_s[win] += dt;
+        r->w_tell_cpu[win] += dc;
         r->w_tells[win]++;
     }
     r->told++;
@@ -443,9 +457,11 @@ static void print_curve(const run *r, double gap)
     for (size_t w = 0, t = 0; w < r->n_windows && r->w_points[w]; w++) {
         size_t np = r->w_points[w], nt = r->w_tells[w];
         t += np;
-        printf("%s{\"t\": %zu, \"ask_ms\": %.4g, \"tell_ms\": %.4g, \"regret_ratio\": %.4g, "
-               "\"dict\": %zu}", w ? ", " : "", t, 1e3 * r->w_ask_s[w] / (double)np,
-               nt ? 1e3 * r->w_tell_s[w] / (double)nt : 0.0,
+        double per_tell = nt ? 1e3 / (double)nt : 0.0;
+        printf("%s{\"t\": %zu, \"ask_ms\": %.4g, \"tell_ms\": %.4g, \"ask_cpu_ms\": %.4g, "
+               "\"tell_cpu_ms\": %.4g, \"regret_ratio\": %.4g, \"dict\": %zu}",
+               w ? ", " : "", t, 1e3 * r->w_ask_s[w] / (double)np, per_tell * r->w_tell_s[w],
+               1e3 * r->w_ask_cpu[w] / (double)np, per_tell * r->w_tell_cpu[w],
                gap > 0 ? r->w_regret[w] / ((double)np * gap) : 0.0, r->w_dict[w]);
     }
     printf("]");
@@ -539,6 +555,8 @@ int main(int argc, char **argv)
     free(r.batch_start);
     free(r.w_ask_s);
     free(r.w_tell_s);
+    free(r.w_ask_cpu);
+    free(r.w_tell_cpu);
     free(r.w_regret);
     free(r.w_points);
     free(r.w_tells);

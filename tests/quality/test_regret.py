@@ -145,7 +145,8 @@ def test_curve_windows_add_up():
     lengths = [30, 30, 10]
     total = sum(w["regret_ratio"] * n for w, n in zip(curve, lengths)) / r["T"]
     assert abs(total - r["regret_ratio"]) < 1e-3 * r["regret_ratio"], (total, r)
-    assert all(w["ask_ms"] > 0 and w["tell_ms"] >= 0 for w in curve), curve
+    assert all(w["ask_ms"] > 0 and w["tell_ms"] >= 0 and w["ask_cpu_ms"] > 0
+               and w["tell_cpu_ms"] >= 0 for w in curve), curve
     assert "curve" not in bench("--engine", "random", "--problem", "rkhs", "--T", "5")
 
 
