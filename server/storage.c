@@ -8,8 +8,11 @@
  * PRAGMA user_version < i, in one transaction that also sets user_version = i.
  *
  * Connections: each thread opens its own connection for reads on first use (WAL,
- * synchronous=FULL, foreign_keys, busy_timeout); writes use the writer connection (see
- * "the writer" below: direct operations, and queued ones run by the writer thread). They are listed in the store under `lock` so that
+ * synchronous=FULL, foreign_keys, busy_timeout, secure_delete off: Debian's SQLite
+ * turns it on, zeroing freed cells of every REPLACE; a checkpoint every 10,000 WAL
+ * pages rather than 1,000, as each one costs two fsyncs in the writer thread); writes
+ * use the writer connection (see "the writer" below: direct operations, and queued ones
+ * run by the writer thread). They are listed in the store under `lock` so that
  * store_close can close the ones whose threads are still alive; a thread that exits
  * closes its own through the pthread key's destructor.
  */
