@@ -989,38 +989,14 @@ int proto_trial_state_parse(const char *name, trial_state *out)
     return -1;
 }
 
-/* Writes v as n decimal digits (zero-padded) at p. */
-static char *put_digits(char *p, int v, int n)
-{
-    for (int i = n - 1; i >= 0; i--, v /= 10)
-        p[i] = (char)('0' + v % 10);
-    return p + n;
-}
-
-/* Without strftime/snprintf: three of these are written per trial answer. */
 void proto_time_format(int64_t ms, char *buf, size_t size)
 {
     time_t t = (time_t)(ms / 1000);
     struct tm tm;
     gmtime_r(&t, &tm);
-    if (size < 25 || tm.tm_year + 1900 < 0 || tm.tm_year + 1900 > 9999) {
-        snprintf(buf, size, "%lld", (long long)ms); /* not an RFC 3339 year */
-        return;
-    }
-    char *p = put_digits(buf, tm.tm_year + 1900, 4);
-    *p++ = '-';
-    p = put_digits(p, tm.tm_mon + 1, 2);
-    *p++ = '-';
-    p = put_digits(p, tm.tm_mday, 2);
-    *p++ = 'T';
-    p = put_digits(p, tm.tm_hour, 2);
-    *p++ = ':';
-    p = put_digits(p, tm.tm_min, 2);
-    *p++ = ':';
-    p = put_digits(p, tm.tm_sec, 2);
-    *p++ = '.';
-    p = put_digits(p, (int)(ms % 1000), 3);
-    memcpy(p, "Z", 2);
+    char base[24];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, size, "%s.%03dZ", base, (int)(ms % 1000));
 }
 
 static json_t *time_json(int64_t ms)

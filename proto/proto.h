@@ -169,9 +169,5 @@ typedef struct trial_rec {
 json_t *proto_trial_json(const trial_rec *t, int64_t study_id, const study_spec *s);
 /* RFC 3339 UTC with milliseconds into buf (>= 32 bytes). */
 void proto_time_format(int64_t ms, char *buf, size_t size);
-/* The compact JSON text of v (malloc'd, NUL-terminated, *len bytes), exactly as
- * json_dumps(v, JSON_COMPACT) writes it but cheaper (json_text.c); NULL when out of
- * memory. */
-char *proto_json_text(const json_t *v, size_t *len);
 
 #endif /* KB_PROTO_H */

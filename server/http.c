@@ -175,10 +175,9 @@ static struct MHD_Response *buffer_response(char *text, size_t len, const char *
 
 static struct MHD_Response *json_response(json_t *body)
 {
-    size_t len;
-    char *text = body ? proto_json_text(body, &len) : NULL;
+    char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    return text ? buffer_response(text, len, "application/json") : NULL;
+    return text ? buffer_response(text, strlen(text), "application/json") : NULL;
 }
 
 int reply_json(request *rq, int status, json_t *body)

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../../proto/proto.h"
 
@@ -409,64 +408,6 @@ static void box_mapping(void **state)
     proto_study_spec_clear(&s);
 }
 
-/* proto_json_text writes what json_dumps(JSON_COMPACT) writes: doubles of every
- * magnitude and sign, integer-valued reals, the integer extremes, escapes of every
- * control character, UTF-8, embedded NUL, nesting and key order. */
-static void json_text_matches_jansson(void **state)
-{
-    (void)state;
-    json_t *doc = json_object(), *reals = json_array(), *strs = json_array();
-    const double fixed[] = {0.0, -0.0, 1.0, -2.0, 0.1, 1e20, 1e-7, 1.5e300, -4.9e-324,
-                            1e17, 123456789012345678.0, 2.2250738585072014e-308};
-    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
-        json_array_append_new(reals, json_real(fixed[i]));
-    unsigned long long z = 88172645463325252ull;
-    for (int i = 0; i < 2000; i++) {
-        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
-        double u = (double)(z >> 11) * 0x1p-53;
-        json_array_append_new(reals, json_real((u - 0.5) * pow(10.0, (double)(i % 80 - 40))));
-    }
-    char ctl[40];
-    for (int c = 1; c < 32; c++)
-        ctl[c - 1] = (char)c;
-    memcpy(ctl + 31, "\"\\/\x7f\xc3\xa9", 7);
-    json_array_append_new(strs, json_stringn(ctl, 38));
-    json_array_append_new(strs, json_stringn("a\0b", 3));
-    json_array_append_new(strs, json_string(""));
-    json_object_set_new(doc, "zeta", reals);
-    json_object_set_new(doc, "alpha", strs);
-    json_object_set_new(doc, "ints", json_pack("[I,I,i,i]", (json_int_t)INT64_MAX,
-                                               (json_int_t)INT64_MIN, 0, -7));
-    json_object_set_new(doc, "nested", json_pack("{s:[],s:{},s:b,s:b,s:n}", "a", "o", "t", 1,
-                                                 "f", 0, "n"));
-    char *want = json_dumps(doc, JSON_COMPACT);
-    size_t len;
-    char *got = proto_json_text(doc, &len);
-    assert_non_null(got);
-    assert_int_equal(len, strlen(want));
-    assert_string_equal(got, want);
-    free(want);
-    free(got);
-    json_decref(doc);
-}
-
-static void time_format_is_rfc3339(void **state)
-{
-    (void)state;
-    const int64_t ms[] = {1, 999, 1700000000123, 951782400000 /* 2000-02-29 */,
-                          253402300799999 /* 9999-12-31T23:59:59.999 */};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) {
-        time_t t = (time_t)(ms[i] / 1000);
-        struct tm tm;
-        char want[40], base[24], got[40];
-        gmtime_r(&t, &tm);
-        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(want, sizeof want, "%s.%03dZ", base, (int)(ms[i] % 1000));
-        proto_time_format(ms[i], got, sizeof got);
-        assert_string_equal(got, want);
-    }
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -478,8 +419,6 @@ int main(void)
         cmocka_unit_test(csv_bom_and_wide_box),
         cmocka_unit_test(csv_20000_by_8),
         cmocka_unit_test(box_mapping),
-        cmocka_unit_test(json_text_matches_jansson),
-        cmocka_unit_test(time_format_is_rfc3339),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
