@@ -5,7 +5,12 @@
  *
  * What is implemented (seed 004 numbering):
  *   - Nystrom embedding z(x) = K_S^{+/2} k_S(x) from the dictionary S (section 2), by
- *     an eigendecomposition of K_S; all A candidates are embedded by one dgemm;
+ *     an eigendecomposition of K_S. The kernel columns k(x_i, s) of every candidate are
+ *     cached per dictionary point and reused while the point stays in the dictionary
+ *     (place_dictionary), and the epoch-start mean and variance of all A candidates come
+ *     from one dgemm over those columns (candidate_posterior); z(x_i) itself is formed
+ *     only for the candidates an epoch touches (zrow). Per resparsification: A x (new
+ *     dictionary points) kernel evaluations and 2 A m r flops, Appendix C's A m^2 term;
  *   - the DTC posterior of eqs. (1)-(3): mu~(x) = z^T V_f^{-1} Z_f^T y over the told
  *     points, sigma~^2_t(x) = (k(x,x) - ||z||^2) / lambda + z^T V_t^{-1} z with
  *     V_t = Z_t^T Z_t + lambda I over every point selected so far, pending points being
@@ -19,7 +24,10 @@
  *     (Lemma 3, appendix B.3: once the global rule fires, keep going while
  *     max_x 1 + sum_s k~_start(x, x_s)^2 / sigma~^2_start(x) <= C~), and the
  *     resparsification L11-16 with p_s = min(1, q sigma~^2_start(x_s)) where "start" is
- *     the start of the epoch that just closed, for every selected point;
+ *     the start of the epoch that just closed, for every selected point; optionally
+ *     (dictionary = coupled) with each point's coin kept across resparsifications, the
+ *     incremental update seed 000 section 3 describes ("a more efficient variant"; its
+ *     analysis is open there), which keeps consecutive dictionaries mostly equal;
  *   - outputs standardized over distinct points, not per evaluation (standardize_rows:
  *     the per-evaluation sd collapses while the run exploits one arm, which locked runs
  *     onto a mediocre arm);
@@ -41,9 +49,11 @@
  *
  * Invariants: V = lambda I + sum z z^T over every non-abandoned trial and every observe,
  * all embedded with the current dictionary; L = chol(V); Lstart = L at the epoch start;
+ * for j < m, column j of Kc is k(., S_j) over the current candidates, and slot_of and
+ * dcand are inverse maps between candidates and the slots that hold them;
  * var[i] >= the current sigma~^2 of candidate i, equal when stamp[i] == vstamp; the heap
  * holds every candidate keyed by its UCB (or variance during initialization) computed
- * from var[i]. Memory is O(A m + T m): no A x A or T x T matrix.
+ * from var[i]. Memory is O(A m + T m): no A x A or T x T matrix (Kc, Z: A x m each).
  */
 #include "../src/internal.h"
 
