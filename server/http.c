@@ -349,7 +349,9 @@ static int match(const char *pattern, const char *path, int64_t *ids)
     return *pattern == 0 && *path == 0;
 }
 
-/* The route of (method, path): its index, or -1 (404) / -2 (405, Allow in allow). */
+/* The route of (method, path): its index, or -1 (404) / -2 (405, Allow in allow).
+ * HEAD takes every GET route (RFC 9110 9.3.2: GET without the content); the handler
+ * runs as for GET and MHD sends the status and headers, never the body. */
 static int route_of(const char *method, const char *path, int64_t *ids, char *allow,
                     size_t allow_size)
 {
@@ -359,12 +361,14 @@ static int route_of(const char *method, const char *path, int64_t *ids, char *al
         int64_t tmp[MAX_IDS];
         if (!match(kb_routes[i].pattern, path, tmp))
             continue;
-        if (strcmp(kb_routes[i].method, method) == 0) {
+        int get = strcmp(kb_routes[i].method, "GET") == 0;
+        if (strcmp(kb_routes[i].method, method) == 0 || (get && strcmp(method, "HEAD") == 0)) {
             memcpy(ids, tmp, sizeof tmp);
             return (int)i;
         }
         size_t l = strlen(allow);
-        snprintf(allow + l, allow_size - l, "%s%s", l ? ", " : "", kb_routes[i].method);
+        snprintf(allow + l, allow_size - l, "%s%s%s", l ? ", " : "", kb_routes[i].method,
+                 get ? ", HEAD" : "");
         path_found = 1;
     }
     return path_found ? -2 : -1;
