@@ -9,8 +9,9 @@ parses and builds that Dockerfile with /data on a volume; the entrypoint (run he
 the image's layout, with a stand-in daemon and with the real one) sets OPENBLAS_CORETYPE
 as scripts/openblas-coretype says and OPENBLAS_NUM_THREADS=1 unless given, passes its
 arguments on and execs the daemon (SIGTERM reaches it).
-Not tested (needs an engine): that the image builds, starts, and passes its health check,
-and that the entrypoint runs under the image's /bin/sh (dash here too, on Debian).
+Not tested (needs an engine): that the image builds, starts, and passes its health check
+(the entrypoint runs here under dash, the image's /bin/sh; the bash and grep that
+openblas-coretype needs are Essential packages of bookworm-slim).
 """
 import json
 import os
