@@ -42,8 +42,9 @@
  * 4000-row catalogue); the tell that would pass the cap fails with KB_ERANGE.
  * The model is refreshed on tells (and observes): after every `refresh_every`-th
  * new observation (default 1: every tell, O(n^2 + n A) each), the lagging observations
- * being appended in order; output standardization (kb__output_stats) is recomputed at
- * each refresh. On a box, the pool is redrawn (kb__refresh_pool) at the first model
+ * being appended in order; output standardization (kb__output_stats, over distinct
+ * points, so that repeated arms do not shrink the output scale) is recomputed at each
+ * refresh. On a box, the pool is redrawn (kb__refresh_pool) at the first model
  * refresh after `pool_refresh` tells since the last redraw, and W rebuilt in
  * O(n^2 A).
  *

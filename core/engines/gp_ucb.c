@@ -21,7 +21,10 @@
  * towards sigma_fb, so the ratio bound of Prop. 2 stays valid.
  *
  * Units follow the PREAMBLE convention: noise variance lambda, standardized outputs,
- * sigma^2 in the paper's frequentist normalization = Bayesian sd^2 / lambda.
+ * sigma^2 in the paper's frequentist normalization = Bayesian sd^2 / lambda. Outputs
+ * are standardized over distinct points (kb__output_stats), so that repeating one arm
+ * does not shrink the output scale; every observation still enters the GP as its own
+ * row.
  *
  * State and invariants (n rows = observed + told + pending points, in arrival order):
  *   X (n x d)        the rows' internal coordinates;

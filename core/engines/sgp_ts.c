@@ -56,7 +56,8 @@
  * randomization of TS diversifies concurrent asks. All randomness comes from e->rng
  * (restored if a refresh fails), so snapshot/restore by replay is exact. ops->posterior
  * is the sparse model's posterior (mean and predictive sd above); with Z = all observed
- * points it is the exact posterior.
+ * points it is the exact posterior. y is standardized at each refresh by
+ * kb__output_stats (over distinct points: repeated arms do not shrink the scale).
  */
 #include "ts.h"
 

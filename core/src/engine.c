@@ -1,8 +1,10 @@
 /*
  * engine.c - the engine registry and the common engine base: creation from a config
  * and a space, trial bookkeeping, the repeats policy, argument checks, and the event
- * log behind snapshots. Engine files implement kb_engine_ops (internal.h) and see only
- * already-validated calls.
+ * log behind snapshots, and the output standardization shared by the GP engines
+ * (kb__output_stats: over the distinct observed points, found by a hash of their
+ * internal coordinates kept up to date per observation). Engine files implement
+ * kb_engine_ops (internal.h) and see only already-validated calls.
  *
  * Ownership: kb_engine owns its copies of the config and the space, the trial and
  * observation arrays and the log; e->impl belongs to the engine's ops.

@@ -6,7 +6,8 @@
  *   - trials[h - 1] is the trial of handle h; handles are assigned in ask order;
  *   - obs_u / obs_y hold every observation in the order it arrived (tells and warm-start
  *     observes), in internal coordinates; obs_trial[i] is the handle it came from (0 for
- *     an observe);
+ *     an observe); groups[] partitions them into distinct points (identical internal
+ *     coordinates), each with its count and average y;
  *   - an engine's ask op chooses ONE point per call; the base loops. So ask(n) is the
  *     same as n calls of ask(1), which makes the event log (snapshot.c) and the daemon's
  *     trial history enough to rebuild any engine by replay;
