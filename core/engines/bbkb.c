@@ -28,7 +28,7 @@
  *     (dictionary = coupled) with each point's coin kept across resparsifications, the
  *     incremental update seed 000 section 3 describes ("a more efficient variant"; its
  *     analysis is open there), which keeps consecutive dictionaries mostly equal;
- *   - outputs standardized over distinct points, not per evaluation (standardize_rows:
+ *   - outputs standardized over distinct points, not per evaluation (kb__output_stats:
  *     the per-evaluation sd collapses while the run exploits one arm, which locked runs
  *     onto a mediocre arm);
  *   - alpha = C~ beta~ with beta~ of Theorem 2:
@@ -520,38 +520,18 @@ static int add_datum(dataset *ds, const double *u, size_t cand)
     return KB_OK;
 }
 
-/* Output standardization over distinct points: each row with feedback counts once, with
- * its average y (sample mean and sd with n - 1; sd = 1 below two such rows or when
- * degenerate; none when output_scaling = none). Not kb__output_stats, which counts every
- * observation: the standardization fixes the units of the prior (k(x, x) = 1), of F
- * (Theorem 2) and of lambda, i.e. it estimates the spread of f over the domain, and
- * repeated evaluations of one arm say nothing about that spread. Counted per evaluation,
- * an exploiting run (Algorithm 1 hands out the UCB maximizer again and again, in ever
- * larger batches) drives the sd down to the noise level: on abalone seed 3 it fell from
- * 0.16 to 0.027 while the run repeated one arm (f = 0.61), so the standardized gaps to
- * the unexplored arms grew six-fold while the width alpha sigma~ stays in fixed units,
- * and the run could never leave the arm (regret ratio 0.58). On entry ysum holds each
- * row's average told y, on exit the sum of its standardized told y. Sums are formed
- * from terms divided by the row count or by max |y|, so that finite y near DBL_MAX
- * do not overflow into inf/NaN. */
-static void standardize_rows(const kb_engine *e, dataset *ds)
+/* On entry ysum holds each row's average told y, on exit the sum of its standardized
+ * told y, in the units of kb__output_stats (distinct points: the standardization fixes
+ * the units of the prior (k(x, x) = 1), of F (Theorem 2) and of lambda, i.e. it
+ * estimates the spread of f over the domain, which repeated evaluations of one arm say
+ * nothing about. Per evaluation, on abalone seed 3 the sd fell from 0.16 to 0.027 while
+ * Algorithm 1 repeated one arm (f = 0.61) in ever larger batches, the standardized gaps
+ * to the unexplored arms grew six-fold while the width alpha sigma~ stays in fixed
+ * units, and the run never left the arm: regret ratio 0.58). */
+static void standardize_rows(kb_engine *e, dataset *ds)
 {
-    double mean = 0.0, sd = 1.0, n = 0.0, big = 0.0, s2 = 0.0;
-    if (strcmp(kb_config_string(e->cfg, "output_scaling"), "none") != 0) {
-        for (size_t j = 0; j < ds->n; j++)
-            if (ds->rows[j].n_told > 0.0) {
-                n += 1.0;
-                mean += ds->rows[j].ysum / n - mean / n;
-                big = fmax(big, fabs(ds->rows[j].ysum));
-            }
-        for (size_t j = 0; j < ds->n && big > 0.0; j++)
-            if (ds->rows[j].n_told > 0.0) {
-                double dev = ds->rows[j].ysum / big - mean / big;
-                s2 += dev * dev;
-            }
-        sd = n > 1.0 ? big * sqrt(s2 / (n - 1.0)) : 1.0;
-        sd = sd > 1e-12 ? sd : 1.0;
-    }
+    double mean, sd;
+    kb__output_stats(e, &mean, &sd);
     for (size_t j = 0; j < ds->n; j++)
         ds->rows[j].ysum = ds->rows[j].n_told * (ds->rows[j].ysum / sd - mean / sd);
 }
@@ -865,7 +845,7 @@ static int rebuild_model(kb_engine *e, const dataset *ds)
  * 0.3-0.7. The defaults beta = scaled, beta_scale = 0.5, lambda = 0.01 (a little above
  * the protocol's noise variance in standardized units, 0.087^2 = 0.0076) keep Theorem 2's
  * shape (width growing with the information gain); with the distinct-point
- * standardization (standardize_rows) they gave ratios 0.11-0.14 on seeds 1-40, and a
+ * standardization (kb__output_stats) they gave ratios 0.11-0.14 on seeds 1-40, and a
  * larger second-half than first-half batch mean on seeds 1-12. At lambda = 0.01,
  * beta_scale 0.2 and 0.7 each lock onto a mediocre arm on some seeds (0.33-0.43). */
 static void update_alpha(bbkb *st)
@@ -1225,8 +1205,8 @@ static int bbkb_observe(kb_engine *e, kb_error *err)
 
 /* ---------------------------------------------------------- posterior, stats */
 
-/* Bayesian view (PREAMBLE): mean = z^T w, sd^2 = lambda sigma~^2_t. The mean is in the
- * units of standardize_rows (distinct points), not of kb__output_stats. */
+/* Bayesian view (PREAMBLE): mean = z^T w, sd^2 = lambda sigma~^2_t, the mean in the
+ * units of kb__output_stats at the start of the epoch. */
 static int bbkb_posterior(kb_engine *e, const double *U, size_t n, double *mean, double *sd,
                           kb_error *err)
 {

@@ -122,13 +122,12 @@ static void full_dictionary_matches_exact_gp(void **state)
 }
 
 /* The told trials' rows (repeats included), values and the distinct-point output
- * statistics (each candidate once, with its average y; sample sd with n - 1). */
-static size_t told_data(kb_engine *e, size_t M, size_t D, double *X, double *y,
-                        double *dmean, double *dsd)
+ * statistics (tu_distinct_stats). */
+static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dmean,
+                        double *dsd)
 {
     kb_stats st;
     kb_engine_stats(e, &st);
-    double *sum = calloc(M, sizeof *sum), *cnt = calloc(M, sizeof *cnt);
     size_t n = 0;
     for (uint64_t h = 1; h <= st.asks; h++) {
         kb_point p;
@@ -137,24 +136,9 @@ static size_t told_data(kb_engine *e, size_t M, size_t D, double *X, double *y,
         if (s != KB_TRIAL_TOLD)
             continue;
         memcpy(X + n * D, p.x, D * sizeof *X);
-        y[n] = objective(p.x, D);
-        sum[p.index] += y[n++];
-        cnt[p.index] += 1.0;
+        y[n++] = objective(p.x, D);
     }
-    double k = 0.0, m = 0.0, s2 = 0.0;
-    for (size_t i = 0; i < M; i++)
-        if (cnt[i] > 0.0) {
-            m += sum[i] / cnt[i];
-            k += 1.0;
-        }
-    m /= k;
-    for (size_t i = 0; i < M; i++)
-        if (cnt[i] > 0.0)
-            s2 += (sum[i] / cnt[i] - m) * (sum[i] / cnt[i] - m);
-    *dmean = m;
-    *dsd = sqrt(s2 / (k - 1.0));
-    free(sum);
-    free(cnt);
+    tu_distinct_stats(X, y, n, D, dmean, dsd);
     return n;
 }
 
@@ -194,7 +178,7 @@ static void outputs_standardized_over_distinct_points(void **state)
     kb_engine_stats(e, &st);
     double *X = malloc(st.asks * D * sizeof *X), *y = malloc(st.asks * sizeof *y);
     double *ys = malloc(st.asks * sizeof *ys), dmean, dsd;
-    size_t n = told_data(e, M, D, X, y, &dmean, &dsd);
+    size_t n = told_data(e, D, X, y, &dmean, &dsd);
     assert_true(n >= M + 10); /* repeats happened */
     assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
     kb_kernel k = tu_kernel(KB_KERNEL_RBF, D, 0.5);
