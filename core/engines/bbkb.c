@@ -397,22 +397,6 @@ static void new_pool(kb_engine *e)
     st->zgen++;
 }
 
-/* Room for m kernel columns in Kc (columns are contiguous: growing keeps them). */
-static int reserve_columns(bbkb *st, size_t m)
-{
-    if (m <= st->cap_k)
-        return KB_OK;
-    size_t cap = st->cap_k ? st->cap_k : 16;
-    while (cap < m)
-        cap *= 2;
-    double *K = realloc(st->Kc, st->A * cap * sizeof *K);
-    if (!K)
-        return KB_ENOMEM;
-    st->Kc = K;
-    st->cap_k = cap;
-    return KB_OK;
-}
-
 /* ----------------------------------------------------------- creation */
 
 static void bbkb_destroy(kb_engine *e)
@@ -676,7 +660,8 @@ static int place_dictionary(kb_engine *e, const dataset *ds)
     size_t *fresh = malloc((m ? m : 1) * sizeof *fresh);
     unsigned char *taken = calloc(m ? m : 1, 1);
     int rc = slot && fresh && taken ? KB_OK : KB_ENOMEM;
-    if (!rc && (reserve_columns(st, m) ||
+    /* Kc's columns are contiguous, so growing it keeps the cached ones. */
+    if (!rc && (grow((void **)&st->Kc, &st->cap_k, m, st->A * sizeof(double)) ||
                 grow((void **)&st->S, &st->cap_m, m, d * sizeof(double)) ||
                 grow((void **)&st->dcand, &st->cap_dc, m, sizeof *st->dcand)))
         rc = KB_ENOMEM;
