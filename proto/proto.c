@@ -304,16 +304,14 @@ static int parse_param(json_t *p, const char *path, param_spec *out, api_error *
     if (lg && !json_is_boolean(lg))
         return api_fail(err, API_INVALID, fp, "must be a boolean");
     out->log = json_is_true(lg);
-    if (out->type == PARAM_INT) {
-        if (!json_is_integer(lo))
-            return api_fail(err, API_INVALID, lp, "must be an integer");
-        if (!json_is_integer(hi))
-            return api_fail(err, API_INVALID, hp, "must be an integer");
-        if (out->high < out->low)
-            return api_fail(err, API_INVALID, hp, "must be >= low");
-    } else if (!(out->high > out->low)) {
-        return api_fail(err, API_INVALID, hp, "must be > low");
-    }
+    if (out->type == PARAM_INT && !json_is_integer(lo))
+        return api_fail(err, API_INVALID, lp, "must be an integer");
+    if (out->type == PARAM_INT && !json_is_integer(hi))
+        return api_fail(err, API_INVALID, hp, "must be an integer");
+    /* low == high is a one-value parameter, int or float alike: harmless (the engine sees
+     * a constant coordinate), and stored int studies already had it. */
+    if (out->high < out->low)
+        return api_fail(err, API_INVALID, hp, "must be >= low");
     if (out->log && !(out->low > 0))
         return api_fail(err, API_INVALID, lp, "must be > 0 on a log scale");
     return 0;
@@ -477,6 +475,76 @@ int proto_study_spec_parse(json_t *doc, study_spec *out, api_error *err)
 fail:
     proto_study_spec_clear(out);
     return -1;
+}
+
+typedef struct choice_ref {
+    const json_t *v;
+    size_t i;
+} choice_ref;
+
+/* A total order on categorical choices in which 0 means the same choice: booleans, then
+ * numbers by value (1 and 1.0 are one choice, as for JSON Schema's uniqueItems), then
+ * strings by bytes. */
+static int choice_value_cmp(const json_t *a, const json_t *b)
+{
+    int ra = json_is_boolean(a) ? 0 : json_is_number(a) ? 1 : 2;
+    int rb = json_is_boolean(b) ? 0 : json_is_number(b) ? 1 : 2;
+    if (ra != rb)
+        return (ra > rb) - (ra < rb);
+    if (ra == 0)
+        return json_is_true(a) - json_is_true(b);
+    if (ra == 1) {
+        double x = json_number_value(a), y = json_number_value(b);
+        return (x > y) - (x < y);
+    }
+    size_t la = json_string_length(a), lb = json_string_length(b);
+    int c = memcmp(json_string_value(a), json_string_value(b), la < lb ? la : lb);
+    return c ? c : (la > lb) - (la < lb);
+}
+
+/* By value, then by position: a repeat sorts right after the earlier equal choices. */
+static int choice_cmp(const void *pa, const void *pb)
+{
+    const choice_ref *a = pa, *b = pb;
+    int c = choice_value_cmp(a->v, b->v);
+    return c ? c : (a->i > b->i) - (a->i < b->i);
+}
+
+/* The first position of choices that repeats an earlier choice, or SIZE_MAX. Sorting
+ * keeps this O(n log n) for the 10,000 choices a param may have. */
+static size_t first_repeat(const json_t *choices, int *oom)
+{
+    size_t n = json_array_size(choices), rep = SIZE_MAX;
+    choice_ref *r = malloc(n * sizeof *r);
+    *oom = !r;
+    if (!r)
+        return rep;
+    for (size_t i = 0; i < n; i++)
+        r[i] = (choice_ref){json_array_get(choices, i), i};
+    qsort(r, n, sizeof *r, choice_cmp);
+    for (size_t i = 1; i < n; i++)
+        if (choice_value_cmp(r[i - 1].v, r[i].v) == 0 && r[i].i < rep)
+            rep = r[i].i;
+    free(r);
+    return rep;
+}
+
+int proto_study_spec_check_new(const study_spec *s, api_error *err)
+{
+    for (size_t i = 0; i < s->n_params; i++) {
+        if (s->params[i].type != PARAM_CATEGORICAL)
+            continue;
+        int oom;
+        size_t j = first_repeat(s->params[i].choices, &oom);
+        if (oom)
+            return api_fail(err, API_INTERNAL, NULL, "out of memory");
+        if (j != SIZE_MAX) {
+            char fp[API_FIELD_MAX];
+            snprintf(fp, sizeof fp, "space.params[%zu].choices[%zu]", i, j);
+            return api_fail(err, API_INVALID, fp, "repeats an earlier choice");
+        }
+    }
+    return 0;
 }
 
 void proto_study_spec_clear(study_spec *s)
@@ -884,6 +952,8 @@ static double clamp01(double v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
 /* Position in [0,1] of a float/int param value on its (log) scale. */
 static double unit_of(const param_spec *p, double v)
 {
+    if (p->high == p->low) /* a one-value range: its value is the centre */
+        return 0.5;
     if (p->log)
         return clamp01((log(v) - log(p->low)) / (log(p->high) - log(p->low)));
     /* Halved operands: high - low may overflow a double (low = -1e308, high = 1e308). */

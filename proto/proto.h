@@ -91,6 +91,10 @@ typedef struct study_spec {
 } study_spec;
 
 int proto_study_spec_parse(json_t *doc, study_spec *out, api_error *err);
+/* The rules only a new study must pass (categorical choices are distinct; field
+ * space.params[i].choices[j], the first repeat). A stored study is loaded under the
+ * rules it was created with, so a database written before a rule was added still opens. */
+int proto_study_spec_check_new(const study_spec *s, api_error *err);
 /* Builds spec->cfg from engine name and settings: unknown engine -> field engine.name,
  * bad option -> engine.settings.<option>. Separate from parsing so that the daemon can
  * check what needs the database (name taken, candidate_set) first. */

@@ -130,6 +130,10 @@ static int h_study_create(request *rq)
     study_spec spec;
     if (proto_study_spec_parse(rq_json(rq), &spec, &err))
         return reply_error(rq, &err);
+    if (proto_study_spec_check_new(&spec, &err)) {
+        proto_study_spec_clear(&spec);
+        return reply_error(rq, &err);
+    }
     return answer(rq, 201, study_create(&spec, &err), &err);
 }
 

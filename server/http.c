@@ -19,9 +19,10 @@
  * commit, see study.h). Handlers run with the wait deferred (study_defer_begin), and the
  * reply layer (queue) does not send such an answer at once: it keeps the response,
  * suspends the connection in the commit list, and the store's batch hook
- * (http_commits_done, from the writer thread) resumes it when the batch ended; then the
- * kept response is sent, or a 500 if the commit failed. So no pool thread blocks on an
- * fsync, and a few threads serve any number of clients whose requests share commits.
+ * (http_commits_done, from the writer and syncer threads) resumes it when its batch
+ * ended and, if the answer needs it, the fsync covering it is done; then the kept
+ * response is sent, or a 500 if the commit failed. So no pool thread blocks on a commit
+ * or an fsync, and a few threads serve any number of clients whose requests share them.
  */
 #include "http.h"
 
@@ -39,6 +40,11 @@
 #include <unistd.h>
 
 #define MAX_IDS 2
+/* Per-connection memory of MHD (headers, read and write buffers). MHD zeroes the pool
+ * for every request on a kept-alive connection, so its size is paid per request: the
+ * default 32 KiB cost more CPU than the rest of an ask. Bodies are streamed in chunks
+ * and need no room here; 8 KiB leaves several KiB of request headers. */
+#define CONN_MEMORY (8 * 1024)
 
 struct request {
     struct MHD_Connection *conn;
@@ -130,12 +136,12 @@ static int queue(request *rq, int status, struct MHD_Response *resp)
     return MHD_YES;
 }
 
-void http_commits_done(uint64_t done)
+void http_commits_done(uint64_t done, uint64_t synced)
 {
     pthread_mutex_lock(&commits.lock);
     for (request **p = &commits.head; *p;) {
         request *rq = *p;
-        if (rq->pending.ticket <= done) {
+        if (rq->pending.ticket <= done && rq->pending.durable <= synced) {
             *p = rq->commit_next;
             rq->commit_next = NULL;
             MHD_resume_connection(rq->conn);
@@ -343,7 +349,9 @@ static int match(const char *pattern, const char *path, int64_t *ids)
     return *pattern == 0 && *path == 0;
 }
 
-/* The route of (method, path): its index, or -1 (404) / -2 (405, Allow in allow). */
+/* The route of (method, path): its index, or -1 (404) / -2 (405, Allow in allow).
+ * HEAD takes every GET route (RFC 9110 9.3.2: GET without the content); the handler
+ * runs as for GET and MHD sends the status and headers, never the body. */
 static int route_of(const char *method, const char *path, int64_t *ids, char *allow,
                     size_t allow_size)
 {
@@ -353,12 +361,14 @@ static int route_of(const char *method, const char *path, int64_t *ids, char *al
         int64_t tmp[MAX_IDS];
         if (!match(kb_routes[i].pattern, path, tmp))
             continue;
-        if (strcmp(kb_routes[i].method, method) == 0) {
+        int get = strcmp(kb_routes[i].method, "GET") == 0;
+        if (strcmp(kb_routes[i].method, method) == 0 || (get && strcmp(method, "HEAD") == 0)) {
             memcpy(ids, tmp, sizeof tmp);
             return (int)i;
         }
         size_t l = strlen(allow);
-        snprintf(allow + l, allow_size - l, "%s%s", l ? ", " : "", kb_routes[i].method);
+        snprintf(allow + l, allow_size - l, "%s%s%s", l ? ", " : "", kb_routes[i].method,
+                 get ? ", HEAD" : "");
         path_found = 1;
     }
     return path_found ? -2 : -1;
@@ -607,7 +617,8 @@ int http_start(const http_config *cfg)
         0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd,
         MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+        NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
     if (!srv.d) {
         pthread_mutex_lock(&waits.lock);
         waits.stop = 1;

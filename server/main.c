@@ -26,9 +26,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* OpenBLAS has no portable header declaration of this; engines must be single-threaded
- * inside BLAS so that concurrent studies are safe and results deterministic. */
+/* OpenBLAS has no portable header declaration of these; engines must be single-threaded
+ * inside BLAS so that concurrent studies are safe and results deterministic. The kernel
+ * family (OPENBLAS_CORETYPE, see scripts/openblas-coretype) is logged at start-up. */
 extern void openblas_set_num_threads(int num_threads);
+extern char *openblas_get_corename(void);
 
 typedef struct options {
     const char *listen, *db, *token_file, *log_level;
@@ -272,9 +274,9 @@ int main(int argc, char **argv)
     pthread_t sweep_thread;
     pthread_create(&sweep_thread, NULL, sweeper_main, NULL);
     log_json_always("listening",
-             json_pack("{s:i,s:s,s:s,s:i,s:b,s:s}", "port", port, "listen", o.listen, "db", o.db,
-                       "threads", (int)o.threads, "auth", token != NULL, "version",
-                       KB_VERSION_STRING));
+             json_pack("{s:i,s:s,s:s,s:i,s:b,s:s,s:s}", "port", port, "listen", o.listen, "db",
+                       o.db, "threads", (int)o.threads, "auth", token != NULL, "version",
+                       KB_VERSION_STRING, "blas_core", openblas_get_corename()));
 
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -112,9 +112,13 @@ char *metrics_render(size_t *len)
                "kbandit_store_batches_total %llu\n"
                "# HELP kbandit_store_operations_total Write operations queued for group commit.\n"
                "# TYPE kbandit_store_operations_total counter\n"
-               "kbandit_store_operations_total %llu\n",
+               "kbandit_store_operations_total %llu\n"
+               "# HELP kbandit_store_syncs_total WAL fsyncs making durable operations durable.\n"
+               "# TYPE kbandit_store_syncs_total counter\n"
+               "kbandit_store_syncs_total %llu\n",
             (unsigned long long)st.resparsifications, st.engine_sec,
-            (unsigned long long)st.store_batches, (unsigned long long)st.store_ops);
+            (unsigned long long)st.store_batches, (unsigned long long)st.store_ops,
+            (unsigned long long)st.store_syncs);
     fclose(f);
     return buf;
 }

@@ -8,8 +8,11 @@
  * PRAGMA user_version < i, in one transaction that also sets user_version = i.
  *
  * Connections: each thread opens its own connection for reads on first use (WAL,
- * synchronous=FULL, foreign_keys, busy_timeout); writes use the writer connection (see
- * "the writer" below: direct operations, and queued ones run by the writer thread). They are listed in the store under `lock` so that
+ * synchronous=FULL, foreign_keys, busy_timeout, secure_delete off: Debian's SQLite
+ * turns it on, zeroing freed cells of every REPLACE; a checkpoint every 10,000 WAL
+ * pages rather than 1,000, as each one costs two fsyncs in the writer thread); writes
+ * use the writer connection (see "the writer" below: direct operations, and queued ones
+ * run by the writer thread). They are listed in the store under `lock` so that
  * store_close can close the ones whose threads are still alive; a thread that exits
  * closes its own through the pthread key's destructor.
  */
@@ -17,12 +20,15 @@
 
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ migrations */
 
@@ -109,9 +115,23 @@ typedef struct conn {
  *   - queued (store_begin_queued .. store_commit_async, store_wait): the statements and
  *     copies of their arguments are recorded, and the operation is appended to the queue
  *     with a ticket (a sequence number). The writer thread takes everything queued, runs
- *     it in one transaction (one fsync when any operation is durable) and publishes
- *     `done` = the last ticket of the batch; operations queued meanwhile form the next
- *     batch. This is group commit without any caller holding a lock during the fsync.
+ *     it in one transaction committed with synchronous=NORMAL (written to the WAL, no
+ *     fsync: it survives a crash of the process) and publishes `done` = the last ticket
+ *     of the batch; operations queued meanwhile form the next batch.
+ * Durability is a separate step, by the syncer thread: after a batch with a durable
+ * operation, it takes `done` and fdatasyncs the WAL file (its own descriptor), which
+ * makes every frame written so far durable, then publishes `synced` = that ticket. This
+ * is what synchronous=FULL does at each COMMIT, moved out of the writer's way: the
+ * writer commits the next batches while the fsync runs, so relaxed operations (asks)
+ * are answered after their commit without waiting for anyone's fsync, and durable ones
+ * share one fsync however many batches it covers. WAL recovery keeps a prefix of the
+ * commits (frames are checksummed in a chain), so a power cut never keeps an operation
+ * without the ones before it. Checkpoints (synchronous=NORMAL) fsync the WAL before
+ * copying it into the database, so `synced` stays true across them. The WAL file is
+ * never replaced while the writer connection is open (its SHARED lock on the database
+ * keeps any other connection from deleting it). A failed fsync leaves the page cache in
+ * an unknown state (Linux may drop the dirty pages): the process aborts, and a restart
+ * recovers what the disk has.
  * Failure: a batch whose statements or COMMIT fail is rolled back entirely; its ticket
  * range is recorded as failed. An operation queued `after` a ticket that failed is
  * skipped (failed as well) without being applied: its caller computed it from state
@@ -146,15 +166,18 @@ typedef struct writer {
     pthread_mutex_t conn_lock;  /* use of c: the writer thread's batch, or a direct op */
     pthread_mutex_t m;          /* protects every field below */
     pthread_cond_t queued;      /* to the writer thread: an operation was queued, or stop */
-    pthread_cond_t ended;       /* to waiters: a batch ended */
+    pthread_cond_t ended;       /* to waiters: a batch ended, or a sync */
+    pthread_cond_t sync_cv;     /* to the syncer thread: sync_want rose, or stop */
     wop *head, *tail;
     uint64_t last_ticket, done; /* last ticket given; last ticket of the last ended batch */
+    uint64_t synced, sync_want; /* tickets <= synced are durable; the syncer's target */
     struct { uint64_t lo, hi; } failed[FAILED_KEEP]; /* last failed ticket ranges */
     uint64_t n_failed;
-    uint64_t batches;           /* batches committed (statistics) */
-    void (*hook)(uint64_t done); /* store_set_batch_hook */
-    int stop, started;
-    pthread_t th;
+    uint64_t batches, syncs;    /* statistics */
+    void (*hook)(uint64_t done, uint64_t synced); /* store_set_batch_hook */
+    int stop, sync_stop, started, sync_started;
+    int wal_fd;                 /* the WAL file, for the syncer's fdatasync */
+    pthread_t th, sync_th;
 } writer;
 
 struct store {
@@ -209,7 +232,7 @@ static conn *conn_raw(store *s)
                         NULL) != SQLITE_OK ||
         sqlite3_exec(c->db,
                      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
-                     "PRAGMA foreign_keys=ON;",
+                     "PRAGMA foreign_keys=ON; PRAGMA secure_delete=OFF; PRAGMA wal_autocheckpoint=10000;",
                      NULL, NULL, NULL) != SQLITE_OK) {
         db_log(c->db, "open");
         conn_free(c);
@@ -515,10 +538,7 @@ static void fail_range(writer *w, uint64_t lo, uint64_t hi)
 static int run_batch(store *s, wop *ops)
 {
     writer *w = &s->w;
-    int durable = 0;
-    for (wop *op = ops; op; op = op->next)
-        durable |= op->durable;
-    if (set_sync(s, durable) || wrun(s, Q_BEGIN))
+    if (set_sync(s, 0) || wrun(s, Q_BEGIN))
         return -1;
     for (wop *op = ops; op; op = op->next) {
         pthread_mutex_lock(&w->m);
@@ -539,6 +559,15 @@ static int run_batch(store *s, wop *ops)
     return 0;
 }
 
+/* Asks the syncer for a sync covering ticket (m held). */
+static void want_sync(writer *w, uint64_t ticket)
+{
+    if (ticket > w->sync_want) {
+        w->sync_want = ticket;
+        pthread_cond_signal(&w->sync_cv);
+    }
+}
+
 static void *writer_main(void *arg)
 {
     store *s = arg;
@@ -551,6 +580,9 @@ static void *writer_main(void *arg)
             break; /* stopping, and the queue is drained */
         wop *ops = w->head;
         uint64_t lo = ops->ticket, hi = w->tail->ticket;
+        int durable = 0;
+        for (wop *op = ops; op; op = op->next)
+            durable |= op->durable;
         w->head = w->tail = NULL;
         pthread_mutex_unlock(&w->m);
         pthread_mutex_lock(&w->conn_lock);
@@ -561,11 +593,14 @@ static void *writer_main(void *arg)
             fail_range(w, lo, hi);
         w->done = hi;
         w->batches++;
-        void (*hook)(uint64_t) = w->hook;
+        if (durable && !rc)
+            want_sync(w, hi);
+        void (*hook)(uint64_t, uint64_t) = w->hook;
+        uint64_t synced = w->synced;
         pthread_cond_broadcast(&w->ended);
         pthread_mutex_unlock(&w->m);
         if (hook)
-            hook(hi);
+            hook(hi, synced);
         while (ops) {
             wop *next = ops->next;
             wop_free(ops);
@@ -577,23 +612,91 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+static void *syncer_main(void *arg)
+{
+    store *s = arg;
+    writer *w = &s->w;
+    pthread_mutex_lock(&w->m);
+    for (;;) {
+        while (w->sync_want <= w->synced && !w->sync_stop)
+            pthread_cond_wait(&w->sync_cv, &w->m);
+        if (w->sync_want <= w->synced)
+            break; /* stopping, and nothing is left to sync */
+        /* Everything committed by now is in the WAL file's page cache: one fdatasync
+         * makes it all durable, batches committed after sync_want's included. */
+        uint64_t target = w->done;
+        pthread_mutex_unlock(&w->m);
+        if (fdatasync(w->wal_fd)) {
+            log_json(LOG_ERROR, "fsync of the WAL failed: aborting (a restart recovers "
+                                "from the database)",
+                     json_pack("{s:s}", "error", strerror(errno)));
+            abort();
+        }
+        pthread_mutex_lock(&w->m);
+        w->synced = target;
+        w->syncs++;
+        void (*hook)(uint64_t, uint64_t) = w->hook;
+        uint64_t done = w->done;
+        pthread_cond_broadcast(&w->ended);
+        pthread_mutex_unlock(&w->m);
+        if (hook)
+            hook(done, target);
+        pthread_mutex_lock(&w->m);
+    }
+    pthread_mutex_unlock(&w->m);
+    return NULL;
+}
+
+/* Opens the WAL file for the syncer (it exists: the database was read in WAL mode) and
+ * makes its directory entry durable, which SQLite does at a new WAL's first sync, and
+ * with synchronous=NORMAL only at the first checkpoint. */
+static int wal_open(store *s)
+{
+    size_t n = strlen(s->path);
+    char *wal = malloc(n + 5), *dir = strdup(s->path);
+    int ok = 0;
+    if (wal && dir) {
+        memcpy(wal, s->path, n);
+        memcpy(wal + n, "-wal", 5);
+        s->w.wal_fd = open(wal, O_RDONLY | O_CLOEXEC);
+        char *slash = strrchr(dir, '/');
+        const char *d = !slash ? "." : slash == dir ? "/" : (*slash = 0, dir);
+        int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ok = s->w.wal_fd >= 0 && dfd >= 0 && fsync(dfd) == 0;
+        if (dfd >= 0)
+            close(dfd);
+    }
+    if (!ok)
+        log_json(LOG_ERROR, "cannot open the WAL file",
+                 json_pack("{s:s,s:s}", "path", wal ? wal : s->path, "error", strerror(errno)));
+    free(wal);
+    free(dir);
+    return ok ? 0 : -1;
+}
+
 static int writer_open(store *s)
 {
     writer *w = &s->w;
+    w->wal_fd = -1;
     if (!(w->c = conn_raw(s)))
         return -1;
     pthread_mutex_init(&w->conn_lock, NULL);
     pthread_mutex_init(&w->m, NULL);
     pthread_cond_init(&w->queued, NULL);
     pthread_cond_init(&w->ended, NULL);
-    if (pthread_create(&w->th, NULL, writer_main, s))
+    pthread_cond_init(&w->sync_cv, NULL);
+    if (wal_open(s) || pthread_create(&w->th, NULL, writer_main, s))
         return -1;
     pthread_setname_np(w->th, "kb-writer");
     w->started = 1;
+    if (pthread_create(&w->sync_th, NULL, syncer_main, s))
+        return -1;
+    pthread_setname_np(w->sync_th, "kb-syncer");
+    w->sync_started = 1;
     return 0;
 }
 
-/* Drains the queue and stops the writer thread. */
+/* Drains the queue and stops the writer thread, then the syncer after its last sync. */
 static void writer_close(store *s)
 {
     writer *w = &s->w;
@@ -604,12 +707,22 @@ static void writer_close(store *s)
         pthread_mutex_unlock(&w->m);
         pthread_join(w->th, NULL);
     }
+    if (w->sync_started) {
+        pthread_mutex_lock(&w->m);
+        w->sync_stop = 1;
+        pthread_cond_signal(&w->sync_cv);
+        pthread_mutex_unlock(&w->m);
+        pthread_join(w->sync_th, NULL);
+    }
+    if (w->wal_fd >= 0)
+        close(w->wal_fd);
     if (w->c) {
         conn_free(w->c);
         pthread_mutex_destroy(&w->conn_lock);
         pthread_mutex_destroy(&w->m);
         pthread_cond_destroy(&w->queued);
         pthread_cond_destroy(&w->ended);
+        pthread_cond_destroy(&w->sync_cv);
     }
 }
 
@@ -661,13 +774,18 @@ int store_commit_async(store *s, uint64_t after, uint64_t *ticket)
     return 0;
 }
 
-int store_wait(store *s, uint64_t ticket)
+int store_wait(store *s, uint64_t ticket, int durable)
 {
     writer *w = &s->w;
     pthread_mutex_lock(&w->m);
     while (w->done < ticket)
         pthread_cond_wait(&w->ended, &w->m);
     int rc = ticket_failed(w, ticket) ? -1 : 0;
+    if (rc == 0 && durable) {
+        want_sync(w, ticket);
+        while (w->synced < ticket)
+            pthread_cond_wait(&w->ended, &w->m);
+    }
     pthread_mutex_unlock(&w->m);
     return rc;
 }
@@ -681,15 +799,15 @@ int store_ticket_failed(store *s, uint64_t ticket)
     return rc;
 }
 
-int store_ticket_done(store *s, uint64_t ticket)
+int store_ticket_done(store *s, uint64_t ticket, uint64_t durable)
 {
     pthread_mutex_lock(&s->w.m);
-    int rc = s->w.done >= ticket;
+    int rc = s->w.done >= ticket && s->w.synced >= durable;
     pthread_mutex_unlock(&s->w.m);
     return rc;
 }
 
-void store_set_batch_hook(store *s, void (*hook)(uint64_t done))
+void store_set_batch_hook(store *s, void (*hook)(uint64_t done, uint64_t synced))
 {
     pthread_mutex_lock(&s->w.m);
     s->w.hook = hook;
@@ -703,7 +821,8 @@ int store_commit(store *s)
         return -1;
     if (me->in_op == OP_QUEUED) {
         uint64_t ticket;
-        return store_commit_async(s, 0, &ticket) ? -1 : store_wait(s, ticket);
+        int durable = me->rec->durable;
+        return store_commit_async(s, 0, &ticket) ? -1 : store_wait(s, ticket, durable);
     }
     me->in_op = OP_NONE;
     int rc = wrun(s, Q_COMMIT);
@@ -728,10 +847,11 @@ void store_rollback(store *s)
     me->in_op = OP_NONE;
 }
 
-void store_counts(store *s, uint64_t *batches, uint64_t *ops)
+void store_counts(store *s, uint64_t *batches, uint64_t *ops, uint64_t *syncs)
 {
     pthread_mutex_lock(&s->w.m);
     *batches = s->w.batches;
+    *syncs = s->w.syncs;
     *ops = s->w.last_ticket;
     pthread_mutex_unlock(&s->w.m);
 }

@@ -38,37 +38,43 @@ int store_integrity_check(store *s);
  *
  * Direct: store_begin .. store_commit (or store_rollback). Statements run at once
  * (results such as new ids and STORE_CONFLICT are known) with the writer held
- * exclusively, and COMMIT is the operation's own (synchronous=FULL). For rare writes.
+ * exclusively, and COMMIT is the operation's own (synchronous=FULL: fsynced before it
+ * returns). For rare writes.
  *
  * Queued (group commit): store_begin_queued .. store_commit_async, then store_wait.
  * The write calls in between only record their statements (they fail only for lack of
  * memory); commit_async appends the operation to the writer's queue, in order, and
  * gives its ticket; a writer thread runs everything queued in one transaction with one
- * COMMIT, while the next batch queues up. store_wait returns once the ticket's batch
- * ended: 0 when it committed, -1 when it failed (nothing of the operation was applied).
- * durable = 1: the batch commits with synchronous=FULL (fsync of the WAL before
- * store_wait returns); durable = 0: the commit is atomic and survives a process crash,
- * but not necessarily a power loss until the next durable commit (SQLite WAL with
- * synchronous=NORMAL: the next FULL commit's fsync covers every earlier frame). Relaxed
- * is for asks, heartbeats and lease expiries, never for tells, fails or observations.
- * `after` is the ticket of an earlier operation this one was computed from (0: none):
- * if that one failed, this one fails too, unapplied. store_commit on a queued operation
- * is commit_async (after = 0) + wait. */
+ * COMMIT (synchronous=NORMAL: atomic, survives a crash of the process), while the next
+ * batch queues up. A syncer thread then fsyncs the WAL for the batches that hold a
+ * durable operation (one fsync covers every batch committed before it), while the
+ * writer goes on committing. Tickets are ordered: a commit or sync of ticket t covers
+ * every ticket before t.
+ * store_wait(ticket, durable) returns once the ticket's batch ended (and, with durable,
+ * once it is fsynced): 0 when it committed, -1 when it failed (nothing of the operation
+ * was applied). durable = 1 at store_begin_queued asks the syncer for the fsync; an
+ * operation with durable = 0 (asks, heartbeats and lease expiries, never tells, fails
+ * or observations) survives a process crash but not necessarily a power loss until the
+ * next sync. `after` is the ticket of an earlier operation this one was computed from
+ * (0: none): if that one failed, this one fails too, unapplied. store_commit on a
+ * queued operation is commit_async (after = 0) + wait (durable as the operation). */
 int store_begin(store *s);
 int store_begin_queued(store *s, int durable);
 int store_commit(store *s);             /* returns after the commit is durable */
 int store_commit_async(store *s, uint64_t after, uint64_t *ticket);
-int store_wait(store *s, uint64_t ticket);
+int store_wait(store *s, uint64_t ticket, int durable);
 void store_rollback(store *s);
 /* 1 when the batch of ticket has ended and failed (0 for ticket 0 or a pending one). */
 int store_ticket_failed(store *s, uint64_t ticket);
-/* 1 when the batch of ticket has ended (store_wait would not block). */
-int store_ticket_done(store *s, uint64_t ticket);
-/* Called by the writer thread after each batch ended, with the batch's last ticket (no
- * store lock held; must not block): lets a server resume requests waiting for it. */
-void store_set_batch_hook(store *s, void (*hook)(uint64_t done));
-/* Batches run by the writer thread and queued operations so far (statistics). */
-void store_counts(store *s, uint64_t *batches, uint64_t *ops);
+/* 1 when the batch of ticket has ended and every ticket <= durable is fsynced (neither
+ * wait would block; durable 0: no sync needed). */
+int store_ticket_done(store *s, uint64_t ticket, uint64_t durable);
+/* Called by the writer thread after each batch ended and by the syncer after each
+ * sync, with the last ended ticket and the last synced one (no store lock held; must not
+ * block): lets a server resume requests waiting for them. */
+void store_set_batch_hook(store *s, void (*hook)(uint64_t done, uint64_t synced));
+/* Batches run by the writer thread, queued operations and WAL syncs so far (statistics). */
+void store_counts(store *s, uint64_t *batches, uint64_t *ops, uint64_t *syncs);
 
 /* Studies. Insert (direct operations only): STORE_CONFLICT when the name is taken. */
 int store_study_insert(store *s, const char *name, const char *config, int64_t created_ms,

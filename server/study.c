@@ -15,7 +15,11 @@
  *     so the mutations of one study share an fsync instead of queueing behind each
  *     other's. Memory may thus run ahead of disk only by writes already queued, in
  *     order, and every answer waits for the commit of the study's last write (s->ticket)
- *     first, so nothing is acknowledged, and no state shown, before it is durable;
+ *     and for the fsync of its last durable write (s->durable) first, so nothing is
+ *     acknowledged, and no state shown, before it is durable. Relaxed answers (ask,
+ *     heartbeat, expiry) wait for the commit only: their own write needs no fsync, and
+ *     the commit alone survives a kill of the process, so a trial is never handed out
+ *     twice; they never wait for the fsync of another client's tell;
  *   - if a commit fails, the study is rebuilt from the store (which still holds the state
  *     before the failed batch): by the waiter of the failed ticket, or by the next write,
  *     which checks its predecessor's ticket before queueing (begin_write);
@@ -54,6 +58,8 @@ struct study {
     int64_t snap_seq;   /* seq of the stored snapshot */
     uint64_t epoch;     /* engine epoch at the last dictionary row */
     uint64_t ticket;    /* store ticket of the last write (0: none since the rebuild) */
+    uint64_t durable;   /* ticket of the last durable write (0: none since the rebuild) */
+    int writing_durable; /* the write being recorded (begin_write .. finish_txn) */
     double engine_sec;  /* cumulated engine call time */
     int deleted;
 };
@@ -330,7 +336,7 @@ static int study_rebuild(study *s)
     }
     s->n_trials = s->first_pending = 0;
     s->best = 0;
-    s->ticket = 0;
+    s->ticket = s->durable = 0;
     memset(s->counts, 0, sizeof s->counts);
     unsigned char *snap = NULL;
     size_t len = 0;
@@ -467,6 +473,8 @@ static int finish_txn(study *s)
     if (store_commit_async(reg.cfg.db, s->ticket, &ticket))
         return -1;
     s->ticket = ticket;
+    if (s->writing_durable)
+        s->durable = ticket;
     s->epoch = st.epoch;
     return 0;
 }
@@ -502,6 +510,7 @@ static int begin_write(study *s, int durable)
 {
     if (store_ticket_failed(reg.cfg.db, s->ticket))
         return -1;
+    s->writing_durable = durable;
     return store_begin_queued(reg.cfg.db, durable);
 }
 
@@ -511,14 +520,18 @@ static int begin_write(study *s, int durable)
 static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
     int on;
     study *s;
-    uint64_t ticket;
+    uint64_t ticket, durable;
 } defer;
 
-/* Waits for ticket (s->mu not held). Returns o, or NULL with err (o released) when the
- * commit failed; then s is rebuilt unless a later write did it. */
-static json_t *settle(study *s, uint64_t ticket, json_t *o, api_error *err)
+/* Waits for the commit of ticket and the fsync of durable (<= ticket; 0: none), s->mu
+ * not held. Returns o, or NULL with err (o released) when the commit failed; then s is
+ * rebuilt unless a later write did it. A failed durable write fails every later write
+ * of the study too (each is queued `after` the previous one), so checking ticket is
+ * enough. */
+static json_t *settle(study *s, uint64_t ticket, uint64_t durable, json_t *o, api_error *err)
 {
-    if (!ticket || store_wait(reg.cfg.db, ticket) == 0)
+    if (!ticket || (store_wait(reg.cfg.db, ticket, 0) == 0 &&
+                    (!durable || store_wait(reg.cfg.db, durable, 1) == 0)))
         return o;
     json_decref(o);
     pthread_mutex_lock(&s->mu);
@@ -531,13 +544,14 @@ static json_t *settle(study *s, uint64_t ticket, json_t *o, api_error *err)
 
 /* Ends an operation on s: releases s->mu, then waits for the commit of the study's
  * last write, which is the operation's own or one its answer depends on (a repeated
- * tell of a trial whose tell is in flight, a read), unless the wait is deferred. */
-static json_t *unlock_settle(study *s, json_t *o, api_error *err)
+ * tell of a trial whose tell is in flight, a read), and unless relaxed for the fsync
+ * of its last durable write; unless the wait is deferred. */
+static json_t *unlock_answer(study *s, json_t *o, int relaxed, api_error *err)
 {
-    uint64_t ticket = s->ticket;
+    uint64_t ticket = s->ticket, durable = relaxed ? 0 : s->durable;
     pthread_mutex_unlock(&s->mu);
     if (!defer.on)
-        return settle(s, ticket, o, err);
+        return settle(s, ticket, durable, o, err);
     if (ticket && ticket >= defer.ticket) {
         if (defer.s != s) {
             atomic_fetch_add(&s->refs, 1);
@@ -546,7 +560,20 @@ static json_t *unlock_settle(study *s, json_t *o, api_error *err)
         }
         defer.ticket = ticket;
     }
+    if (durable > defer.durable)
+        defer.durable = durable;
     return o;
+}
+
+static json_t *unlock_settle(study *s, json_t *o, api_error *err)
+{
+    return unlock_answer(s, o, 0, err);
+}
+
+/* For answers that show no state a relaxed write does not already depend on. */
+static json_t *unlock_settle_relaxed(study *s, json_t *o, api_error *err)
+{
+    return unlock_answer(s, o, 1, err);
 }
 
 void study_defer_begin(void)
@@ -560,23 +587,24 @@ int study_defer_end(study_pending *p)
     if (wait) {
         p->s = defer.s;
         p->ticket = defer.ticket;
+        p->durable = defer.durable;
     } else {
         study_put(defer.s);
     }
     defer.on = 0;
     defer.s = NULL;
-    defer.ticket = 0;
+    defer.ticket = defer.durable = 0;
     return wait;
 }
 
 int study_pending_ready(const study_pending *p)
 {
-    return store_ticket_done(reg.cfg.db, p->ticket);
+    return store_ticket_done(reg.cfg.db, p->ticket, p->durable);
 }
 
 int study_pending_finish(study_pending *p, api_error *err)
 {
-    json_t *o = settle(p->s, p->ticket, json_true(), err);
+    json_t *o = settle(p->s, p->ticket, p->durable, json_true(), err);
     study_put(p->s);
     p->s = NULL;
     return o ? 0 : -1;
@@ -701,7 +729,7 @@ int study_delete(int64_t id, api_error *err)
         study_put(s);
         return -1;
     }
-    store_wait(reg.cfg.db, s->ticket); /* its queued writes first (their outcome is moot) */
+    store_wait(reg.cfg.db, s->ticket, 0); /* its queued writes first (their outcome is moot) */
     int rc = store_begin(reg.cfg.db);
     if (rc == 0)
         rc = store_study_delete(reg.cfg.db, id);
@@ -881,7 +909,7 @@ json_t *study_ask(study *s, const ask_req *req, int *can_wait, uint64_t *version
     json_t *o = json_pack("{s:o,s:s,s:I,s:o}", "trials", arr, "status", status, "awaiting",
                           (json_int_t)res.awaiting, "retry_after_ms",
                           n > 0 ? json_null() : json_integer(*retry_after_ms));
-    return unlock_settle(s, o, err);
+    return unlock_settle_relaxed(s, o, err);
 }
 
 uint64_t study_version(study *s) { return atomic_load(&s->version); }
@@ -1056,7 +1084,7 @@ json_t *study_heartbeat(study *s, int64_t trial_id, api_error *err)
             o = trial_json(s, t);
         }
     }
-    return unlock_settle(s, o, err);
+    return unlock_settle_relaxed(s, o, err);
 }
 
 json_t *study_trial(study *s, int64_t trial_id, api_error *err)
@@ -1271,7 +1299,7 @@ static size_t sweep_study(study *s, int64_t now)
     }
     free(ts);
     free(kinds);
-    return unlock_settle(s, json_true(), &err) ? n : 0;
+    return unlock_settle_relaxed(s, json_true(), &err) ? n : 0;
 }
 
 size_t registry_sweep(int64_t now)
@@ -1301,7 +1329,7 @@ void registry_stats_get(registry_stats *out)
         pthread_mutex_unlock(&v[i]->mu);
     }
     put_all(v, n);
-    store_counts(reg.cfg.db, &out->store_batches, &out->store_ops);
+    store_counts(reg.cfg.db, &out->store_batches, &out->store_ops, &out->store_syncs);
 }
 
 void registry_close(void)
@@ -1313,7 +1341,7 @@ void registry_close(void)
         pthread_mutex_lock(&s->mu);
         /* After the study's queued writes, unless they failed (then the store is behind
          * memory, and the next start rebuilds from the store anyway). */
-        if (!s->deleted && s->seq > s->snap_seq && store_wait(reg.cfg.db, s->ticket) == 0) {
+        if (!s->deleted && s->seq > s->snap_seq && store_wait(reg.cfg.db, s->ticket, 0) == 0) {
             if (store_begin(reg.cfg.db) || write_snapshot(s) || store_commit(reg.cfg.db))
                 store_rollback(reg.cfg.db);
         }

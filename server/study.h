@@ -2,7 +2,9 @@
  * study.h - live studies: the registry, and every operation the handlers perform on a
  * study (ask, tell, fail, heartbeat, observe, listings), each applied to the engine and
  * made durable in the store before it is acknowledged. The calls block until the commit
- * of the study's last write returned, unless the wait is deferred (see below).
+ * of the study's last write returned and (except for asks, heartbeats and expiries,
+ * whose writes need no fsync) its last durable write is fsynced, unless the wait is
+ * deferred (see below).
  *
  * Locking (see the definitions in study.c):
  *   - the registry's rwlock protects only the array of live studies; it is held for
@@ -80,7 +82,8 @@ char *study_export_csv(study *s, size_t *len, api_error *err);
  * when the commit failed (err filled; the study was rebuilt). It releases p. */
 typedef struct study_pending {
     study *s;       /* a reference */
-    uint64_t ticket;
+    uint64_t ticket;  /* to be committed */
+    uint64_t durable; /* to be fsynced (0: none) */
 } study_pending;
 void study_defer_begin(void);
 int study_defer_end(study_pending *p);
@@ -96,6 +99,7 @@ typedef struct registry_stats {
     uint64_t resparsifications;
     double engine_sec;
     uint64_t store_batches, store_ops; /* group commit: ops per batch = ops / batches */
+    uint64_t store_syncs;              /* fsyncs of the WAL for durable operations */
 } registry_stats;
 void registry_stats_get(registry_stats *out);
 

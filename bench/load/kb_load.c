@@ -254,18 +254,24 @@ static long long create_study(conn *c, const char *space_json, double *sec)
     return body_int(c, "\"id\":");
 }
 
-/* The daemon's group-commit counters from /metrics (zeros when absent). */
-static void store_counts(conn *c, double *batches, double *ops)
+/* A counter from the daemon's /metrics body (0 when absent). */
+static double metric(const conn *c, const char *name)
 {
-    *batches = *ops = 0;
+    char key[96];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(c->body, key);
+    return p ? strtod(p + strlen(key), NULL) : 0;
+}
+
+/* The daemon's group-commit counters: batches, operations, WAL syncs. */
+static void store_counts(conn *c, double v[3])
+{
+    v[0] = v[1] = v[2] = 0;
     if (call(c, "GET", "/metrics", NULL))
         return;
-    const char *b = strstr(c->body, "\nkbandit_store_batches_total ");
-    const char *o = strstr(c->body, "\nkbandit_store_operations_total ");
-    if (b && o) {
-        *batches = strtod(b + 29, NULL);
-        *ops = strtod(o + 32, NULL);
-    }
+    v[0] = metric(c, "kbandit_store_batches_total");
+    v[1] = metric(c, "kbandit_store_operations_total");
+    v[2] = metric(c, "kbandit_store_syncs_total");
 }
 
 static int run_load(conn *c0)
@@ -285,8 +291,8 @@ static int run_load(conn *c0)
         free(ks);
         return 1;
     }
-    double b0, o0, b1, o1;
-    store_counts(c0, &b0, &o0);
+    double m0[3], m1[3];
+    store_counts(c0, m0);
     double t0 = now_sec();
     for (int i = 0; i < opt.clients; i++) {
         ks[i].study = sids[i % opt.studies];
@@ -302,7 +308,7 @@ static int run_load(conn *c0)
         empty += ks[i].empty;
     }
     double dt = now_sec() - t0, a50, a99, t50, t99;
-    store_counts(c0, &b1, &o1);
+    store_counts(c0, m1);
     pct(ks, opt.clients, 0, &a50, &a99);
     pct(ks, opt.clients, 1, &t50, &t99);
     if (opt.get) {
@@ -314,9 +320,10 @@ static int run_load(conn *c0)
     printf("{\"bench\":\"daemon_load\",\"engine\":\"%s\",\"clients\":%d,\"studies\":%d,"
            "\"seconds\":%.2f,\"round_trips\":%zu,\"round_trips_per_sec\":%.0f,"
            "\"ask_p50_ms\":%.3f,\"ask_p99_ms\":%.3f,\"tell_p50_ms\":%.3f,\"tell_p99_ms\":%.3f,"
-           "\"errors\":%d,\"empty_asks\":%zu,\"ops_per_batch\":%.1f}\n",
+           "\"errors\":%d,\"empty_asks\":%zu,\"ops_per_batch\":%.1f,\"tells_per_sync\":%.1f}\n",
            opt.engine, opt.clients, opt.studies, dt, rt, (double)rt / dt, a50, a99, t50, t99,
-           errors, empty, b1 > b0 ? (o1 - o0) / (b1 - b0) : 0.0);
+           errors, empty, m1[0] > m0[0] ? (m1[1] - m0[1]) / (m1[0] - m0[0]) : 0.0,
+           m1[2] > m0[2] ? (double)rt / (m1[2] - m0[2]) : 0.0);
     char path[64];
     for (int i = 0; i < opt.studies; i++) {
         snprintf(path, sizeof path, "/v1/studies/%lld", sids[i]);

@@ -12,10 +12,10 @@
  * general lambda we use R / sqrt(lambda) (kb__ts_gp_scale), as seed 001 Lemma 1 does.
  * v_scale is a practical multiplier; its default 1 keeps the theory, which on the
  * Abalone protocol (B = 1, R = 0.1, lambda = 0.01, delta = 0.1) gives a regret ratio of
- * ~ 0.11 (v_scale = 0.5: 0.11), while v_scale = 0.3 stalls at ~ 0.58 (a local maximum:
- * too little exploration). On short horizons with a rough kernel the theory explores a
- * lot (rkhs problem, lengthscale 0.2, T = 200: 0.61-0.68 against 0.22-0.27 at
- * v_scale = 0.3): lower v_scale there. B = 1, R = 0, v_scale = 1 gives v_t = 1, the
+ * ~ 0.11-0.12 (v_scale = 0.5: 0.11), and v_scale = 0.3 0.16 (it stalled at 0.58, a
+ * local maximum, while outputs were standardized per evaluation). On short horizons with
+ * a rough kernel the theory explores a lot (rkhs problem, lengthscale 0.2, T = 200:
+ * 0.59-0.69 against 0.22-0.26 at v_scale = 0.3): lower v_scale there. B = 1, R = 0, v_scale = 1 gives v_t = 1, the
  * plain posterior sample.
  *
  * Decision set. When at most `subset_size` (N) candidates are allowed, D_t is all of
@@ -42,8 +42,9 @@
  * 4000-row catalogue); the tell that would pass the cap fails with KB_ERANGE.
  * The model is refreshed on tells (and observes): after every `refresh_every`-th
  * new observation (default 1: every tell, O(n^2 + n A) each), the lagging observations
- * being appended in order; output standardization (kb__output_stats) is recomputed at
- * each refresh. On a box, the pool is redrawn (kb__refresh_pool) at the first model
+ * being appended in order; output standardization (kb__output_stats, over distinct
+ * points, so that repeated arms do not shrink the output scale) is recomputed at each
+ * refresh. On a box, the pool is redrawn (kb__refresh_pool) at the first model
  * refresh after `pool_refresh` tells since the last redraw, and W rebuilt in
  * O(n^2 A).
  *

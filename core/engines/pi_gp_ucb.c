@@ -36,9 +36,11 @@
  * one diagonal entry (O(n^2)); removing an input (abandon of its only hand-out) or
  * building a child's GP is a full dpotrf.
  *
- * Output: the mean uses y standardized by kb__output_stats; since m and s change with
- * every observation, a leaf keeps w_y = A^-1 ybar and w_1 = A^-1 1 (A the told system) and
- * mean = (k.w_y - m k.w_1) / s, so only the leaf that received data is re-solved. B and
+ * Output: the mean uses y standardized by kb__output_stats (m and s over the distinct
+ * observed points, grouped by exact coordinates as a leaf's inputs are); since they
+ * change with every observation, a leaf keeps w_y = A^-1 ybar and w_1 = A^-1 1 (A the
+ * told system) and mean = (k.w_y - m k.w_1) / s, so only the leaf that received data is
+ * re-solved. B and
  * R are read in those units: use output_scaling = "none" for the paper's protocol.
  *
  * Choice: argmax over the candidates (finite set, or box pool) of mu^A + beta^A sigma^A

@@ -34,10 +34,11 @@
  * alpha_scale is a practical multiplier; its default 1 keeps the theory, which on the
  * Abalone protocol (B = 1, R = 0.1, lambda = 0.01, so R / sqrt(lambda) = 1: noise of the
  * size the model assumes) gives alpha_t ~ 7 at t = 2000 and a regret ratio ~ 0.12,
- * (alpha_scale = 0.7: 0.11-0.12), while alpha_scale = 0.5 stalls at ~ 0.58: too little
- * exploration locks onto a local maximum. On a short, rough problem (rkhs, lengthscale
- * 0.2, T = 200) the default gives 0.31-0.38 and alpha_scale = 0.7 gives 0.26-0.28. B = R = 0 and alpha_scale = 1 give the plain posterior
- * sample (used by the tests).
+ * (alpha_scale = 0.7: 0.11-0.12; 0.5: 0.12-0.13, which stalled at 0.58 on a local
+ * maximum while outputs were standardized per evaluation). On a short, rough problem
+ * (rkhs, lengthscale 0.2, T = 200) the default gives 0.30-0.39 and alpha_scale = 0.7
+ * gives 0.24-0.29. B = R = 0 and alpha_scale = 1 give the plain posterior sample (used
+ * by the tests).
  *
  * Costs (A candidates, n observations, m = |Z|, M features). Features are drawn once at
  * creation and Phi_A (A x M) is cached, so a sample costs O(A (M + m) + m M + m^2): no
@@ -56,7 +57,8 @@
  * randomization of TS diversifies concurrent asks. All randomness comes from e->rng
  * (restored if a refresh fails), so snapshot/restore by replay is exact. ops->posterior
  * is the sparse model's posterior (mean and predictive sd above); with Z = all observed
- * points it is the exact posterior.
+ * points it is the exact posterior. y is standardized at each refresh by
+ * kb__output_stats (over distinct points: repeated arms do not shrink the scale).
  */
 #include "ts.h"
 

@@ -247,6 +247,8 @@ typedef struct kb_stats {
     double sec_resparsify;  /* dictionary sampling and posterior rebuild */
     double sec_ask;         /* selecting points */
     double sec_tell;        /* feedback incorporation */
+    double flop_l3;         /* floating-point operations of the BLAS-3 products in
+                             * sec_embed + sec_resparsify (0 when not counted) */
 } kb_stats;
 
 void kb_engine_stats(const kb_engine *e, kb_stats *out);

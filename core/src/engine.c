@@ -1,8 +1,10 @@
 /*
  * engine.c - the engine registry and the common engine base: creation from a config
  * and a space, trial bookkeeping, the repeats policy, argument checks, and the event
- * log behind snapshots. Engine files implement kb_engine_ops (internal.h) and see only
- * already-validated calls.
+ * log behind snapshots, and the output standardization shared by the GP engines
+ * (kb__output_stats: over the distinct observed points, found by a hash of their
+ * internal coordinates kept up to date per observation). Engine files implement
+ * kb_engine_ops (internal.h) and see only already-validated calls.
  *
  * Ownership: kb_engine owns its copies of the config and the space, the trial and
  * observation arrays and the log; e->impl belongs to the engine's ops.
@@ -137,6 +139,7 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
         kb__fail(err, KB_EINVAL, "pool_size", "pool_size differs from the box's pool size");
         goto fail;
     }
+    e->standardize = strcmp(kb_config_string(cfg, "output_scaling"), "none") != 0;
     const char *rep = kb_config_string(cfg, "repeats");
     e->repeats = strcmp(rep, "allow") == 0 ? 0 : strcmp(rep, "no_pending") == 0 ? 1 : 2;
     kb_rng_seed(&e->rng, (uint64_t)kb_config_number(cfg, "seed"));
@@ -174,6 +177,8 @@ void kb_engine_free(kb_engine *e)
     free(e->obs_u);
     free(e->obs_y);
     free(e->obs_trial);
+    free(e->groups);
+    free(e->group_head);
     free(e->cand_pending);
     free(e->cand_told);
     kb__log_free(e->log);
@@ -260,6 +265,98 @@ static kb_trial *pending_trial(kb_engine *e, uint64_t handle, kb_error *err)
     return t;
 }
 
+/* ----------------------------------------------- distinct observed points */
+
+/* One distinct point: the observations at obs_u[first] (exact coordinate equality). */
+struct kb_obs_group {
+    size_t first;  /* its first observation */
+    size_t count;  /* observations at it */
+    double ymean;  /* their average y (running: y / n - mean / n, no overflow) */
+    size_t next;   /* next group in the hash chain, or NO_GROUP */
+};
+#define NO_GROUP ((size_t)-1)
+
+/* Hash of a point's coordinates; -0.0 is hashed as 0.0 since they compare equal. */
+static size_t coord_hash(const double *u, size_t d, size_t n_heads)
+{
+    uint64_t h = 0x9e3779b97f4a7c15u;
+    for (size_t j = 0; j < d; j++) {
+        double v = u[j] == 0.0 ? 0.0 : u[j];
+        uint64_t b;
+        memcpy(&b, &v, sizeof b);
+        h = (h ^ b) * 0xff51afd7ed558ccdu;
+        h ^= h >> 32;
+    }
+    return (size_t)(h & (n_heads - 1));
+}
+
+static int same_point(const double *a, const double *b, size_t d)
+{
+    for (size_t j = 0; j < d; j++)
+        if (a[j] != b[j])
+            return 0;
+    return 1;
+}
+
+/* The group of the point u, or NO_GROUP. */
+static size_t find_group(const kb_engine *e, const double *u)
+{
+    size_t d = e->space->dim;
+    if (e->n_heads == 0)
+        return NO_GROUP;
+    size_t g = e->group_head[coord_hash(u, d, e->n_heads)];
+    while (g != NO_GROUP && !same_point(e->obs_u + e->groups[g].first * d, u, d))
+        g = e->groups[g].next;
+    return g;
+}
+
+/* Room for one more group: the chains are rebuilt in a table twice as large once the
+ * groups would outnumber the heads (amortized O(d) per new group). */
+static int reserve_group(kb_engine *e)
+{
+    size_t need = e->n_groups + 1, d = e->space->dim;
+    if (grow((void **)&e->groups, &e->cap_groups, need, sizeof *e->groups))
+        return KB_ENOMEM;
+    if (need <= e->n_heads)
+        return KB_OK;
+    size_t nh = e->n_heads ? 2 * e->n_heads : 64;
+    size_t *heads = malloc(nh * sizeof *heads);
+    if (!heads)
+        return KB_ENOMEM;
+    for (size_t b = 0; b < nh; b++)
+        heads[b] = NO_GROUP;
+    for (size_t g = 0; g < e->n_groups; g++) {
+        size_t b = coord_hash(e->obs_u + e->groups[g].first * d, d, nh);
+        e->groups[g].next = heads[b];
+        heads[b] = g;
+    }
+    free(e->group_head);
+    e->group_head = heads;
+    e->n_heads = nh;
+    return KB_OK;
+}
+
+/* Adds observation i (already in obs_u / obs_y) to its group; undo with pop_obs. */
+static int group_add(kb_engine *e, size_t i)
+{
+    const double *u = e->obs_u + i * e->space->dim;
+    size_t g = find_group(e, u);
+    if (g == NO_GROUP) {
+        if (reserve_group(e))
+            return KB_ENOMEM;
+        g = e->n_groups++;
+        size_t b = coord_hash(u, e->space->dim, e->n_heads);
+        e->groups[g] = (struct kb_obs_group){i, 0, 0.0, e->group_head[b]};
+        e->group_head[b] = g;
+    }
+    struct kb_obs_group *gr = &e->groups[g];
+    double n = (double)++gr->count;
+    e->undo_ymean = gr->ymean;
+    gr->ymean += e->obs_y[i] / n - gr->ymean / n;
+    e->out_valid = 0;
+    return KB_OK;
+}
+
 static int push_obs(kb_engine *e, const double *u, double y, uint64_t handle)
 {
     if (reserve_obs(e, e->n_obs + 1))
@@ -268,8 +365,28 @@ static int push_obs(kb_engine *e, const double *u, double y, uint64_t handle)
     memcpy(e->obs_u + e->n_obs * d, u, d * sizeof(double));
     e->obs_y[e->n_obs] = y;
     e->obs_trial[e->n_obs] = handle;
+    if (group_add(e, e->n_obs))
+        return KB_ENOMEM;
     e->n_obs++;
     return KB_OK;
+}
+
+/* Undoes the last push_obs. Its group was created by it if it holds it alone, and is
+ * then the last group and the head of its chain. */
+static void pop_obs(kb_engine *e)
+{
+    size_t i = e->n_obs - 1, d = e->space->dim;
+    size_t g = find_group(e, e->obs_u + i * d);
+    struct kb_obs_group *gr = &e->groups[g];
+    if (gr->count == 1) {
+        e->group_head[coord_hash(e->obs_u + i * d, d, e->n_heads)] = gr->next;
+        e->n_groups--;
+    } else {
+        gr->count--;
+        gr->ymean = e->undo_ymean;
+    }
+    e->n_obs--;
+    e->out_valid = 0;
 }
 
 /* Marks a pending trial done; `told` chooses between tell and abandon. */
@@ -309,7 +426,7 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
     if (!rc && (rc = kb__log_tell(e->log, handle, y)))
         kb__fail(err, rc, NULL, "out of memory");
     if (rc) {
-        e->n_obs--;
+        pop_obs(e);
         e->n_tells--;
         settle(e, t, 1, 1);
         if (trial_in_current_pool(e, t))
@@ -363,7 +480,7 @@ int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
     if (!rc && (rc = kb__log_observe(e->log, x, d, y)))
         kb__fail(err, rc, NULL, "out of memory");
     if (rc) {
-        e->n_obs--;
+        pop_obs(e);
         e->n_observed--;
     }
     return rc;
@@ -410,22 +527,29 @@ int kb_engine_posterior(kb_engine *e, const double *X, size_t n, double *mean, d
     return rc;
 }
 
-void kb__output_stats(const kb_engine *e, double *mean, double *sd)
+/* Two passes over the distinct points; terms are divided by the count or by max |y| so
+ * that finite y near DBL_MAX do not overflow into inf / NaN. */
+void kb__output_stats(kb_engine *e, double *mean, double *sd)
 {
-    *mean = 0.0;
-    *sd = 1.0;
-    if (strcmp(kb_config_string(e->cfg, "output_scaling"), "none") == 0 || e->n_obs == 0)
-        return;
-    double s = 0.0, s2 = 0.0;
-    for (size_t i = 0; i < e->n_obs; i++)
-        s += e->obs_y[i];
-    *mean = s / (double)e->n_obs;
-    if (e->n_obs < 2)
-        return;
-    for (size_t i = 0; i < e->n_obs; i++)
-        s2 += (e->obs_y[i] - *mean) * (e->obs_y[i] - *mean);
-    double v = sqrt(s2 / (double)(e->n_obs - 1));
-    *sd = v > 1e-12 ? v : 1.0;
+    if (!e->out_valid) {
+        double m = 0.0, n = 0.0, big = 0.0, s2 = 0.0, s = 1.0;
+        for (size_t g = 0; e->standardize && g < e->n_groups; g++) {
+            n += 1.0;
+            m += e->groups[g].ymean / n - m / n;
+            big = fmax(big, fabs(e->groups[g].ymean));
+        }
+        for (size_t g = 0; n > 1.0 && big > 0.0 && g < e->n_groups; g++) {
+            double dev = e->groups[g].ymean / big - m / big;
+            s2 += dev * dev;
+        }
+        if (n > 1.0)
+            s = big * sqrt(s2 / (n - 1.0));
+        e->out_mean = m;
+        e->out_sd = s > 1e-12 ? s : 1.0;
+        e->out_valid = 1;
+    }
+    *mean = e->out_mean;
+    *sd = e->out_sd;
 }
 
 /* Indices of up to `k` best observations, best first (insertion into a short list). */

@@ -6,7 +6,8 @@
  *   - trials[h - 1] is the trial of handle h; handles are assigned in ask order;
  *   - obs_u / obs_y hold every observation in the order it arrived (tells and warm-start
  *     observes), in internal coordinates; obs_trial[i] is the handle it came from (0 for
- *     an observe);
+ *     an observe); groups[] partitions them into distinct points (identical internal
+ *     coordinates), each with its count and average y;
  *   - an engine's ask op chooses ONE point per call; the base loops. So ask(n) is the
  *     same as n calls of ask(1), which makes the event log (snapshot.c) and the daemon's
  *     trial history enough to rebuild any engine by replay;
@@ -122,6 +123,18 @@ struct kb_engine {
     uint64_t *obs_trial; /* n_obs, handle or 0 */
     size_t n_obs, cap_obs;
 
+    /* Distinct observed points, for the output standardization (kb__output_stats):
+     * observations with identical internal coordinates form one group, kept in a
+     * chained hash table over obs_u (engine.c). */
+    struct kb_obs_group *groups;
+    size_t n_groups, cap_groups;
+    size_t *group_head;  /* n_heads chain heads (a power of two, >= n_groups) */
+    size_t n_heads;
+    double undo_ymean;   /* the last observation's group mean before it joined */
+    int standardize;     /* output_scaling != "none" */
+    int out_valid;       /* out_mean / out_sd are kb__output_stats of the current data */
+    double out_mean, out_sd;
+
     int repeats;         /* 0 allow, 1 no_pending, 2 never */
     uint32_t *cand_pending;  /* per candidate: pending trials on it */
     unsigned char *cand_told;/* per candidate: told at least once */
@@ -154,9 +167,14 @@ static inline int kb__excluded(const kb_engine *e, size_t i)
     return e->repeats == 2 && e->cand_told[i];
 }
 
-/* Standardization of the observed outputs: mean and sd (sd = 1 when fewer than two
- * observations, or when output_scaling is "none" (then mean = 0 too)). */
-void kb__output_stats(const kb_engine *e, double *mean, double *sd);
+/* Output standardization y_std = (y - mean) / sd, over distinct points: observations
+ * (tells and observes) at identical internal coordinates count once, with their average
+ * y; mean and sd (n - 1) are taken over those averages. sd = 1 below two distinct points
+ * or when degenerate; mean = 0, sd = 1 when output_scaling is "none". Per evaluation,
+ * the sd collapses to the noise level while a run repeats one arm, which inflates the
+ * standardized gaps to the other arms and locks the run onto that arm (bbkb.c, on
+ * abalone). O(distinct points) after a new observation, O(1) otherwise (cached). */
+void kb__output_stats(kb_engine *e, double *mean, double *sd);
 
 /* Called by box-space engines at resparsification: refreshes the pool around the best
  * observations and resets the per-candidate repeat counters for the new pool. */

@@ -12,7 +12,9 @@ Rules, for every response seen:
   - documented response headers, when present (or when marked required), match their schema;
   - the Content-Type is one the response documents, and a JSON body validates against
     its schema; a response documented without content has an empty body;
-  - every error (>= 400) JSON body has the {"error": {"code","message","field"}} shape.
+  - every error (>= 400) JSON body has the {"error": {"code","message","field"}} shape;
+  - HEAD has no body: its status and headers are checked against the path's head
+    operation or, by the spec's convention that every GET answers HEAD, its get.
 Violations raise AssertionError from the hook, which fails the request's caller.
 """
 import os
@@ -54,6 +56,12 @@ def load_spec():
             p = spec_path()
             _spec = OpenAPI(yaml.safe_load(p.read_text())) if p.is_file() else False
         return _spec or None
+
+
+def _status_key(responses, status):
+    """The key of responses that documents status (exact, "4XX" range, default), or None."""
+    return next((k for k in (str(status), f"{status // 100}XX", f"{status // 100}xx", "default")
+                 if k in responses), None)
 
 
 def _pointer(*parts):
@@ -117,6 +125,8 @@ class OpenAPI:
         status = resp.status_code
         ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
         where = f"{req.method} {path} -> {status}"
+        if method == "head":
+            return self._check_head(where, path, status, resp)
         problems = []
         body = None
         if ctype == "application/json" and resp.content:
@@ -147,8 +157,7 @@ class OpenAPI:
                               if isinstance(o, dict) and str(status) in map(str, o.get("responses", {}))}
             return problems + self._check_error_schema(where, body)
         responses = op.get("responses", {})
-        key = next((k for k in (str(status), f"{status // 100}XX", f"{status // 100}xx",
-                                "default") if k in responses), None)
+        key = _status_key(responses, status)
         if key is None:
             problems.append(f"{where}: status {status} not documented for "
                             f"{method.upper()} {template} (documented: {sorted(responses)})")
@@ -174,6 +183,25 @@ class OpenAPI:
         problems += [f"{where}: schema: {'/'.join(map(str, e.absolute_path))}: {e.message}"
                      for e in errs[:5]]
         return problems
+
+    def _check_head(self, where, path, status, resp):
+        problems = [f"{where}: HEAD answered with a body"] if resp.content else []
+        template = self.match(path)
+        if template is None:
+            return problems + ([] if status == 404 else [f"{where}: path not in openapi.yaml"])
+        item = self.resolve(self.doc["paths"][template])
+        method = "head" if "head" in item else "get"
+        op = item.get(method)
+        if op is None:
+            return problems + ([] if status in (404, 405) else [f"{where}: no GET for {template}"])
+        key = _status_key(op.get("responses", {}), status)
+        if key is None:
+            return problems + [f"{where}: status {status} not documented for "
+                               f"{method.upper()} {template}"]
+        if method == "head":
+            with self._lock:
+                self.seen.add((method, template, key))
+        return problems + self._check_headers(where, resp, self.resolve(op["responses"][key]))
 
     def _check_headers(self, where, resp, robj):
         """Documented headers: required ones must be present; present ones must match

@@ -5,8 +5,13 @@ stage without them; the runtime stage runs as a non-root USER, declares VOLUME /
 EXPOSE 8080, a HEALTHCHECK that curls /healthz, and starts the daemon on 0.0.0.0:8080
 with a token file; every directory the build COPYs exists; every shared library the
 built daemon links directly comes from a package the runtime stage installs; compose.yaml
-parses and builds that Dockerfile with /data on a volume.
-Not tested (needs an engine): that the image builds, starts, and passes its health check.
+parses and builds that Dockerfile with /data on a volume; the entrypoint (run here in
+the image's layout, with a stand-in daemon and with the real one) sets OPENBLAS_CORETYPE
+as scripts/openblas-coretype says and OPENBLAS_NUM_THREADS=1 unless given, passes its
+arguments on and execs the daemon (SIGTERM reaches it).
+Not tested (needs an engine): that the image builds, starts, and passes its health check
+(the entrypoint runs here under dash, the image's /bin/sh; the bash and grep that
+openblas-coretype needs are Essential packages of bookworm-slim).
 """
 import json
 import os
@@ -14,13 +19,15 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
 
-from conftest import REPO, SANITIZED, daemon_binary
+from conftest import REPO, SANITIZED, Daemon, daemon_binary, shutdown_and_check
 
 DOCKER = REPO / "docker"
+IMAGE_ENTRYPOINT = "/usr/local/lib/kbandit/entrypoint"
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6"}  # in every Debian base image
 
 
@@ -104,14 +111,20 @@ def test_runtime_stage_contract(dockerfile):
     (hc,) = ins["HEALTHCHECK"]
     assert "CMD" in hc and "curl" in hc and "/healthz" in hc and "8080" in hc, hc
     argv = exec_form(ins.get("ENTRYPOINT", ["[]"])[-1]) + exec_form(ins.get("CMD", ["[]"])[-1])
-    assert any(a.endswith("kbanditd") for a in argv), argv
+    if argv[0] == IMAGE_ENTRYPOINT:  # it execs kbanditd with the arguments
+        assert any(exec_form(a)[:1] == ["docker/entrypoint"] and a.endswith("/usr/local/lib/kbandit/")
+                   for a in ins["COPY"]), ins["COPY"]
+        assert 'exec kbanditd "$@"' in (DOCKER / "entrypoint").read_text()
+    else:
+        assert any(a.endswith("kbanditd") for a in argv), argv
     assert argv[argv.index("--listen") + 1] == "0.0.0.0:8080", argv
     assert argv[argv.index("--db") + 1].startswith("/data/"), argv
     assert "--token-file" in argv or "--insecure" in argv, argv
 
 
 def test_copied_paths_exist(dockerfile):
-    missing = [s for ins, arg in dockerfile[0]["ins"] if ins == "COPY" and not arg.startswith("--from")
+    missing = [s for stage in dockerfile for ins, arg in stage["ins"]
+               if ins == "COPY" and not arg.startswith("--from")
                for s in exec_form(arg)[:-1] if not (REPO / s).exists()]
     if missing and not (REPO / "server" / "main.c").exists():
         pytest.skip(f"server branch not merged here: {missing} absent")
@@ -182,3 +195,74 @@ def test_build_stage_sources_suffice(dockerfile, tmp_path):
     r = subprocess.run(cmd, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert (tmp_path / "build" / "kbanditd").is_file()
+
+
+def image_layout(tmp_path):
+    """The entrypoint and openblas-coretype side by side, as COPY puts them in the image."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for src in (DOCKER / "entrypoint", REPO / "scripts" / "openblas-coretype"):
+        assert os.access(src, os.X_OK), f"{src} is not executable"
+        shutil.copy2(src, lib / src.name)
+    return lib / "entrypoint"
+
+
+def expected_coretype():
+    return subprocess.run([REPO / "scripts" / "openblas-coretype"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("given, want_core, want_threads", [
+    ({}, None, "1"),
+    ({"OPENBLAS_CORETYPE": ""}, None, "1"),
+    ({"OPENBLAS_CORETYPE": "Sandybridge", "OPENBLAS_NUM_THREADS": "3"}, "Sandybridge", "3"),
+])
+def test_entrypoint_environment_and_arguments(tmp_path, given, want_core, want_threads):
+    entry = image_layout(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "kbanditd"  # prints what it was started with
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    "print(json.dumps({'args': sys.argv[1:], 'env': dict(os.environ)}))\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
+    env.update(given, PATH=f"{bin_dir}:/usr/bin:/bin")
+    args = ["--listen", "0.0.0.0:8080", "--db", "/data/a b.db", ""]
+    r = subprocess.run(["/bin/sh", str(entry), *args], env=env, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    seen = json.loads(r.stdout)
+    assert seen["args"] == args
+    core = want_core or expected_coretype() or None
+    assert seen["env"].get("OPENBLAS_CORETYPE") == core, seen["env"].get("OPENBLAS_CORETYPE")
+    assert seen["env"]["OPENBLAS_NUM_THREADS"] == want_threads
+
+
+def test_entrypoint_starts_the_daemon(tmp_path):
+    """The real daemon through the entrypoint: it logs the kernel family OpenBLAS chose,
+    and SIGTERM stops it cleanly (the entrypoint exec'd, no shell in between)."""
+    binary = daemon_binary()
+    if not binary.is_file():
+        pytest.skip(f"{binary} is not built")
+    entry = image_layout(tmp_path)
+
+    class ViaEntrypoint(Daemon):
+        def command(self):
+            return ["/bin/sh", str(entry)] + super().command()[1:]
+
+    # Daemon.start layers env over the suite's environment; an empty OPENBLAS_CORETYPE
+    # counts as unset for the entrypoint, which then decides (and never exports it empty).
+    env = {"OPENBLAS_CORETYPE": "", "PATH": f"{binary.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    d = ViaEntrypoint(tmp_path / "d", env=env, args=["--insecure"])
+    d.start()
+    try:
+        line = d._listening_line(d.logs[-1])
+        want = expected_coretype()
+        if want:
+            assert line["blas_core"] == want, line
+        else:
+            assert line["blas_core"], line
+        assert d.client().get("/healthz").status_code == 200
+    finally:
+        shutdown_and_check([d])
+    assert d.exit_codes == [0], d.exit_codes

@@ -7,8 +7,10 @@ float (linear and log), int and categorical parameters.
 """
 import csv
 import io
+import json
 import math
 import re
+import sqlite3
 
 import pytest
 
@@ -326,3 +328,55 @@ def test_csv_upload_with_bom_and_crlf(api):
                  headers={"Content-Type": "text/csv"})
     assert r.status_code == 201, r.text
     assert r.json()["names"] == ["p", "q"] and r.json()["rows"] == 2
+
+
+def test_one_value_ranges(api):
+    """low == high is a one-value parameter for int and float alike (log or not): every
+    trial has that value, and telling it back as params is accepted."""
+    space = {"type": "box", "params": [
+        {"name": "f", "type": "float", "low": 0.3, "high": 0.3},
+        {"name": "g", "type": "float", "low": 2.5, "high": 2.5, "log": True},
+        {"name": "k", "type": "int", "low": 7, "high": 7},
+        {"name": "m", "type": "int", "low": 3, "high": 3, "log": True},
+        {"name": "u", "type": "float", "low": 0, "high": 1}]}
+    study = create_study(api, "one-value", space=space)
+    assert study["space"]["params"][0]["low"] == study["space"]["params"][0]["high"] == 0.3
+    sid = study["id"]
+    told = []
+    for t in ask(api, sid, count=4)["trials"]:
+        p = t["params"]
+        assert (p["f"], p["g"], p["k"], p["m"]) == (0.3, 2.5, 7, 3), t
+        assert all(0.0 <= u <= 1.0 for u in t["x"]), t
+        told.append(tell(api, sid, t["id"], p["u"])["value"])
+    r = api.post(f"/v1/studies/{sid}/observations", json={"observations": [
+        {"params": {"f": 0.3, "g": 2.5, "k": 7, "m": 3, "u": 0.5}, "value": 2.0}]})
+    assert r.status_code == 200 and r.json()["added"] == 1, r.text
+    r = api.post(f"/v1/studies/{sid}/observations", json={"observations": [
+        {"params": {"f": 0.4, "g": 2.5, "k": 7, "m": 3, "u": 0.5}, "value": 2.0}]})
+    assert r.status_code == 400 and error_of(r)["field"] == "observations[0].params.f", r.text
+    assert api.get(f"/v1/studies/{sid}/best").json()["value"] == max(told)
+
+
+def test_stored_repeated_choices_still_load(daemons, tmp_path):
+    """Repeated categorical choices are refused for new studies only: a study stored
+    with them (by an earlier daemon; here written into the database) still loads."""
+    d = daemons()
+    api = d.client()
+    space = {"type": "box", "params": [{"name": "c", "type": "categorical", "choices": ["a", "b"]}]}
+    sid = create_study(api, "old", space=space)["id"]
+    t = ask(api, sid)["trials"][0]
+    tell(api, sid, t["id"], 1.0)
+    assert d.stop() == 0
+    con = sqlite3.connect(d.db)
+    with con:
+        config = json.loads(con.execute("SELECT config FROM studies WHERE id = ?", (sid,)).fetchone()[0])
+        config["space"]["params"][0]["choices"] = ["a", "a"]
+        con.execute("UPDATE studies SET config = ? WHERE id = ?", (json.dumps(config), sid))
+    con.close()
+    d.start()
+    api = d.client()
+    assert api.get(f"/v1/studies/{sid}").json()["space"]["params"][0]["choices"] == ["a", "a"]
+    assert ask(api, sid)["trials"][0]["params"]["c"] == "a"
+    r = api.post("/v1/studies", json={"name": "new", "space": {"type": "box", "params": [
+        {"name": "c", "type": "categorical", "choices": ["a", "a"]}]}})
+    assert r.status_code == 400 and error_of(r)["field"] == "space.params[0].choices[1]", r.text

@@ -1,6 +1,8 @@
 """This file contains the HTTP status paths (400, 401, 404, 405, 409, 413, 415), bearer
-auth on and off, exactly-once tell, and the start-up refusal of an unauthenticated
+auth on and off, exactly-once tell, HEAD, and the start-up refusal of an unauthenticated
 non-loopback listener."""
+import socket
+
 import pytest
 import requests
 
@@ -132,3 +134,47 @@ def test_ask_nothing_available_has_retry_after(api, wait_ms):
     assert body["trials"] == [] and body["status"] in ("exhausted", "awaiting_feedback")
     # Both candidates come back once told: the client is told when to retry.
     assert int(r.headers["Retry-After"]) >= 1
+
+
+def raw_exchange(port, request):
+    """Sends request bytes on one connection and returns everything read until EOF."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_head_answers_like_get_without_body(daemons):
+    """HEAD takes every GET route: same status and headers (Content-Length included),
+    never a body, and a kept-alive connection goes on with the next request."""
+    d = daemons(token="head-token")
+    api = d.client()
+    sid = create_study(api, "head")["id"]
+    anon = d.client(token="")
+    anon.headers.pop("Authorization")
+    for c, path, status in ((anon, "/healthz", 200), (anon, "/metrics", 200),
+                            (anon, f"/v1/studies/{sid}", 401), (api, f"/v1/studies/{sid}", 200),
+                            (api, f"/v1/studies/{sid}/trials", 200), (api, "/v1/studies/999999", 404),
+                            (api, f"/v1/studies/{sid}/export", 200)):
+        got = c.get(path)
+        r = c.head(path)
+        assert r.status_code == got.status_code == status, (path, r.status_code, got.status_code)
+        assert r.headers["Content-Type"] == got.headers["Content-Type"], path
+        if path != "/metrics":  # the metrics move between the two requests
+            assert int(r.headers["Content-Length"]) == len(got.content), path
+
+    r = api.head(f"/v1/studies/{sid}/ask")  # no GET there: no HEAD either
+    assert r.status_code == 405 and r.headers["Allow"] == "POST", r.headers
+    r = api.post("/healthz")
+    assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD", r.headers
+
+    # On the wire: the HEAD answer ends with its headers; the pipelined GET follows.
+    body = api.get("/healthz").content
+    out = raw_exchange(d.port, b"HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+                               b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    head, rest = out.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200") and f"Content-Length: {len(body)}".encode() in head, out
+    assert rest.startswith(b"HTTP/1.1 200"), out
+    assert rest.split(b"\r\n\r\n", 1)[1] == body, out

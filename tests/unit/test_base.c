@@ -171,6 +171,59 @@ static kb_engine *random_engine(size_t n, const char *repeats, uint64_t seed)
     return e;
 }
 
+/* kb__output_stats against tu_distinct_stats on the told and observed inputs (distinct
+ * rows map to distinct internal points), past several regrowths of the hash table,
+ * with repeated arms, observes at a candidate and at -0.0; a restored engine has the
+ * same statistics bit for bit. */
+static void output_stats_count_distinct_points(void **state)
+{
+    (void)state;
+    enum { N = 300, STEPS = 900 };
+    kb_error err;
+    kb_rng drv;
+    kb_rng_seed(&drv, 8);
+    kb_engine *e = random_engine(N, "allow", 4);
+    double *X = malloc((STEPS + 20) * 2 * sizeof *X), *y = malloc((STEPS + 20) * sizeof *y);
+    size_t n = 0;
+    for (int s = 0; s < STEPS; s++) {
+        kb_point p;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+        memcpy(X + 2 * n, p.x, 2 * sizeof *X);
+        y[n] = 0.01 * p.x[0] + 0.1 * kb_rng_normal(&drv);
+        assert_int_equal(kb_engine_tell(e, p.handle, y[n++], &err), KB_OK);
+        if (s % 50 == 0) {
+            double xo[2] = {s % 100 ? -0.0 : 7.0, s % 100 ? 0.0 : -7.0};
+            X[2 * n] = xo[0];
+            X[2 * n + 1] = xo[1];
+            y[n] = kb_rng_normal(&drv);
+            assert_int_equal(kb_engine_observe(e, xo, y[n++], &err), KB_OK);
+        }
+        if (s % 100 == 99) {
+            double m, sd, rm, rsd;
+            kb__output_stats(e, &m, &sd);
+            tu_distinct_stats(X, y, n, 2, &rm, &rsd);
+            assert_true(fabs(m - rm) <= 1e-12 * fabs(rm) + 1e-15);
+            assert_true(fabs(sd - rsd) <= 1e-12 * rsd);
+        }
+    }
+    assert_true(e->n_groups > 128 && e->n_groups < n); /* regrown, and arms repeated */
+    unsigned char *bytes;
+    size_t len;
+    assert_int_equal(kb_engine_snapshot(e, &bytes, &len, &err), KB_OK);
+    kb_engine *r = kb_engine_restore(bytes, len, &err);
+    assert_non_null(r);
+    double m1, s1, m2, s2;
+    kb__output_stats(e, &m1, &s1);
+    kb__output_stats(r, &m2, &s2);
+    assert_true(m1 == m2 && s1 == s2);
+    free(bytes);
+    free(X);
+    free(y);
+    kb_engine_free(r);
+    kb_engine_free(e);
+}
+
 static void base_checks_handles_and_values(void **state)
 {
     (void)state;
@@ -371,6 +424,7 @@ int main(void)
         cmocka_unit_test(base_checks_handles_and_values),
         cmocka_unit_test(repeats_policy_is_enforced),
         cmocka_unit_test(snapshot_restore_continues_identically),
+        cmocka_unit_test(output_stats_count_distinct_points),
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
         cmocka_unit_test(scaling_survives_extreme_columns),
     };

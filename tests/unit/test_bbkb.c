@@ -122,13 +122,12 @@ static void full_dictionary_matches_exact_gp(void **state)
 }
 
 /* The told trials' rows (repeats included), values and the distinct-point output
- * statistics (each candidate once, with its average y; sample sd with n - 1). */
-static size_t told_data(kb_engine *e, size_t M, size_t D, double *X, double *y,
-                        double *dmean, double *dsd)
+ * statistics (tu_distinct_stats). */
+static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dmean,
+                        double *dsd)
 {
     kb_stats st;
     kb_engine_stats(e, &st);
-    double *sum = calloc(M, sizeof *sum), *cnt = calloc(M, sizeof *cnt);
     size_t n = 0;
     for (uint64_t h = 1; h <= st.asks; h++) {
         kb_point p;
@@ -137,24 +136,9 @@ static size_t told_data(kb_engine *e, size_t M, size_t D, double *X, double *y,
         if (s != KB_TRIAL_TOLD)
             continue;
         memcpy(X + n * D, p.x, D * sizeof *X);
-        y[n] = objective(p.x, D);
-        sum[p.index] += y[n++];
-        cnt[p.index] += 1.0;
+        y[n++] = objective(p.x, D);
     }
-    double k = 0.0, m = 0.0, s2 = 0.0;
-    for (size_t i = 0; i < M; i++)
-        if (cnt[i] > 0.0) {
-            m += sum[i] / cnt[i];
-            k += 1.0;
-        }
-    m /= k;
-    for (size_t i = 0; i < M; i++)
-        if (cnt[i] > 0.0)
-            s2 += (sum[i] / cnt[i] - m) * (sum[i] / cnt[i] - m);
-    *dmean = m;
-    *dsd = sqrt(s2 / (k - 1.0));
-    free(sum);
-    free(cnt);
+    tu_distinct_stats(X, y, n, D, dmean, dsd);
     return n;
 }
 
@@ -194,7 +178,7 @@ static void outputs_standardized_over_distinct_points(void **state)
     kb_engine_stats(e, &st);
     double *X = malloc(st.asks * D * sizeof *X), *y = malloc(st.asks * sizeof *y);
     double *ys = malloc(st.asks * sizeof *ys), dmean, dsd;
-    size_t n = told_data(e, M, D, X, y, &dmean, &dsd);
+    size_t n = told_data(e, D, X, y, &dmean, &dsd);
     assert_true(n >= M + 10); /* repeats happened */
     assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
     kb_kernel k = tu_kernel(KB_KERNEL_RBF, D, 0.5);
@@ -312,10 +296,11 @@ static void rank_one_updates_match_recomputation(void **state)
 }
 
 /* Over many steps and several epochs, the lazily chosen point is the argmax of
- * mu + alpha sigma~ computed over every candidate from the posterior. */
-static void lazy_argmax_equals_full_argmax(void **state)
+ * mu + alpha sigma~ computed over every candidate from the posterior (which embeds
+ * afresh): this also checks the kernel columns reused across resparsifications, most of
+ * them with dictionary = coupled. */
+static void lazy_argmax_case(const char *dictionary)
 {
-    (void)state;
     enum { M = 300, D = 2, STEPS = 250 };
     const double lambda = 0.05, alpha = 3.0 * 0.7;
     kb_rng rng;
@@ -324,7 +309,7 @@ static void lazy_argmax_equals_full_argmax(void **state)
     double mean[M], sd[M];
     kb_error err;
     kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, lambda, "beta", "fixed",
-                               "beta_fixed", "0.7", "C", "3", NULL);
+                               "beta_fixed", "0.7", "C", "3", "dictionary", dictionary, NULL);
     kb_space *s = kb_space_new_finite(Xc, M, D, &err);
     kb_engine *e = kb_engine_create(c, s, &err);
     size_t compared = 0;
@@ -357,6 +342,13 @@ static void lazy_argmax_equals_full_argmax(void **state)
     kb_space_free(s);
     kb_config_free(c);
     free(Xc);
+}
+
+static void lazy_argmax_equals_full_argmax(void **state)
+{
+    (void)state;
+    lazy_argmax_case("sampled");
+    lazy_argmax_case("coupled");
 }
 
 /* Start-of-epoch variances sigma~^2 = sd^2 / lambda, read by ask + abandon. */
@@ -623,11 +615,12 @@ static void deterministic_and_snapshot_restore(void **state)
     kb_rng rng;
     kb_rng_seed(&rng, 4);
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
-    const char *engines[] = {"bbkb", "bkb"};
-    for (int k = 0; k < 2; k++) {
+    const char *engines[] = {"bbkb", "bkb", "bbkb"};
+    const char *dictionary[] = {"sampled", "sampled", "coupled"};
+    for (int k = 0; k < 3; k++) {
         kb_error err;
         kb_config *c = make_config(engines[k], KB_KERNEL_MATERN52, 0.4, 0.1, "seed", "17",
-                                   NULL);
+                                   "dictionary", dictionary[k], NULL);
         kb_space *s = kb_space_new_finite(Xc, M, D, &err);
         kb_engine *a = kb_engine_create(c, s, &err), *b = kb_engine_create(c, s, &err);
         kb_rng da, db;

@@ -107,21 +107,14 @@ static void drop_row(model *m, uint64_t h)
     fail();
 }
 
-/* Reference mean (over obs[0..n_mean), standardized as the base does) and variance
- * (over every row) at the candidates. */
+/* Reference mean (over obs[0..n_mean), standardized over distinct points as the base
+ * does) and variance (over every row) at the candidates. */
 static void reference(const model *m, double *mean, double *var)
 {
     size_t n = m->n_mean;
-    double mu = 0, sd = 1, ys[MAXP] = {0}, dummy[A]; /* LAPACKE rejects NaN inputs */
+    double mu, sd, ys[MAXP] = {0}, dummy[A]; /* LAPACKE rejects NaN inputs */
     /* gp-bucb froze its mean, output standardization included, at the batch start */
-    for (size_t i = 0; i < n; i++)
-        mu += m->obs_y[i] / (double)n;
-    if (n >= 2) {
-        double s2 = 0;
-        for (size_t i = 0; i < n; i++)
-            s2 += (m->obs_y[i] - mu) * (m->obs_y[i] - mu);
-        sd = sqrt(s2 / (double)(n - 1));
-    }
+    tu_distinct_stats(m->obs_x, m->obs_y, n, D, &mu, &sd);
     for (size_t i = 0; i < n; i++)
         ys[i] = (m->obs_y[i] - mu) / sd;
     if (n == 0)
@@ -194,6 +187,8 @@ static void random_step(model *m, kb_rng *drv, int batched)
         double x[D], y = kb_rng_normal(drv);
         for (int j = 0; j < D; j++)
             x[j] = kb_rng_uniform(drv);
+        if (kb_rng_uniform(drv) < 0.5) /* at a candidate: one distinct point with its tells */
+            memcpy(x, m->cand + kb_rng_below(drv, A) * D, sizeof x);
         assert_int_equal(kb_engine_observe(m->e, x, y, &err), 0);
         push_obs(m, x, y);
         push_row(m, x, 0);

@@ -53,14 +53,14 @@ static void queued_after_a_failure_is_not_applied(void **state)
     assert_int_equal(store_study_insert(s, "g", "{}", 1, &sid), 0);
     assert_int_equal(store_commit(s), 0);
     uint64_t bad = queue_trial(s, sid + 1, 1, 0); /* no such study: foreign key */
-    assert_int_equal(store_wait(s, bad), -1);
+    assert_int_equal(store_wait(s, bad, 1), -1);
     assert_int_equal(store_ticket_failed(s, bad), 1);
     uint64_t dependent = queue_trial(s, sid, 2, bad);
     uint64_t independent = queue_trial(s, sid, 3, 0);
     uint64_t chained = queue_trial(s, sid, 4, independent);
-    assert_int_equal(store_wait(s, dependent), -1);
-    assert_int_equal(store_wait(s, independent), 0);
-    assert_int_equal(store_wait(s, chained), 0);
+    assert_int_equal(store_wait(s, dependent, 1), -1);
+    assert_int_equal(store_wait(s, independent, 1), 0);
+    assert_int_equal(store_wait(s, chained, 1), 0);
     assert_int_equal(store_ticket_failed(s, chained), 0);
     int n = 0;
     assert_int_equal(store_trials_each(s, sid, 1, count_trial, &n), 0);

@@ -245,14 +245,9 @@ static void check_cell_gps(kb_space *sp, kb_rng *rng, const double *cand, size_t
         random_step(e, r, &drv);
         if (s % 50 != 49)
             continue;
-        /* y standardized as kb__output_stats does: sample mean and sd (n - 1). */
-        double m = 0.0, v = 0.0;
-        for (size_t i = 0; i < r->n_obs; i++)
-            m += r->obs_y[i];
-        m /= (double)r->n_obs;
-        for (size_t i = 0; i < r->n_obs; i++)
-            v += (r->obs_y[i] - m) * (r->obs_y[i] - m);
-        double sd = r->n_obs > 1 ? sqrt(v / (double)(r->n_obs - 1)) : 1.0;
+        /* y standardized as kb__output_stats does, over distinct points */
+        double m, sd;
+        tu_distinct_stats(r->obs_u, r->obs_y, r->n_obs, D, &m, &sd);
         for (int q = 0; q < 40; q++) {
             double u[D];
             for (size_t j = 0; j < D; j++)

@@ -75,7 +75,8 @@ static const vcase cases[] = {
     {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"candidates\",\"candidates\":[[1]],\"candidate_set\":1}}", API_INVALID, "space.candidates"},
     {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"candidates\",\"candidate_set\":0}}", API_INVALID, "space.candidate_set"},
     {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"ball\"}}", API_INVALID, "space.type"},
-    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"float\",\"low\":1,\"high\":1}]}}", API_INVALID, "space.params[0].high"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"float\",\"low\":1,\"high\":0.5}]}}", API_INVALID, "space.params[0].high"},
+    {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"int\",\"low\":2,\"high\":1}]}}", API_INVALID, "space.params[0].high"},
     {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"float\",\"low\":0,\"high\":1,\"log\":true}]}}", API_INVALID, "space.params[0].low"},
     {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"int\",\"low\":0.5,\"high\":1}]}}", API_INVALID, "space.params[0].low"},
     {P_STUDY, "{\"name\":\"s\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"categorical\",\"choices\":[]}]}}", API_INVALID, "space.params[0].choices"},
@@ -408,6 +409,74 @@ static void box_mapping(void **state)
     proto_study_spec_clear(&s);
 }
 
+/* low == high, int or float, linear or log: every x gives the value, the value gives a
+ * finite x (no 0/0 from the zero width). */
+static void one_value_ranges(void **state)
+{
+    (void)state;
+    const char *doc = "{\"name\":\"w\",\"space\":{\"type\":\"box\",\"params\":["
+                      "{\"name\":\"f\",\"type\":\"float\",\"low\":0.3,\"high\":0.3},"
+                      "{\"name\":\"g\",\"type\":\"float\",\"low\":0.7,\"high\":0.7,\"log\":true},"
+                      "{\"name\":\"k\",\"type\":\"int\",\"low\":5,\"high\":5},"
+                      "{\"name\":\"m\",\"type\":\"int\",\"low\":3,\"high\":3,\"log\":true}]}}";
+    api_error err;
+    json_t *j = proto_parse_object(doc, strlen(doc), &err);
+    study_spec s;
+    assert_int_equal(proto_study_spec_parse(j, &s, &err), 0);
+    assert_int_equal(proto_study_spec_check_new(&s, &err), 0);
+    json_decref(j);
+    for (int i = 0; i <= 4; i++) {
+        double u = i / 4.0, x[4] = {u, u, u, u}, back[4];
+        json_t *p = proto_params_from_x(&s, x);
+        assert_true(json_real_value(json_object_get(p, "f")) == 0.3);
+        assert_true(json_real_value(json_object_get(p, "g")) == 0.7);
+        assert_int_equal(json_integer_value(json_object_get(p, "k")), 5);
+        assert_int_equal(json_integer_value(json_object_get(p, "m")), 3);
+        assert_int_equal(proto_params_to_x(&s, p, "params", back, &err), 0);
+        for (int d = 0; d < 4; d++)
+            assert_true(back[d] == 0.5);
+        json_decref(p);
+    }
+    proto_study_spec_clear(&s);
+}
+
+/* Repeated categorical choices parse (stored studies must load) but fail the rules of
+ * a new study, naming the first repeat; numbers compare by value, types never mix. */
+static void repeated_choices(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *choices, *field; /* NULL: distinct */
+    } choice_cases[] = {
+        {"[\"a\",\"b\",\"c\",\"b\",\"a\"]", "space.params[1].choices[3]"},
+        {"[1,2,1.0]", "space.params[1].choices[2]"},
+        {"[0.5,5e-1]", "space.params[1].choices[1]"},
+        {"[false,true,false]", "space.params[1].choices[2]"},
+        {"[\"ab\",\"a\",\"abc\",\"b\"]", NULL},
+        {"[true,1,\"1\",\"true\",1.5,false,0,\"\"]", NULL},
+    };
+    for (size_t c = 0; c < sizeof choice_cases / sizeof choice_cases[0]; c++) {
+        char doc[512];
+        snprintf(doc, sizeof doc, "{\"name\":\"w\",\"space\":{\"type\":\"box\",\"params\":["
+                 "{\"name\":\"f\",\"type\":\"float\",\"low\":0,\"high\":1},"
+                 "{\"name\":\"c\",\"type\":\"categorical\",\"choices\":%s}]}}", choice_cases[c].choices);
+        api_error err = {0};
+        json_t *j = proto_parse_object(doc, strlen(doc), &err);
+        study_spec s;
+        assert_int_equal(proto_study_spec_parse(j, &s, &err), 0);
+        json_decref(j);
+        int rc = proto_study_spec_check_new(&s, &err);
+        if (choice_cases[c].field) {
+            assert_int_equal(rc, -1);
+            assert_int_equal(err.code, API_INVALID);
+            assert_string_equal(err.field, choice_cases[c].field);
+        } else {
+            assert_int_equal(rc, 0);
+        }
+        proto_study_spec_clear(&s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +488,8 @@ int main(void)
         cmocka_unit_test(csv_bom_and_wide_box),
         cmocka_unit_test(csv_20000_by_8),
         cmocka_unit_test(box_mapping),
+        cmocka_unit_test(one_value_ranges),
+        cmocka_unit_test(repeated_choices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,10 +62,10 @@ static void exact_cov(const kb_kernel *k, const double *X, size_t n, double nois
 }
 
 /* An engine on a finite set of 40 random points in [0,1]^2, warm-started with NOBS
- * observations X (returned, NOBS x DIM) of a smooth function; raw units (no scaling)
- * so that the engine's posterior is tu_exact_posterior's. */
+ * observations X (returned, NOBS x DIM) of a smooth function; raw input units, outputs
+ * scaled by `out` ("none": the engine's posterior is tu_exact_posterior's). */
 static kb_engine *warm_engine(const char *name, const char *const *opts, const double *vals,
-                              double *X, double *y)
+                              const char *out, double *X, double *y)
 {
     kb_error err;
     kb_rng rng;
@@ -75,7 +75,7 @@ static kb_engine *warm_engine(const char *name, const char *const *opts, const d
     kb_config *cfg = kb_config_new(name, &err);
     assert_non_null(cfg);
     assert_int_equal(kb_config_set_string(cfg, "input_scaling", "none", &err), 0);
-    assert_int_equal(kb_config_set_string(cfg, "output_scaling", "none", &err), 0);
+    assert_int_equal(kb_config_set_string(cfg, "output_scaling", out, &err), 0);
     assert_int_equal(kb_config_set_number(cfg, "lengthscale", 0.4, &err), 0);
     assert_int_equal(kb_config_set_number(cfg, "lambda", 0.05, &err), 0);
     for (size_t i = 0; opts[i]; i++)
@@ -175,7 +175,7 @@ static void gp_ts_samples_have_exact_posterior(void **state)
     const char *const opts[] = {"B", "R", "v_scale", NULL};
     const double vals[] = {1, 0, 1};
     double X[NOBS * DIM], y[NOBS], U[NTEST * DIM], mean[NTEST], var[NTEST], cov[NTEST * NTEST];
-    kb_engine *e = warm_engine("gp-ts", opts, vals, X, y);
+    kb_engine *e = warm_engine("gp-ts", opts, vals, "none", X, y);
     test_points(U);
     kb_kernel k = tu_kernel(KB_KERNEL_RBF, DIM, 0.4);
     assert_int_equal(tu_exact_posterior(&k, X, y, NOBS, 0.05, U, NTEST, mean, var), 0);
@@ -207,7 +207,7 @@ static void sgp_ts_samples_match_exact_posterior(void **state)
     const char *const opts[] = {"q", "B", "R", "alpha_scale", "features", NULL};
     const double vals[] = {1e9, 0, 0, 1, 1000};
     double X[NOBS * DIM], y[NOBS], U[NTEST * DIM], mean[NTEST], var[NTEST], cov[NTEST * NTEST];
-    kb_engine *e = warm_engine("sgp-ts", opts, vals, X, y);
+    kb_engine *e = warm_engine("sgp-ts", opts, vals, "none", X, y);
     kb_stats st;
     kb_engine_stats(e, &st);
     assert_int_equal(st.dict_size, NOBS);
@@ -234,6 +234,66 @@ static void sgp_ts_samples_match_exact_posterior(void **state)
     free(F);
     tu_kernel_free(&k);
     kb_engine_free(e);
+}
+
+/* Outputs standardized over distinct points (kb__output_stats): after a repeated
+ * observe and more tells than candidates (so arms repeat), the posterior is the exact GP
+ * on every observation with y standardized by tu_distinct_stats, and differs from the
+ * per-evaluation standardization. */
+static void check_distinct_standardization(const char *name, const char *const *opts,
+                                           const double *vals, double tol)
+{
+    enum { STEPS = 60, MAXO = NOBS + 1 + STEPS };
+    double X[MAXO * DIM], y[MAXO], ys[MAXO], U[NTEST * DIM], mean[NTEST], var[NTEST];
+    double pm[NTEST], psd[NTEST], m, sd;
+    kb_error err;
+    kb_engine *e = warm_engine(name, opts, vals, "standardize", X, y);
+    size_t n = NOBS;
+    memcpy(X + n * DIM, X, DIM * sizeof *X);
+    y[n] = y[0] + 0.5;
+    assert_int_equal(kb_engine_observe(e, X + n * DIM, y[n], &err), 0);
+    n++;
+    for (int s = 0; s < STEPS; s++, n++) {
+        kb_point p;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), 0);
+        assert_int_equal(res.n, 1);
+        memcpy(X + n * DIM, p.x, DIM * sizeof *X);
+        y[n] = sin(4 * p.x[0]) + cos(3 * p.x[1]) + 0.01 * (s % 3 - 1);
+        assert_int_equal(kb_engine_tell(e, p.handle, y[n], &err), 0);
+    }
+    test_points(U);
+    kb_kernel k = tu_kernel(KB_KERNEL_RBF, DIM, 0.4);
+    assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
+    tu_distinct_stats(X, y, n, DIM, &m, &sd);
+    for (size_t i = 0; i < n; i++)
+        ys[i] = (y[i] - m) / sd;
+    assert_int_equal(tu_exact_posterior(&k, X, ys, n, 0.05, U, NTEST, mean, var), 0);
+    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < tol);
+    /* per evaluation: every row its own point */
+    double pe_m = 0.0, pe_s2 = 0.0;
+    for (size_t i = 0; i < n; i++)
+        pe_m += y[i] / (double)n;
+    for (size_t i = 0; i < n; i++)
+        pe_s2 += (y[i] - pe_m) * (y[i] - pe_m);
+    for (size_t i = 0; i < n; i++)
+        ys[i] = (y[i] - pe_m) / sqrt(pe_s2 / (double)(n - 1));
+    assert_int_equal(tu_exact_posterior(&k, X, ys, n, 0.05, U, NTEST, mean, var), 0);
+    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) > 1e-3); /* the test discriminates */
+    tu_kernel_free(&k);
+    kb_engine_free(e);
+}
+
+static void outputs_standardized_over_distinct_points(void **state)
+{
+    (void)state;
+    const char *const gp_opts[] = {"B", "R", "v_scale", NULL};
+    const double gp_vals[] = {1, 0, 1};
+    check_distinct_standardization("gp-ts", gp_opts, gp_vals, 1e-8);
+    /* q huge: every distinct observed point is inducing, the sparse posterior exact */
+    const char *const sgp_opts[] = {"q", "B", "R", "alpha_scale", "features", NULL};
+    const double sgp_vals[] = {1e9, 0, 0, 1, 1000};
+    check_distinct_standardization("sgp-ts", sgp_opts, sgp_vals, 1e-7);
 }
 
 /* ------------------------------------------------- engine-level behaviour */
@@ -433,6 +493,7 @@ int main(void)
         cmocka_unit_test(random_features_match_kernel),
         cmocka_unit_test(gp_ts_samples_have_exact_posterior),
         cmocka_unit_test(sgp_ts_samples_match_exact_posterior),
+        cmocka_unit_test(outputs_standardized_over_distinct_points),
         cmocka_unit_test(deterministic_and_restorable),
         cmocka_unit_test(finds_the_optimum_region),
         cmocka_unit_test(refresh_every_and_exhaustion),

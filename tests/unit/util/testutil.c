@@ -60,6 +60,45 @@ done:
     return rc;
 }
 
+/* Coordinate equality as == compares (0.0 == -0.0). */
+static int same_row(const double *a, const double *b, size_t d)
+{
+    for (size_t j = 0; j < d; j++)
+        if (a[j] != b[j])
+            return 0;
+    return 1;
+}
+
+void tu_distinct_stats(const double *X, const double *y, size_t n, size_t d, double *mean,
+                       double *sd)
+{
+    double *avg = malloc((n ? n : 1) * sizeof *avg), s = 0.0, s2 = 0.0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t first = 0, cnt = 0;
+        double sum = 0.0;
+        while (!same_row(X + first * d, X + i * d, d))
+            first++;
+        if (first < i)
+            continue; /* counted with its first occurrence */
+        for (size_t j = i; j < n; j++)
+            if (same_row(X + j * d, X + i * d, d)) {
+                sum += y[j];
+                cnt++;
+            }
+        avg[k++] = sum / (double)cnt;
+    }
+    for (size_t g = 0; g < k; g++)
+        s += avg[g];
+    *mean = k ? s / (double)k : 0.0;
+    for (size_t g = 0; g < k; g++)
+        s2 += (avg[g] - *mean) * (avg[g] - *mean);
+    *sd = k > 1 ? sqrt(s2 / (double)(k - 1)) : 1.0;
+    if (!(*sd > 1e-12))
+        *sd = 1.0;
+    free(avg);
+}
+
 double tu_max_rel_err(const double *a, const double *b, size_t n, double floor)
 {
     double worst = 0.0;

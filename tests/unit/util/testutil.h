@@ -19,6 +19,13 @@ double *tu_uniform_matrix(kb_rng *rng, size_t n, size_t d, double lo, double hi)
 int tu_exact_posterior(const kb_kernel *k, const double *X, const double *y, size_t n,
                        double noise, const double *Xs, size_t m, double *mean, double *var);
 
+/* The output standardization of the engines (kb__output_stats), computed independently:
+ * rows of X (n x d) with identical coordinates form one distinct point with the average
+ * of their y; *mean and *sd are the sample mean and sd (n - 1) of those averages (mean 0
+ * without rows; sd 1 below two distinct points or below 1e-12). Quadratic in n. */
+void tu_distinct_stats(const double *X, const double *y, size_t n, size_t d, double *mean,
+                       double *sd);
+
 /* max_i |a_i - b_i| / max(|b_i|, floor) */
 double tu_max_rel_err(const double *a, const double *b, size_t n, double floor);
 
