@@ -627,8 +627,9 @@ static void sample_dictionary(kb_engine *e, dataset *ds)
     }
 }
 
-/* Kc columns of the slots fresh[0..n): k(x_i, S_slot) for every candidate, by one
- * kernel matrix (row-major A x n) copied out column by column. */
+/* Kc columns of the slots fresh[0..n): k(x_i, S_slot) for every candidate, as one kernel
+ * matrix of the new points against the candidates (n x A row-major: each row is a
+ * column of Kc, copied whole). */
 static int fill_columns(kb_engine *e, const size_t *fresh, size_t n)
 {
     bbkb *st = e->impl;
@@ -638,10 +639,9 @@ static int fill_columns(kb_engine *e, const size_t *fresh, size_t n)
     for (size_t k = 0; !rc && k < n; k++)
         memcpy(U + k * d, st->S + fresh[k] * d, d * sizeof *U);
     if (!rc && n)
-        kb_kernel_matrix(&e->kernel, e->space->u, A, U, n, K);
-    for (size_t i = 0; !rc && i < A; i++)
-        for (size_t k = 0; k < n; k++)
-            st->Kc[fresh[k] * A + i] = K[i * n + k];
+        kb_kernel_matrix(&e->kernel, U, n, e->space->u, A, K);
+    for (size_t k = 0; !rc && k < n; k++)
+        memcpy(st->Kc + fresh[k] * A, K + k * A, A * sizeof *K);
     free(U);
     free(K);
     return rc;
