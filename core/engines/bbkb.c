@@ -135,7 +135,7 @@ typedef struct bbkb {
     double *coin;     /* dictionary = coupled: per candidate, its uniform draw (NAN: none yet) */
     double *kdiag;    /* k(x_i, x_i) */
     double *Z;        /* A x r: row i is z(x_i) when zstamp[i] == zgen (see zrow); also
-                       * the scratch of candidate_variances, which bumps zgen */
+                       * the scratch of candidate_posterior, which bumps zgen */
     size_t cap_z;
     uint64_t *zstamp, zgen;
     double *resid;    /* k(x,x) - ||z||^2, valid with row i of Z */
@@ -243,12 +243,12 @@ static void chol_update(double *L, size_t r, double *x)
 static const double *zrow(bbkb *st, size_t i)
 {
     double *z = st->Z + i * st->r;
-    if (st->zstamp[i] != st->zgen && st->r) {
+    if (st->zstamp[i] == st->zgen)
+        return z;
+    if (st->r)
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)st->m, (int)st->r, 1.0, st->W,
                     (int)st->r, st->Kc + i, (int)st->A, 0.0, z, 1);
-        st->resid[i] = st->kdiag[i] - cblas_ddot((int)st->r, z, 1, z, 1);
-    } else if (!st->r)
-        st->resid[i] = st->kdiag[i];
+    st->resid[i] = st->kdiag[i] - (st->r ? cblas_ddot((int)st->r, z, 1, z, 1) : 0.0);
     st->zstamp[i] = st->zgen;
     return z;
 }
@@ -604,10 +604,11 @@ static int closing_variances(kb_engine *e, dataset *ds)
  * candidate share a row, so each is included at most once: a row standing for n_all
  * selections enters if any of them is drawn, with p' = 1 - (1 - p)^n_all.
  * dictionary = coupled draws that decision with the candidate's own coin, kept across
- * resparsifications (the coupling of SQUEAK, Calandriello et al. 2017, that BKB's
- * analysis builds on): each epoch's inclusion probability is unchanged, but a point
- * stays in or out until its p crosses its coin, so consecutive dictionaries share most
- * points and place_dictionary reuses their kernel columns. */
+ * resparsifications (seed 000 section 3, "Incremental dictionary update", which notes
+ * that its analysis in the bandit setting is open): each draw still has probability p',
+ * but a point stays in or out until its p' crosses its coin, so consecutive dictionaries
+ * share most points and place_dictionary reuses their kernel columns. Observes and
+ * points off the current pool have no coin and are drawn afresh. */
 static void sample_dictionary(kb_engine *e, dataset *ds)
 {
     bbkb *st = e->impl;
