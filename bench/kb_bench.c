@@ -538,7 +538,8 @@ int main(int argc, char **argv)
            "\"batches\": %zu, \"batch_mean\": %.4g, \"batch_max\": %.0f, "
            "\"batch_mean_first_half\": %.4g, \"batch_mean_second_half\": %.4g, "
            "\"dict_mean\": %.4g, \"dict_max\": %.0f, \"idle_fraction\": %.4f, "
-           "\"peak_rss_mb\": %.1f, \"ask_us_mean\": %s, \"gflops_resparsify\": %.2f",
+           "\"peak_rss_mb\": %.1f, \"ask_us_mean\": %s, \"gflops_resparsify\": %.2f, "
+           "\"epochs_low_rank\": %llu",
            o.engine, o.problem, p.A, p.d, r.evals, (unsigned long long)o.seed, o.W, o.mode,
            r.evals && gap > 0 ? r.cum_regret / ((double)r.evals * gap) : 0.0,
            r.evals ? r.fstar - r.best_f : r.fstar, wall, st.sec_embed, st.sec_resparsify,
@@ -546,7 +547,8 @@ int main(int argc, char **argv)
            r.dict_n ? r.dict_sum / (double)r.dict_n : 0.0, r.dict_max, idle,
            (double)ru.ru_maxrss / 1024.0, ask_us,
            st.sec_embed + st.sec_resparsify > 0
-               ? st.flop_l3 / (st.sec_embed + st.sec_resparsify) / 1e9 : 0.0);
+               ? st.flop_l3 / (st.sec_embed + st.sec_resparsify) / 1e9 : 0.0,
+           (unsigned long long)st.epochs_low_rank);
     print_curve(&r, gap);
     printf("}\n");
     kb_engine_free(r.e);

@@ -243,12 +243,16 @@ typedef struct kb_stats {
     size_t dict_size;       /* inducing points / dictionary size (0 when n/a) */
     size_t candidates;      /* size of the current candidate set or pool */
     int init_phase;         /* 1 while uncertainty sampling to reach parallelism P */
+    double start_var_max;   /* bbkb: the largest sigma~^2 over the candidates at the epoch
+                             * start, which the initialization compares with 1 / P */
     double sec_embed;       /* cumulative seconds: embedding candidates */
     double sec_resparsify;  /* dictionary sampling and posterior rebuild */
     double sec_ask;         /* selecting points */
     double sec_tell;        /* feedback incorporation */
     double flop_l3;         /* floating-point operations of the BLAS-3 products in
                              * sec_embed + sec_resparsify (0 when not counted) */
+    uint64_t epochs_low_rank; /* bbkb: epochs whose start variances came from a low-rank
+                               * update of the previous ones (epoch_start = auto) */
 } kb_stats;
 
 void kb_engine_stats(const kb_engine *e, kb_stats *out);
