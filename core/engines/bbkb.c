@@ -147,9 +147,10 @@ typedef struct bbkb {
     size_t *slot_of;  /* per candidate: its dictionary slot, or NONE */
     double *coin;     /* dictionary = coupled: per candidate, its uniform draw (NAN: none yet) */
     double *kdiag;    /* k(x_i, x_i) */
-    double *Z;        /* A x r: row i is z(x_i) when zstamp[i] == zgen (see zrow); also
-                       * the scratch of candidate_posterior, which bumps zgen */
+    double *Z;        /* A x r: row i is z(x_i) when zstamp[i] == zgen (see zrow) */
     size_t cap_z;
+    double *gbuf;     /* subtract_forms' scratch */
+    size_t cap_gbuf;
     uint64_t *zstamp, zgen;
     double *resid;    /* k(x,x) - ||z||^2, valid with row i of Z */
     double *mu, *var_start, *var, *key;
@@ -166,6 +167,13 @@ typedef struct bbkb {
     int lr_ok;
     size_t *old_to_new, cap_o2n, n_gone, cap_gone;
     double *Kgone;
+    /* kernel columns of points that left the dictionary, for when they come back (a
+     * sampled dictionary redraws every point at each resparsification): column j of
+     * Kaway (A x cap_away) is k(., x_{away_cand[j]}) (away_cand[j] == NONE: free),
+     * away_of[i] its column for candidate i or NONE, away_used[j] when stored (LRU) */
+    double *Kaway;
+    size_t *away_cand, *away_of, cap_away;
+    uint64_t *away_used, away_clock;
     uint64_t *stamp;
     size_t *heap, n_heap, *aside;
     /* model */
@@ -322,31 +330,36 @@ static int variance_factor(const bbkb *st, const double *L, double **F, size_t *
 /* For every candidate i, var[i] -= sum_j sign_j (k(x_i)^T H_j)^2 over the first k
  * columns of H (column-major, leading dimension ld; sign NULL: all +1), and, when mu is
  * not NULL, mu[i] = k(x_i)^T H_k, with k(x_i) = the cached kernel columns: the m
- * dictionary slots of Kc, then the n_gone departed ones of Kgone when ld > m. One dgemm
- * per block; uses Z as scratch (bumps zgen). */
+ * dictionary slots of Kc, then the n_gone departed ones of Kgone when ld > m. dgemm over
+ * blocks of ROW_BLOCK candidates, so that the product is summed while still in cache. */
+#define ROW_BLOCK 1024
 static int subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
                           const double *sign, double *var, double *mu)
 {
     size_t A = st->A, m = st->m, nc = k + (mu != NULL);
     if (nc == 0)
         return KB_OK;
-    if (grow((void **)&st->Z, &st->cap_z, A * nc, sizeof *st->Z))
+    if (grow((void **)&st->gbuf, &st->cap_gbuf, ROW_BLOCK * nc, sizeof *st->gbuf))
         return KB_ENOMEM;
-    cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)A, (int)nc, (int)m, 1.0,
-                st->Kc, (int)A, H, (int)ld, 0.0, st->Z, (int)A);
-    if (ld > m)
-        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)A, (int)nc, (int)(ld - m),
-                    1.0, st->Kgone, (int)A, H + m, (int)ld, 1.0, st->Z, (int)A);
-    st->flop_l3 += 2.0 * (double)A * (double)ld * (double)nc;
-    st->zgen++;
-    for (size_t j = 0; j < k; j++) {
-        const double *g = st->Z + j * A;
-        double s = sign ? sign[j] : 1.0;
-        for (size_t i = 0; i < A; i++)
-            var[i] -= s * g[i] * g[i];
+    for (size_t i0 = 0; i0 < A; i0 += ROW_BLOCK) {
+        size_t n = A - i0 < ROW_BLOCK ? A - i0 : ROW_BLOCK;
+        double *G = st->gbuf;
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)nc, (int)m, 1.0,
+                    st->Kc + i0, (int)A, H, (int)ld, 0.0, G, (int)n);
+        if (ld > m)
+            cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)nc,
+                        (int)(ld - m), 1.0, st->Kgone + i0, (int)A, H + m, (int)ld, 1.0, G,
+                        (int)n);
+        for (size_t j = 0; j < k; j++) {
+            const double *g = G + j * n;
+            double s = sign ? sign[j] : 1.0;
+            for (size_t i = 0; i < n; i++)
+                var[i0 + i] -= s * g[i] * g[i];
+        }
+        if (mu)
+            memcpy(mu + i0, G + k * n, n * sizeof *mu);
     }
-    if (mu)
-        memcpy(mu, st->Z + k * A, A * sizeof *mu);
+    st->flop_l3 += 2.0 * (double)A * (double)ld * (double)nc;
     return KB_OK;
 }
 
@@ -478,6 +491,10 @@ static void new_pool(kb_engine *e)
         st->kdiag_max = st->kdiag[i] > st->kdiag_max ? st->kdiag[i] : st->kdiag_max;
     }
     st->mstart_valid = 0;
+    for (size_t i = 0; i < st->A; i++)
+        st->away_of[i] = NONE;
+    for (size_t j = 0; j < st->cap_away; j++)
+        st->away_cand[j] = NONE;
     for (size_t j = 0; j < st->m; j++)
         st->dcand[j] = NONE;
     st->zgen++;
@@ -493,11 +510,14 @@ static void bbkb_destroy(kb_engine *e)
     double *arrays[] = {st->S, st->W, st->Kc, st->kdiag, st->Z, st->resid, st->mu,
                         st->var_start, st->var, st->key, st->V, st->L, st->Lstart, st->w,
                         st->buf, st->rsum, st->trial_var, st->obs_var, st->Mstart,
-                        st->Kgone};
+                        st->Kgone, st->Kaway, st->gbuf};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]);
     free(st->dcand);
     free(st->old_to_new);
+    free(st->away_cand);
+    free(st->away_of);
+    free(st->away_used);
     free(st->slot_of);
     free(st->coin);
     free(st->zstamp);
@@ -557,9 +577,10 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     st->stamp = malloc(A * sizeof *st->stamp);
     st->heap = malloc(A * sizeof *st->heap);
     st->aside = malloc(A * sizeof *st->aside);
+    st->away_of = malloc(A * sizeof *st->away_of);
     if (!st->resid || !st->kdiag || !st->slot_of || !st->coin || !st->zstamp || !st->mu ||
         !st->var_start || !st->var || !st->key || !st->rsum || !st->stamp || !st->heap ||
-        !st->aside) {
+        !st->aside || !st->away_of) {
         bbkb_destroy(e);
         e->impl = NULL;
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
@@ -737,10 +758,55 @@ static int fill_columns(kb_engine *e, const size_t *fresh, size_t n)
     return rc;
 }
 
+/* Keeps the kernel column of candidate c, leaving the dictionary, in Kaway, evicting the
+ * least recently stored when full. Capacity follows the dictionary size (memory stays
+ * O(A m)); out of memory only loses the cache's help. */
+static void store_away(bbkb *st, size_t c, const double *col)
+{
+    size_t cap = st->cap_away, want = st->m > 32 ? st->m : 32, j = 0;
+    if (cap < want) {
+        double *K = realloc(st->Kaway, want * st->A * sizeof *K);
+        size_t *ac = K ? realloc(st->away_cand, want * sizeof *ac) : NULL;
+        uint64_t *au = ac ? realloc(st->away_used, want * sizeof *au) : NULL;
+        st->Kaway = K ? K : st->Kaway;
+        st->away_cand = ac ? ac : st->away_cand;
+        st->away_used = au ? au : st->away_used;
+        if (au) {
+            for (size_t k = cap; k < want; k++)
+                st->away_cand[k] = NONE;
+            st->cap_away = cap = want;
+        }
+    }
+    if (cap == 0)
+        return;
+    for (size_t k = 1; k < cap && st->away_cand[j] != NONE; k++)
+        if (st->away_cand[k] == NONE || st->away_used[k] < st->away_used[j])
+            j = k;
+    if (st->away_cand[j] != NONE)
+        st->away_of[st->away_cand[j]] = NONE;
+    memcpy(st->Kaway + j * st->A, col, st->A * sizeof *col);
+    st->away_cand[j] = c;
+    st->away_used[j] = ++st->away_clock;
+    st->away_of[c] = j;
+}
+
+/* Copies candidate c's column back from Kaway into dst, if it is there. */
+static int fetch_away(bbkb *st, size_t c, double *dst)
+{
+    if (c == NONE || st->away_of[c] == NONE)
+        return 0;
+    size_t j = st->away_of[c];
+    memcpy(dst, st->Kaway + j * st->A, st->A * sizeof *dst);
+    st->away_cand[j] = NONE;
+    st->away_of[c] = NONE;
+    return 1;
+}
+
 /* Saves what low_rank_start needs of the dictionary being replaced, before
  * place_dictionary overwrites slots: the kernel columns of the points leaving it (in
  * Kgone) and, in old_to_new, where each old slot goes (its new slot, filled in by
- * place_dictionary, or m + g for the g-th point leaving). claimed[k]: old slot k stays.
+ * place_dictionary, or m + g for the g-th point leaving); and every departed column in
+ * the Kaway cache. claimed[k]: old slot k stays.
  * Sets lr_ok = 0 when the update cannot apply: a point off the current pool (no
  * kdiag_max bound) or more departures than are worth saving. */
 static int save_departures(bbkb *st, const unsigned char *claimed, size_t m, int off_pool)
@@ -750,8 +816,10 @@ static int save_departures(bbkb *st, const unsigned char *claimed, size_t m, int
     for (size_t k = 0; k < st->m; k++) {
         st->lr_ok &= st->dcand[k] != NONE;
         gone += !claimed[k];
+        if (!claimed[k] && st->dcand[k] != NONE)
+            store_away(st, st->dcand[k], st->Kc + k * st->A);
     }
-    st->lr_ok &= 4 * gone <= m;
+    st->lr_ok &= 2 * gone <= m; /* else the rank, >= 2 gone, makes it dearer */
     if (!st->lr_ok)
         return KB_OK;
     if (grow((void **)&st->old_to_new, &st->cap_o2n, st->m, sizeof *st->old_to_new) ||
@@ -770,8 +838,9 @@ static int save_departures(bbkb *st, const unsigned char *claimed, size_t m, int
 }
 
 /* Lays the drawn rows out as the new dictionary: a candidate that was already in it keeps
- * its slot and so its cached kernel column, and only new points (or points off the
- * current pool) cost a column of A kernel evaluations. Fills S, dcand, slot_of, Kc. */
+ * its slot and so its cached kernel column, one back from Kaway copies its column, and
+ * only new points (or points off the current pool) cost a column of A kernel
+ * evaluations. Fills S, dcand, slot_of, Kc. */
 static int place_dictionary(kb_engine *e, const dataset *ds)
 {
     bbkb *st = e->impl;
@@ -812,9 +881,9 @@ static int place_dictionary(kb_engine *e, const dataset *ds)
         taken[next] = 1;
         slot[j] = next;
         memcpy(st->S + next * d, ds->rows[j].u, d * sizeof(double));
-        if (old == NONE)
+        if (old == NONE && !fetch_away(st, c, st->Kc + next * st->A))
             fresh[nfresh++] = next;
-        else
+        else if (old != NONE)
             memcpy(st->Kc + next * st->A, st->Kc + old * st->A, st->A * sizeof *st->Kc);
         if (st->lr_ok && old != NONE)
             st->old_to_new[old] = next;
@@ -1024,7 +1093,7 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
     }
     double knorm = (double)u * st->kdiag_max * st->kdiag_max;
     double err = st->start_err + knorm * (2.0 * tol + (double)u * DBL_EPSILON * big);
-    if (ok && 2 * (k + 1) * u <= (r + 1) * m &&
+    if (ok && (k + 1) * u <= (r + 1) * m &&
         err <= START_ERR_LIMIT * st->kdiag_max / st->lambda) {
         memset(H + k * u, 0, u * sizeof *H);
         cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)r, 1.0, st->W, (int)r, st->w, 1,
