@@ -7,9 +7,10 @@
  *   - Nystrom embedding z(x) = K_S^{+/2} k_S(x) from the dictionary S (section 2), by
  *     an eigendecomposition of K_S. The kernel columns k(x_i, s) of every candidate are
  *     cached per dictionary point and reused while the point stays in the dictionary
- *     (place_dictionary), and the epoch-start mean and variance of all A candidates come
- *     from one dgemm over those columns (candidate_posterior); z(x_i) itself is formed
- *     only for the candidates an epoch touches (zrow). Per resparsification: A x (new
+ *     (place_dictionary) or when it comes back (Kaway), and the epoch-start mean and
+ *     variance of all A candidates come from one dgemm over those columns
+ *     (candidate_posterior); z(x_i) itself is formed only for the candidates an epoch
+ *     touches (zrow). Per resparsification: A x (new
  *     dictionary points) kernel evaluations and 2 A m r flops, Appendix C's A m^2 term;
  *     or, when few points entered or left the dictionary, 2 A m (rank + 1) flops for a
  *     low-rank update of the previous epoch's variances (low_rank_start);
