@@ -21,6 +21,7 @@
 #include "../../server/log.h"
 #include "../../server/storage.h"
 #include "../../server/study.h"
+#include "util/studyutil.h"
 #include "util/testutil.h"
 
 static int count_trial(void *ud, const trial_rec *t)
@@ -74,19 +75,9 @@ static void queued_after_a_failure_is_not_applied(void **state)
 
 static int64_t new_study(void)
 {
-    const char *doc = "{\"name\":\"c\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\","
-                      "\"type\":\"float\",\"low\":0,\"high\":1}]},\"engine\":{\"name\":\"random\","
-                      "\"settings\":{\"seed\":3,\"pool_size\":64}}}";
-    api_error err;
-    study_spec spec;
-    json_t *j = proto_parse_object(doc, strlen(doc), &err);
-    assert_int_equal(proto_study_spec_parse(j, &spec, &err), 0);
-    json_decref(j);
-    json_t *st = study_create(&spec, &err);
-    assert_non_null(st);
-    int64_t id = json_integer_value(json_object_get(st, "id"));
-    json_decref(st);
-    return id;
+    return tu_new_study("{\"name\":\"c\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\","
+                        "\"type\":\"float\",\"low\":0,\"high\":1}]},\"engine\":{\"name\":\"random\","
+                        "\"settings\":{\"seed\":3,\"pool_size\":64}}}");
 }
 
 /* Asks n trials of study sid (ids 1..n in order). */

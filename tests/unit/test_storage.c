@@ -20,6 +20,7 @@
 #include "../../server/storage.h"
 #include "../../server/log.h"
 #include "../../server/study.h"
+#include "util/studyutil.h"
 #include "util/testutil.h"
 
 static void migrations_apply_once(void **state)
@@ -239,18 +240,8 @@ static void drive(int64_t sid, int rounds, double *xs_out, int *n_out)
 
 static int64_t new_study(void)
 {
-    const char *doc = "{\"name\":\"r\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"float\",\"low\":0,\"high\":1},"
-                      "{\"name\":\"b\",\"type\":\"int\",\"low\":1,\"high\":5}]},\"engine\":{\"name\":\"random\",\"settings\":{\"seed\":11,\"pool_size\":64}}}";
-    api_error err;
-    study_spec spec;
-    json_t *j = proto_parse_object(doc, strlen(doc), &err);
-    assert_int_equal(proto_study_spec_parse(j, &spec, &err), 0);
-    json_decref(j);
-    json_t *st = study_create(&spec, &err);
-    assert_non_null(st);
-    int64_t id = json_integer_value(json_object_get(st, "id"));
-    json_decref(st);
-    return id;
+    return tu_new_study("{\"name\":\"r\",\"space\":{\"type\":\"box\",\"params\":[{\"name\":\"a\",\"type\":\"float\",\"low\":0,\"high\":1},"
+                        "{\"name\":\"b\",\"type\":\"int\",\"low\":1,\"high\":5}]},\"engine\":{\"name\":\"random\",\"settings\":{\"seed\":11,\"pool_size\":64}}}");
 }
 
 static void restored_study_continues_identically(void **state)

@@ -1,0 +1,28 @@
+/*
+ * studyutil.c - see studyutil.h.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "../../../server/study.h"
+#include "studyutil.h"
+
+int64_t tu_new_study(const char *doc)
+{
+    api_error err;
+    study_spec spec;
+    json_t *j = proto_parse_object(doc, strlen(doc), &err);
+    assert_non_null(j);
+    assert_int_equal(proto_study_spec_parse(j, &spec, &err), 0);
+    json_decref(j);
+    json_t *st = study_create(&spec, &err);
+    assert_non_null(st);
+    int64_t id = json_integer_value(json_object_get(st, "id"));
+    json_decref(st);
+    return id;
+}
