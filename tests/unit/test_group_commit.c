@@ -24,13 +24,6 @@
 #include "util/studyutil.h"
 #include "util/testutil.h"
 
-static int count_trial(void *ud, const trial_rec *t)
-{
-    (void)t;
-    (*(int *)ud)++;
-    return 0;
-}
-
 /* Queues one trial row of study sid after ticket `after`; returns its ticket. */
 static uint64_t queue_trial(store *s, int64_t sid, int64_t id, uint64_t after)
 {
@@ -46,13 +39,9 @@ static uint64_t queue_trial(store *s, int64_t sid, int64_t id, uint64_t after)
 static void queued_after_a_failure_is_not_applied(void **state)
 {
     (void)state;
-    char *path = tu_temp_db("kb-test-gc"), err[256];
-    store *s = store_open(path, err, sizeof err);
-    assert_non_null(s);
+    char *path;
     int64_t sid;
-    assert_int_equal(store_begin(s), 0);
-    assert_int_equal(store_study_insert(s, "g", "{}", 1, &sid), 0);
-    assert_int_equal(store_commit(s), 0);
+    store *s = tu_store_with_study("kb-test-gc", &path, &sid);
     uint64_t bad = queue_trial(s, sid + 1, 1, 0); /* no such study: foreign key */
     assert_int_equal(store_wait(s, bad, 1), -1);
     assert_int_equal(store_ticket_failed(s, bad), 1);
@@ -64,7 +53,7 @@ static void queued_after_a_failure_is_not_applied(void **state)
     assert_int_equal(store_wait(s, chained, 1), 0);
     assert_int_equal(store_ticket_failed(s, chained), 0);
     int n = 0;
-    assert_int_equal(store_trials_each(s, sid, 1, count_trial, &n), 0);
+    assert_int_equal(store_trials_each(s, sid, 1, tu_count_trials, &n), 0);
     assert_int_equal(n, 2); /* trials 3 and 4 */
     assert_int_equal(store_integrity_check(s), 0);
     store_close(s);

@@ -169,23 +169,12 @@ static void *gc_worker(void *p)
     return NULL;
 }
 
-static int count_any(void *ud, const trial_rec *t)
-{
-    (void)t;
-    (*(int *)ud)++;
-    return 0;
-}
-
 static void group_commit_under_concurrency(void **state)
 {
     (void)state;
-    char *path = tu_temp_db("kb-test-storage"), err[256];
-    store *s = store_open(path, err, sizeof err);
-    assert_non_null(s);
+    char *path;
     int64_t id;
-    assert_int_equal(store_begin(s), 0);
-    assert_int_equal(store_study_insert(s, "g", "{}", 1, &id), 0);
-    assert_int_equal(store_commit(s), 0);
+    store *s = tu_store_with_study("kb-test-storage", &path, &id);
     enum { T = 6, N = 140 };
     pthread_t th[T];
     gc_arg args[T];
@@ -199,7 +188,7 @@ static void group_commit_under_concurrency(void **state)
         assert_null(rc);
     }
     int n = 0;
-    assert_int_equal(store_trials_each(s, id, 1, count_any, &n), 0);
+    assert_int_equal(store_trials_each(s, id, 1, tu_count_trials, &n), 0);
     assert_int_equal(n, T * (N - N / 7)); /* i % 7 == 3 rolled back: 20 of 140 */
     assert_int_equal(store_integrity_check(s), 0);
     store_close(s);

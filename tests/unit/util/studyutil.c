@@ -11,6 +11,7 @@
 
 #include "../../../server/study.h"
 #include "studyutil.h"
+#include "testutil.h"
 
 int64_t tu_new_study(const char *doc)
 {
@@ -25,4 +26,23 @@ int64_t tu_new_study(const char *doc)
     int64_t id = json_integer_value(json_object_get(st, "id"));
     json_decref(st);
     return id;
+}
+
+store *tu_store_with_study(const char *prefix, char **path, int64_t *sid)
+{
+    char err[256];
+    *path = tu_temp_db(prefix);
+    store *s = store_open(*path, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(store_begin(s), 0);
+    assert_int_equal(store_study_insert(s, "g", "{}", 1, sid), 0);
+    assert_int_equal(store_commit(s), 0);
+    return s;
+}
+
+int tu_count_trials(void *ud, const trial_rec *t)
+{
+    (void)t;
+    (*(int *)ud)++;
+    return 0;
 }
