@@ -747,6 +747,8 @@ static void bad_configurations_rejected(void **state)
     assert_string_equal(err.field, "batch_rule");
     assert_int_equal(kb_config_set_string(c, "beta", "huge", &err), KB_EINVAL);
     assert_string_equal(err.field, "beta");
+    assert_int_equal(kb_config_set_string(c, "epoch_start", "lazy", &err), KB_EINVAL);
+    assert_string_equal(err.field, "epoch_start");
     assert_int_equal(kb_config_set_number(c, "delta", 1.0, &err), 0);
     double rows[4] = {0, 0, 1, 1};
     kb_space *s = kb_space_new_finite(rows, 2, 2, &err);
