@@ -54,7 +54,8 @@
  * all embedded with the current dictionary; L = chol(V); Lstart = L at the epoch start;
  * for j < m, column j of Kc is k(., S_j) over the current candidates, and slot_of and
  * dcand are inverse maps between candidates and the slots that hold them;
- * |var_start[i] - sigma~^2_start(x_i)| <= start_err (0 unless low_rank_start ran);
+ * |var_start[i] - sigma~^2_start(x_i)| <= start_err, a rounding estimate (0 unless
+ * low_rank_start ran; measured errors stay 1e3-1e4 times below it);
  * var[i] >= the current sigma~^2 of candidate i, equal when stamp[i] == vstamp; the heap
  * holds every candidate keyed by its UCB (or variance during initialization) computed
  * from var[i]. Memory is O(A m + T m): no A x A or T x T matrix (Kc, Z: A x m each).
@@ -155,7 +156,7 @@ typedef struct bbkb {
     uint64_t *zstamp, zgen;
     double *resid;    /* k(x,x) - ||z||^2, valid with row i of Z */
     double *mu, *var_start, *var, *key;
-    double start_err; /* |var_start[i] - sigma~^2_start(x_i)| <= start_err (low_rank_start) */
+    double start_err; /* estimated bound on |var_start[i] - sigma~^2_start(x_i)| */
     double kdiag_max; /* max_i k(x_i, x_i) */
     /* epoch-start matrix M = W (I / lambda - V_start^{-1}) W^T, m_start x m_start over the
      * slots of that epoch's dictionary (lower triangle), and its rounding scale */
