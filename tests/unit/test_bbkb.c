@@ -666,10 +666,11 @@ static void low_rank_start_asks_as_full(void **state)
     kb_rng rng;
     kb_rng_seed(&rng, 21);
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
-    const char *opts[][6] = {
-        {"dictionary", "sampled", "parallelism", "0", "batch_rule", "global"},
-        {"dictionary", "coupled", "parallelism", "0", "batch_rule", "global"},
-        {"dictionary", "sampled", "parallelism", "6", "batch_rule", "local"},
+    const char *opts[][8] = {
+        {"dictionary", "sampled", "parallelism", "0", "batch_rule", "global", "retain", "0"},
+        {"dictionary", "sampled", "parallelism", "0", "batch_rule", "global", "retain", "0.5"},
+        {"dictionary", "coupled", "parallelism", "0", "batch_rule", "global", "retain", "0"},
+        {"dictionary", "sampled", "parallelism", "6", "batch_rule", "local", "retain", "0"},
     };
     for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
         kb_error err;
@@ -680,7 +681,7 @@ static void low_rank_start_asks_as_full(void **state)
         for (int full = 0; full < 2; full++) {
             const char *const *o = opts[k];
             kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.25, 0.05, "C", "2", o[0], o[1],
-                                       o[2], o[3], o[4], o[5], "epoch_start",
+                                       o[2], o[3], o[4], o[5], o[6], o[7], "epoch_start",
                                        full ? "full" : "auto", NULL);
             e[full] = kb_engine_create(c, s, &err);
             assert_non_null(e[full]);
@@ -704,6 +705,53 @@ static void low_rank_start_asks_as_full(void **state)
         kb_engine_free(e[1]);
         kb_space_free(s);
     }
+    free(Xc);
+}
+
+/* The dictionary sizes at each epoch start of a run that tells every point. */
+static void dictionary_sizes(const char *retain, const double *Xc, size_t M, size_t D,
+                             size_t *sizes, size_t n)
+{
+    kb_error err;
+    kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, 1.0, "C", "2", "seed", "3",
+                               "retain", retain, NULL);
+    kb_space *s = kb_space_new_finite(Xc, M, D, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    assert_non_null(e);
+    kb_stats st = {0};
+    for (size_t k = 0; k < n;) {
+        kb_point p;
+        kb_ask_result res;
+        if (!ask1(e, &p, &res))
+            tell_all_pending(e, D);
+        kb_engine_stats(e, &st);
+        if (st.epoch > k)
+            sizes[k++] = st.dict_size;
+    }
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+}
+
+/* retain keeps the previous dictionary's members: with an unlimited budget the
+ * dictionary never shrinks, while Algorithm 1's fresh draw (retain = 0) on the same
+ * problem does drop points (so the first check can fail). */
+static void retained_members_stay(void **state)
+{
+    (void)state;
+    enum { M = 300, D = 3, EPOCHS = 60 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 8);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    size_t kept[EPOCHS], fresh[EPOCHS];
+    dictionary_sizes("1e9", Xc, M, D, kept, EPOCHS);
+    dictionary_sizes("0", Xc, M, D, fresh, EPOCHS);
+    int shrank = 0;
+    for (size_t k = 1; k < EPOCHS; k++) {
+        assert_true(kept[k] >= kept[k - 1]);
+        shrank |= fresh[k] < fresh[k - 1];
+    }
+    assert_true(shrank);
     free(Xc);
 }
 
@@ -738,7 +786,8 @@ static void bad_configurations_rejected(void **state)
     struct {
         const char *name;
         double v;
-    } bad[] = {{"lambda", 0.0}, {"lambda", -1.0}, {"q", 0.5}, {"C", 0.9}, {"delta", 0.0}};
+    } bad[] = {{"lambda", 0.0}, {"lambda", -1.0}, {"q", 0.5},     {"C", 0.9},
+               {"delta", 0.0},  {"retain", -0.1}, {"retain", NAN}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_true(kb_config_set_number(c, bad[i].name, bad[i].v, &err) < 0);
         assert_string_equal(err.field, bad[i].name);
@@ -787,6 +836,7 @@ int main(void)
         cmocka_unit_test(partial_feedback_starts_next_epoch),
         cmocka_unit_test(deterministic_and_snapshot_restore),
         cmocka_unit_test(low_rank_start_asks_as_full),
+        cmocka_unit_test(retained_members_stay),
         cmocka_unit_test(box_space_runs),
         cmocka_unit_test(bad_configurations_rejected),
     };
