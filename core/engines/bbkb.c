@@ -185,7 +185,9 @@ typedef struct bbkb {
     uint64_t *stamp;
     size_t *heap, n_heap, *aside;
     /* model */
-    double *V, *L, *Lstart; /* r x r, row-major; L, Lstart lower Cholesky factors */
+    /* r x r: V row-major (lower triangle); L, Lstart its lower Cholesky factors stored
+     * column-major, so that chol_update rotates contiguous columns */
+    double *V, *L, *Lstart;
     double *w;              /* mean weights, r */
     double *buf;            /* r scratch */
     double alpha;
@@ -245,7 +247,7 @@ static double quad_form(const bbkb *st, const double *L, const double *z)
     if (st->r == 0)
         return 0.0;
     memcpy(st->buf, z, st->r * sizeof *z);
-    cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)st->r, L,
+    cblas_dtrsv(CblasColMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)st->r, L,
                 (int)st->r, st->buf, 1);
     return cblas_ddot((int)st->r, st->buf, 1, st->buf, 1);
 }
@@ -260,7 +262,7 @@ static int row_variances(const bbkb *st, const double *L, const double *Zr,
         return KB_ENOMEM;
     if (r && n) {
         memcpy(T, Zr, n * r * sizeof *T);
-        cblas_dtrsm(CblasRowMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, (int)n,
+        cblas_dtrsm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)n,
                     (int)r, 1.0, L, (int)r, T, (int)r);
     }
     for (size_t i = 0; i < n; i++)
@@ -269,7 +271,7 @@ static int row_variances(const bbkb *st, const double *L, const double *Zr,
     return KB_OK;
 }
 
-/* L L^T + x x^T = L' L'^T by Givens rotations (x is destroyed). */
+/* L L^T + x x^T = L' L'^T by Givens rotations (x is destroyed; L column-major). */
 static void chol_update(double *L, size_t r, double *x)
 {
     for (size_t k = 0; k < r; k++) {
@@ -277,8 +279,16 @@ static void chol_update(double *L, size_t r, double *x)
         double c = lkk / h, s = x[k] / h;
         L[k * r + k] = h;
         if (k + 1 < r)
-            cblas_drot((int)(r - k - 1), L + (k + 1) * r + k, (int)r, x + k + 1, 1, c, s);
+            cblas_drot((int)(r - k - 1), L + k * r + k + 1, 1, x + k + 1, 1, c, s);
     }
+}
+
+/* L (column-major) = chol(V), V row-major with its lower triangle set. */
+static int cholesky(size_t r, const double *V, double *L)
+{
+    cblas_domatcopy(CblasRowMajor, CblasTrans, (int)r, (int)r, 1.0, V, (int)r, L, (int)r);
+    return LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', (lapack_int)r, L, (lapack_int)r) ? KB_ENUMERIC
+                                                                                 : KB_OK;
 }
 
 /* Row i of Z (and resid[i]) for the current dictionary, computed on first use: an epoch
@@ -317,12 +327,14 @@ static int variance_factor(const bbkb *st, const double *L, double **F, size_t *
     int rc = piv && M && *F ? KB_OK : KB_ENOMEM;
     if (!rc) {
         memcpy(M, L, r * r * sizeof *M);
-        if (LAPACKE_dpotri(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r))
+        if (LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r))
             rc = KB_ENUMERIC;
     }
+    /* V^{-1}(i, j), i >= j, is at M[j r + i] (column-major); the row-major lower triangle
+     * written here occupies the other half */
     for (size_t i = 0; !rc && i < r; i++)
         for (size_t j = 0; j <= i; j++)
-            M[i * r + j] = (i == j ? 1.0 / st->lambda : 0.0) - M[i * r + j];
+            M[i * r + j] = (i == j ? 1.0 / st->lambda : 0.0) - M[j * r + i];
     if (!rc && LAPACKE_dpstrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r, piv,
                               &rk, 0.0) < 0)
         rc = KB_ENUMERIC;
@@ -413,7 +425,7 @@ static int start_matrix(const bbkb *st, double *M, double *scale)
     if (!G)
         return KB_ENOMEM;
     memcpy(G, st->W, m * r * sizeof *G);
-    cblas_dtrsm(CblasRowMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, (int)m,
+    cblas_dtrsm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)m,
                 (int)r, 1.0, st->L, (int)r, G, (int)r);
     cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, (int)m, (int)r, 1.0 / st->lambda,
                 st->W, (int)r, 0.0, M, (int)m);
@@ -1043,8 +1055,7 @@ static int rebuild_model(kb_engine *e, const dataset *ds)
         }
         for (size_t j = 0; j < n; j++)
             cblas_daxpy((int)r, ds->rows[j].ysum, R + j * r, 1, w, 1);
-        memcpy(L, V, r * r * sizeof *L);
-        if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, L, (lapack_int)r) ||
+        if (cholesky(r, V, L) ||
             LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, Vt, (lapack_int)r) ||
             LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, 1, Vt, (lapack_int)r, w, 1))
             rc = KB_ENUMERIC;
@@ -1268,9 +1279,9 @@ static int start_covariance_column(kb_engine *e, size_t j, double *col)
     }
     const double *zj = zrow(st, j);
     memcpy(v, zj, r * sizeof *v);
-    cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)r, st->Lstart,
+    cblas_dtrsv(CblasColMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)r, st->Lstart,
                 (int)r, v, 1);
-    cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, (int)r, st->Lstart,
+    cblas_dtrsv(CblasColMajor, CblasLower, CblasTrans, CblasNonUnit, (int)r, st->Lstart,
                 (int)r, v, 1);
     cblas_daxpy((int)r, -1.0 / st->lambda, zj, 1, v, 1);
     /* z_i^T v = k_S(x_i)^T (W v) */
@@ -1480,8 +1491,7 @@ static int bbkb_abandon(kb_engine *e, uint64_t h, kb_error *err)
         }
         if (!rc) {
             cblas_dsyr(CblasRowMajor, CblasLower, (int)r, -1.0, z, 1, st->V, (int)r);
-            memcpy(L, st->V, r * r * sizeof *L);
-            if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, L, (lapack_int)r)) {
+            if (cholesky(r, st->V, L)) {
                 cblas_dsyr(CblasRowMajor, CblasLower, (int)r, 1.0, z, 1, st->V, (int)r);
                 rc = KB_ENUMERIC;
             }
