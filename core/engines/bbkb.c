@@ -1038,9 +1038,13 @@ static int rebuild_model(kb_engine *e, const dataset *ds)
         }
         free(Zg);
     }
+    int all_told = 1;
+    for (size_t j = 0; j < n; j++)
+        all_told &= ds->rows[j].n_told == ds->rows[j].n_all;
     if (!rc && r) {
-        /* V = lambda I + R^T diag(n_all) R, V_told likewise with n_told; b = R^T ysum. */
-        for (int told = 0; told < 2; told++) {
+        /* V = lambda I + R^T diag(n_all) R, V_told likewise with n_told (the same matrix
+         * when every selection has been told); b = R^T ysum. */
+        for (int told = 0; told < 2 - all_told; told++) {
             double *M = told ? Vt : V;
             for (size_t j = 0; j < n; j++) {
                 double c = sqrt(told ? ds->rows[j].n_told : ds->rows[j].n_all);
@@ -1055,9 +1059,13 @@ static int rebuild_model(kb_engine *e, const dataset *ds)
         }
         for (size_t j = 0; j < n; j++)
             cblas_daxpy((int)r, ds->rows[j].ysum, R + j * r, 1, w, 1);
-        if (cholesky(r, V, L) ||
-            LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, Vt, (lapack_int)r) ||
-            LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, 1, Vt, (lapack_int)r, w, 1))
+        if (cholesky(r, V, L))
+            rc = KB_ENUMERIC;
+        else if (all_told)
+            rc = LAPACKE_dpotrs(LAPACK_COL_MAJOR, 'L', (lapack_int)r, 1, L, (lapack_int)r, w,
+                                (lapack_int)r) ? KB_ENUMERIC : KB_OK;
+        else if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, Vt, (lapack_int)r) ||
+                 LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, 1, Vt, (lapack_int)r, w, 1))
             rc = KB_ENUMERIC;
         memcpy(Ls, L, r * r * sizeof *L);
     }
