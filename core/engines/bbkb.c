@@ -110,7 +110,7 @@ enum { DICT_SAMPLED, DICT_COUPLED, DICT_ALL };
      "fewer dictionary changes, so cached kernel columns are reused) or all: every "        \
      "selected point enters, which makes the model the exact GP at each epoch start "       \
      "(GP-BUCB with the Lemma 1 rule)"},                                                     \
-    {"retain", KB_OPT_NUMBER, 0, INFINITY, 0, 0.5, NULL, NULL,                                \
+    {"retain", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,                                \
      "members of the previous dictionary that the draw left out stay, up to retain x "      \
      "(points drawn), largest sampling probability first: a superset of the draw is as "    \
      "accurate, and fewer departures keep epoch starts cheap (0: Algorithm 1's draw)"},     \

@@ -668,7 +668,7 @@ static void low_rank_start_asks_as_full(void **state)
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
     const char *opts[][8] = {
         {"dictionary", "sampled", "parallelism", "0", "batch_rule", "global", "retain", "0"},
-        {"dictionary", "sampled", "parallelism", "0", "batch_rule", "global", "retain", "0.5"},
+        {"dictionary", "sampled", "parallelism", "0", "batch_rule", "global", "retain", "1"},
         {"dictionary", "coupled", "parallelism", "0", "batch_rule", "global", "retain", "0"},
         {"dictionary", "sampled", "parallelism", "6", "batch_rule", "local", "retain", "0"},
     };
