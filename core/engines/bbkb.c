@@ -782,7 +782,8 @@ static int retain_members(bbkb *st, dataset *ds)
     size_t drawn = 0, n = 0;
     for (size_t j = 0; j < ds->n; j++)
         drawn += ds->rows[j].in != 0;
-    size_t budget = (size_t)fmin(st->retain * (double)drawn, (double)ds->n);
+    /* drawn == 0 first: retain may be infinite, and inf x 0 is NaN */
+    size_t budget = drawn ? (size_t)fmin(st->retain * (double)drawn, (double)ds->n) : 0;
     datum **left = budget ? malloc(ds->n * sizeof *left) : NULL;
     if (budget && !left)
         return KB_ENOMEM;
