@@ -310,6 +310,37 @@ static const double *zrow(bbkb *st, size_t i)
     return z;
 }
 
+/* zrow for every candidate of cand[0..n) (NONE entries skipped) at once: one gemm over
+ * their gathered kernel rows instead of a gemv each, for rebuild_model, which embeds
+ * every selected point at each resparsification. */
+static int zrows(bbkb *st, const size_t *cand, size_t n)
+{
+    size_t m = st->m, r = st->r, k = 0;
+    size_t *todo = malloc((n + 1) * sizeof *todo);
+    double *G = malloc((n * m + 1) * sizeof *G), *Zr = malloc((n * r + 1) * sizeof *Zr);
+    int rc = todo && G && Zr ? KB_OK : KB_ENOMEM;
+    for (size_t j = 0; !rc && j < n; j++)
+        if (cand[j] != NONE && st->zstamp[cand[j]] != st->zgen) {
+            st->zstamp[cand[j]] = st->zgen; /* also skips repeats */
+            todo[k++] = cand[j];
+        }
+    for (size_t s = 0; s < m; s++)
+        for (size_t j = 0; j < k; j++)
+            G[j * m + s] = st->Kc[s * st->A + todo[j]];
+    if (k && r)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)k, (int)r, (int)m, 1.0, G,
+                    (int)m, st->W, (int)r, 0.0, Zr, (int)r);
+    for (size_t j = 0; j < k; j++) {
+        const double *z = Zr + j * r;
+        memcpy(st->Z + todo[j] * r, z, r * sizeof *z);
+        st->resid[todo[j]] = st->kdiag[todo[j]] - (r ? cblas_ddot((int)r, z, 1, z, 1) : 0.0);
+    }
+    free(todo);
+    free(G);
+    free(Zr);
+    return rc;
+}
+
 /* sigma~^2_start(x_i), exactly: var_start[i] carries low_rank_start's error. */
 static double start_variance(bbkb *st, size_t i)
 {
@@ -1039,10 +1070,15 @@ static int rebuild_model(kb_engine *e, const dataset *ds)
     double *w = calloc(rr, sizeof *w), *buf = malloc(rr * sizeof *buf);
     double *R = malloc((n ? n : 1) * rr * sizeof *R), *Ra = malloc((n ? n : 1) * rr * sizeof *Ra);
     double *U = malloc((n ? n : 1) * d * sizeof *U);
-    int rc = V && Vt && L && Ls && w && buf && R && Ra && U ? KB_OK : KB_ENOMEM;
+    size_t *cand = malloc((n ? n : 1) * sizeof *cand);
+    int rc = V && Vt && L && Ls && w && buf && R && Ra && U && cand ? KB_OK : KB_ENOMEM;
     for (size_t j = 0; !rc && j < n; j++)
         if (ds->rows[j].cand == NONE)
             memcpy(U + d * ng++, ds->rows[j].u, d * sizeof *U);
+    for (size_t j = 0; !rc && j < n; j++)
+        cand[j] = ds->rows[j].cand;
+    if (!rc)
+        rc = zrows(st, cand, n);
     if (!rc && r) {
         double *Zg = malloc((ng ? ng : 1) * r * sizeof *Zg);
         rc = Zg ? embed_rows(e, U, ng, Zg) : KB_ENOMEM;
@@ -1088,6 +1124,7 @@ static int rebuild_model(kb_engine *e, const dataset *ds)
     free(R);
     free(Ra);
     free(U);
+    free(cand);
     if (rc) {
         free(V);
         free(L);
