@@ -50,11 +50,13 @@
  * f of the epoch's points are told, the others staying hallucinated), then the next ask
  * resparsifies. A tell only
  * stores data (the mean is frozen). An abandon removes the hallucinated point from V_t
- * (exact: V_t is kept as a sum and refactored) and from the epoch's batch sum; since
+ * (exact: V_t is refactored from its sum, epoch_factor) and from the epoch's batch sum; since
  * variances then grow, every variance is recomputed before the next selection.
  *
- * Invariants: V = lambda I + sum z z^T over every non-abandoned trial and every observe,
- * all embedded with the current dictionary; L = chol(V); Lstart = L at the epoch start;
+ * Invariants: V = lambda I + sum z z^T over every observe and every non-abandoned trial
+ * not handed out in the current epoch (epoch_h), all embedded with the current
+ * dictionary; L = chol(V_t), V_t = V + sum z z^T over epoch_h (hand-outs update only L);
+ * Lstart = L at the epoch start;
  * for j < m, column j of Kc is k(., S_j) over the current candidates, and slot_of and
  * dcand are inverse maps between candidates and the slots that hold them;
  * |var_start[i] - sigma~^2_start(x_i)| <= start_err, a rounding estimate (0 unless
@@ -189,8 +191,9 @@ typedef struct bbkb {
     uint64_t *stamp;
     size_t *heap, n_heap, *aside;
     /* model */
-    /* r x r: V row-major (lower triangle); L, Lstart its lower Cholesky factors stored
-     * column-major, so that chol_update rotates contiguous columns */
+    /* r x r: V row-major (lower triangle; without the epoch's hand-outs, see the
+     * invariants); L = chol(V_t) and Lstart lower Cholesky factors stored column-major,
+     * so that chol_update rotates contiguous columns */
     double *V, *L, *Lstart;
     double *w;              /* mean weights, r */
     double *buf;            /* r scratch */
@@ -1503,9 +1506,7 @@ static int bbkb_handed(kb_engine *e, uint64_t h, kb_error *err)
         grow((void **)&st->trial_var, &st->cap_trial, h, sizeof *st->trial_var))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     if (r) {
-        const double *z = zrow(st, i);
-        cblas_dsyr(CblasRowMajor, CblasLower, (int)r, 1.0, z, 1, st->V, (int)r);
-        memcpy(st->buf, z, r * sizeof *st->buf);
+        memcpy(st->buf, zrow(st, i), r * sizeof *st->buf);
         chol_update(st->L, r, st->buf);
         st->vstamp++;
     }
@@ -1534,28 +1535,54 @@ static int bbkb_tell(kb_engine *e, uint64_t h, kb_error *err)
     return KB_OK;
 }
 
+/* L = chol(V + sum z z^T over the epoch's hand-outs other than skip): V_t after the
+ * abandon of skip, refactored rather than downdated (a downdate loses accuracy when the
+ * point carried most of the information along a direction). */
+static int epoch_factor(kb_engine *e, uint64_t skip, double *L)
+{
+    bbkb *st = e->impl;
+    size_t r = st->r, n = 0;
+    double *Vc = malloc(r * r * sizeof *Vc), *Zc = malloc((st->n_epoch + 1) * r * sizeof *Zc);
+    int rc = Vc && Zc ? KB_OK : KB_ENOMEM;
+    for (size_t k = 0; !rc && k < st->n_epoch; k++)
+        if (st->epoch_h[k] != skip)
+            memcpy(Zc + r * n++, zrow(st, e->trials[st->epoch_h[k] - 1].index), r * sizeof *Zc);
+    if (!rc) {
+        memcpy(Vc, st->V, r * r * sizeof *Vc);
+        if (n)
+            cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)n, 1.0, Zc, (int)r,
+                        1.0, Vc, (int)r);
+        rc = cholesky(r, Vc, L);
+    }
+    free(Vc);
+    free(Zc);
+    return rc;
+}
+
 static int bbkb_abandon(kb_engine *e, uint64_t h, kb_error *err)
 {
     bbkb *st = e->impl;
     double t0 = kb__now();
     const kb_trial *t = &e->trials[h - 1];
-    size_t r = st->r;
+    size_t r = st->r, at = NONE;
+    for (size_t k = 0; k < st->n_epoch; k++)
+        at = st->epoch_h[k] == h ? k : at;
     if (r) {
-        double *z = malloc(r * sizeof *z), *L = malloc(r * r * sizeof *L);
-        int rc = z && L ? KB_OK : KB_ENOMEM;
-        if (!rc) {
+        /* a trial of an earlier epoch (resparsify_on_partial < 1) is in V itself */
+        double *z = at == NONE ? malloc(r * sizeof *z) : NULL, *L = malloc(r * r * sizeof *L);
+        int rc = L && (z || at != NONE) ? KB_OK : KB_ENOMEM;
+        if (!rc && z) {
             if (t->generation == e->space->generation)
                 memcpy(z, zrow(st, t->index), r * sizeof *z);
             else
                 rc = embed_rows(e, kb__trial_u(e, h), 1, z);
+            if (!rc)
+                cblas_dsyr(CblasRowMajor, CblasLower, (int)r, -1.0, z, 1, st->V, (int)r);
         }
-        if (!rc) {
-            cblas_dsyr(CblasRowMajor, CblasLower, (int)r, -1.0, z, 1, st->V, (int)r);
-            if (cholesky(r, st->V, L)) {
-                cblas_dsyr(CblasRowMajor, CblasLower, (int)r, 1.0, z, 1, st->V, (int)r);
-                rc = KB_ENUMERIC;
-            }
-        }
+        if (!rc)
+            rc = epoch_factor(e, h, L);
+        if (rc && z)
+            cblas_dsyr(CblasRowMajor, CblasLower, (int)r, 1.0, z, 1, st->V, (int)r);
         free(z);
         if (rc) {
             free(L);
@@ -1565,15 +1592,13 @@ static int bbkb_abandon(kb_engine *e, uint64_t h, kb_error *err)
         st->L = L;
         st->dirty = 1;
     }
-    for (size_t k = 0; k < st->n_epoch; k++)
-        if (st->epoch_h[k] == h) {
-            st->epoch_h[k] = st->epoch_h[--st->n_epoch];
-            st->epoch_sum -= st->trial_var[h - 1];
-            st->rsum_valid = 0;
-            if (update_closed(e))
-                st->closed = 1; /* conservative when the local sums cannot be rebuilt */
-            break;
-        }
+    if (at != NONE) {
+        st->epoch_h[at] = st->epoch_h[--st->n_epoch];
+        st->epoch_sum -= st->trial_var[h - 1];
+        st->rsum_valid = 0;
+        if (update_closed(e))
+            st->closed = 1; /* conservative when the local sums cannot be rebuilt */
+    }
     st->sec_tell += kb__now() - t0;
     return KB_OK;
 }

@@ -295,6 +295,78 @@ static void rank_one_updates_match_recomputation(void **state)
     free(Xc);
 }
 
+/* Appends to X (rows of D) the point of every trial that is not abandoned; with
+ * distinct, only one row per candidate and only trials before handle "before". */
+static size_t trial_points(kb_engine *e, uint64_t before, int distinct, double *X, size_t n)
+{
+    enum { D = 2 };
+    kb_stats st;
+    kb_engine_stats(e, &st);
+    size_t seen[256], n_seen = 0;
+    for (uint64_t h = 1; h <= st.asks && h < before; h++) {
+        kb_point p;
+        kb_trial_state s;
+        assert_int_equal(kb_engine_trial(e, h, &p, &s), 0);
+        int dup = 0;
+        for (size_t j = 0; distinct && j < n_seen; j++)
+            dup |= seen[j] == p.index;
+        if (s == KB_TRIAL_ABANDONED || dup)
+            continue;
+        seen[n_seen++] = p.index;
+        memcpy(X + n++ * D, p.x, sizeof(double) * D);
+    }
+    return n;
+}
+
+/* resparsify_on_partial < 1: after a mid-epoch observe, abandoning a point of the
+ * previous epoch (pending, so hallucinated in V) and one of the current epoch leaves the
+ * variances equal to the DTC recomputed from scratch, S = the epoch-start points. */
+static void abandon_across_epochs_matches_recomputation(void **state)
+{
+    (void)state;
+    enum { N = 6, M = 150, D = 2 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 12);
+    double *X0 = tu_uniform_matrix(&rng, N + 1, D, 0, 1);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    double S[64 * D], X[64 * D], mean[M], sd[M], ref[M];
+    kb_error err;
+    kb_config *c = make_config("bbkb", KB_KERNEL_MATERN52, 0.4, 0.5, "dictionary", "all",
+                               "C", "4", "resparsify_on_partial", "0.5", NULL);
+    kb_space *s = kb_space_new_finite(Xc, M, D, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(kb_engine_observe(e, X0 + i * D, objective(X0 + i * D, D), &err), 0);
+    kb_point pts[32], p1;
+    kb_ask_result res, r1;
+    assert_int_equal(kb_engine_ask(e, 32, pts, &res, &err), 0);
+    assert_int_equal(res.status, KB_ASK_AWAIT_FEEDBACK);
+    assert_true(res.n >= 2 && res.awaiting < res.n);
+    for (size_t i = 0; i < res.awaiting; i++)
+        assert_int_equal(kb_engine_tell(e, pts[i].handle, objective(pts[i].x, D), &err), 0);
+    assert_true(ask1(e, &p1, &r1)); /* the next epoch; the last of pts still pending */
+    memcpy(S, X0, sizeof(double) * N * D);
+    size_t m = trial_points(e, p1.handle, 1, S, N);
+    assert_int_equal(kb_engine_observe(e, X0 + N * D, objective(X0 + N * D, D), &err), 0);
+    assert_int_equal(kb_engine_abandon(e, pts[res.n - 1].handle, &err), 0);
+    assert_true(ask1(e, &p1, &r1));
+    assert_int_equal(kb_engine_abandon(e, p1.handle, &err), 0);
+    memcpy(X, X0, sizeof(double) * (N + 1) * D);
+    size_t n = trial_points(e, UINT64_MAX, 0, X, N + 1);
+    kb_kernel k = tu_kernel(KB_KERNEL_MATERN52, D, 0.4);
+    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
+    dtc_reference(&k, S, m, X, n, 0.5, Xc, M, ref);
+    for (size_t i = 0; i < M; i++)
+        sd[i] *= sd[i];
+    assert_true(tu_max_rel_err(sd, ref, M, 1e-6) <= 1e-9);
+    tu_kernel_free(&k);
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    free(X0);
+    free(Xc);
+}
+
 /* Over many steps and several epochs, the lazily chosen point is the argmax of
  * mu + alpha sigma~ computed over every candidate from the posterior (which embeds
  * afresh): this also checks the kernel columns reused across resparsifications, most of
@@ -829,6 +901,7 @@ int main(void)
         cmocka_unit_test(full_dictionary_matches_exact_gp),
         cmocka_unit_test(outputs_standardized_over_distinct_points),
         cmocka_unit_test(rank_one_updates_match_recomputation),
+        cmocka_unit_test(abandon_across_epochs_matches_recomputation),
         cmocka_unit_test(lazy_argmax_equals_full_argmax),
         cmocka_unit_test(lemma1_ratio_bound_and_batch_rule),
         cmocka_unit_test(local_rule_batches_at_least_global),
