@@ -4,9 +4,9 @@
  * engine with C~ = 1.
  *
  * What is implemented (seed 004 numbering):
- *   - Nystrom embedding z(x) with z(x)^T z(y) = k_S(x)^T K_S^+ k_S(y) from the dictionary
- *     S (section 2), by a pivoted Cholesky factorization of K_S that leaves out the
- *     points the others already span numerically (build_embedding). The kernel columns k(x_i, s) of every candidate are
+ *   - Nystrom embedding z(x) = K_S^{+/2} k_S(x) from the dictionary S (section 2), by
+ *     a Cholesky factorization of K_S when it is well conditioned, else an
+ *     eigendecomposition that drops tiny eigenvalues (build_embedding). The kernel columns k(x_i, s) of every candidate are
  *     cached per dictionary point and reused while the point stays in the dictionary
  *     (place_dictionary) or when it comes back (Kaway), and the epoch-start mean and
  *     variance of all A candidates come from one dgemm over those columns
@@ -74,11 +74,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Dictionary points whose Nystrom residual given the others is below PIVOT_RTOL x k(s, s)
- * are left out of the embedding (build_embedding): below that, L^{-1} amplifies the
- * round-off of k_S(x) by more than 1e5, and what is dropped carries less than 1e-10 of
- * k(x, x). */
-#define PIVOT_RTOL 1e-10
+/* Eigenvalues of K_S below EIG_RTOL * max are dropped from K_S^{+/2}: below that, the
+ * inverse square root amplifies the round-off of k_S(x) by more than 1e5, and the dropped
+ * directions carry less than 1e-10 of k(x, x). The Cholesky form is used only when
+ * dpocon's estimate of 1 / cond(K_S) is at least RCOND_MIN, 1e3 above that level: a margin
+ * for the estimate (a lower bound on ||K_S^{-1}||_1, usually within a factor 3), so that
+ * no eigenvalue would have been dropped. */
+#define EIG_RTOL 1e-10
+#define RCOND_MIN 1e-7
 #define NONE ((size_t)-1)
 /* low_rank_start's accumulated error estimate, relative to the prior variance, past which
  * the epoch start recomputes every variance: the bound is added to the heap keys, and a
@@ -1012,15 +1015,52 @@ static int place_dictionary(kb_engine *e, const dataset *ds)
     return rc;
 }
 
-/* W (m x r) with z(x) = W^T k_S(x), from a pivoted Cholesky factorization
- * P^T K_S P = L L^T stopped at rank r once every remaining pivot -- the Nystrom residual
- * k(s,s) - k_R(s)^T K_R^{-1} k_R(s) of a point s given the pivots R before it -- is at
- * most PIVOT_RTOL x max k(s,s): then z(x) = L_r^{-1} k_R(x), so row piv_j of W is column
- * j of L_r^{-1} and the other rows are zero. W W^T is K_S^{-1} when K_S is well
- * conditioned (z is K_S^{-1/2} k_S up to a rotation, which no posterior quantity sees),
- * and otherwise the pseudo-inverse over the points the others do not already span. It
- * costs m^3 / 3 flops where an eigendecomposition of K_S costs ~9 m^3 (2.4 ms per epoch
- * at m = 221, a sixth of the 20,000-arm benchmark: docs/BENCHMARKS.md). */
+/* W = L^{-T} (m x m, r = m) from K_S = L L^T when K_S is well conditioned: then K_S^+ is
+ * K_S^{-1}, no eigenvalue would be dropped, and z = L^{-1} k_S is eigen_embedding's z up
+ * to a rotation, which no posterior quantity sees. m^3 / 3 flops against the ~9 m^3 of an
+ * eigendecomposition (2.4 ms per epoch at m = 221, a sixth of the 20,000-arm benchmark:
+ * docs/BENCHMARKS.md). Returns 0, W unset, when dpocon's estimate of 1 / cond_1(K_S)
+ * (cond_2 <= cond_1) is below RCOND_MIN. K (row-major, lower triangle) is destroyed. */
+static int cholesky_embedding(bbkb *st, double *K)
+{
+    lapack_int m = (lapack_int)st->m;
+    double anorm = LAPACKE_dlansy(LAPACK_ROW_MAJOR, '1', 'L', m, K, m), rcond = 0.0;
+    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', m, K, m) ||
+        LAPACKE_dpocon(LAPACK_ROW_MAJOR, 'L', m, K, m, anorm, &rcond) || rcond < RCOND_MIN ||
+        LAPACKE_dtrtri(LAPACK_ROW_MAJOR, 'L', 'N', m, K, m))
+        return 0;
+    st->r = st->m;
+    for (size_t i = 0; i < st->m; i++)
+        for (size_t j = 0; j < st->m; j++)
+            st->W[i * st->m + j] = j >= i ? K[j * st->m + i] : 0.0;
+    return 1;
+}
+
+/* W = Q_r diag(e_r^{-1/2}) from K_S = Q diag(e) Q^T, dropping the eigenvalues below
+ * EIG_RTOL x the largest: the pseudo-inverse square root. K is destroyed. */
+static int eigen_embedding(bbkb *st, double *K)
+{
+    size_t m = st->m;
+    double *ev = malloc(m * sizeof *ev);
+    if (!ev)
+        return KB_ENOMEM;
+    if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'L', (lapack_int)m, K, (lapack_int)m, ev)) {
+        free(ev);
+        return KB_ENUMERIC;
+    }
+    double cut = EIG_RTOL * ev[m - 1];
+    size_t first = 0;
+    while (first < m && !(ev[first] > cut))
+        first++;
+    st->r = m - first;
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < st->r; j++)
+            st->W[i * st->r + j] = K[i * m + first + j] / sqrt(ev[first + j]);
+    free(ev);
+    return KB_OK;
+}
+
+/* W (m x r), z(x) = W^T k_S(x): cholesky_embedding, else eigen_embedding. */
 static int build_embedding(kb_engine *e)
 {
     bbkb *st = e->impl;
@@ -1030,10 +1070,9 @@ static int build_embedding(kb_engine *e)
     st->r = 0;
     if (m == 0)
         return KB_OK;
-    double *K = malloc(m * m * sizeof *K), kmax = 0.0;
-    lapack_int *piv = malloc(m * sizeof *piv), rank = 0;
-    st->W = calloc(m * m, sizeof *st->W);
-    int rc = K && piv && st->W ? KB_OK : KB_ENOMEM;
+    double *K = malloc(m * m * sizeof *K), *Kc = malloc(m * m * sizeof *Kc);
+    st->W = malloc(m * m * sizeof *st->W);
+    int rc = K && Kc && st->W ? KB_OK : KB_ENOMEM;
     if (!rc) {
         /* Pairwise, not kb_kernel_matrix: its |a|^2 + |b|^2 - 2ab distances leave ~1e-16
          * on the diagonal, which Matern 1/2's sqrt turns into 1e-8 errors in K_S. */
@@ -1041,25 +1080,15 @@ static int build_embedding(kb_engine *e)
             for (size_t j = 0; j <= i; j++)
                 K[i * m + j] = K[j * m + i] =
                     kb_kernel_eval(&e->kernel, st->S + i * d, st->S + j * d);
-        for (size_t i = 0; i < m; i++)
-            kmax = K[i * m + i] > kmax ? K[i * m + i] : kmax;
-        if (LAPACKE_dpstrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)m, K, (lapack_int)m, piv, &rank,
-                           PIVOT_RTOL * kmax) < 0 ||
-            (rank > 0 &&
-             LAPACKE_dtrtri(LAPACK_ROW_MAJOR, 'L', 'N', rank, K, (lapack_int)m)))
-            rc = KB_ENUMERIC;
+        memcpy(Kc, K, m * m * sizeof *K);
+        if (!cholesky_embedding(st, Kc))
+            rc = eigen_embedding(st, K);
     }
-    if (!rc) {
-        st->r = (size_t)rank;
-        for (size_t i = 0; i < st->r; i++)
-            for (size_t j = i; j < st->r; j++)
-                st->W[(size_t)(piv[i] - 1) * st->r + j] = K[j * m + i];
-        if (grow((void **)&st->Z, &st->cap_z, st->A * st->r, sizeof *st->Z))
-            rc = KB_ENOMEM;
-    }
+    if (!rc && grow((void **)&st->Z, &st->cap_z, st->A * st->r, sizeof *st->Z))
+        rc = KB_ENOMEM;
     st->zgen++;
     free(K);
-    free(piv);
+    free(Kc);
     return rc;
 }
 
