@@ -156,6 +156,8 @@ typedef struct bbkb {
     size_t m, r, cap_m, cap_dc;
     double *S;        /* m x d, internal coordinates, in slot order */
     size_t *dcand;    /* per slot: the candidate it is, NONE when not of the current pool */
+    int cols_valid;   /* the slots' Kc columns are of the current pool (see new_pool) */
+    double kdict_max; /* max k(s, s) over every dictionary point since new_pool */
     double *W;        /* m x r */
     /* candidates (A = space->n) */
     size_t A;
@@ -552,7 +554,8 @@ static void new_pool(kb_engine *e)
         st->coin[i] = NAN;
         st->kdiag_max = st->kdiag[i] > st->kdiag_max ? st->kdiag[i] : st->kdiag_max;
     }
-    st->mstart_valid = 0;
+    st->mstart_valid = st->cols_valid = 0;
+    st->kdict_max = 0.0;
     for (size_t i = 0; i < st->A; i++)
         st->away_of[i] = NONE;
     for (size_t j = 0; j < st->cap_away; j++)
@@ -909,14 +912,12 @@ static int fetch_away(bbkb *st, size_t c, double *dst)
  * Kgone) and, in old_to_new, where each old slot goes (its new slot, filled in by
  * place_dictionary, or m + g for the g-th point leaving); and every departed column in
  * the Kaway cache. claimed[k]: old slot k stays.
- * Sets lr_ok = 0 when the update cannot apply: a point off the current pool (no
- * kdiag_max bound) or more departures than are worth saving. */
-static int save_departures(bbkb *st, const unsigned char *claimed, size_t m, int off_pool)
+ * Sets lr_ok = 0 when there are more departures than are worth saving. */
+static int save_departures(bbkb *st, const unsigned char *claimed, size_t m)
 {
     size_t gone = 0;
-    st->lr_ok = !off_pool;
+    st->lr_ok = 1;
     for (size_t k = 0; k < st->m; k++) {
-        st->lr_ok &= st->dcand[k] != NONE;
         gone += !claimed[k];
         if (!claimed[k] && st->dcand[k] != NONE)
             store_away(st, st->dcand[k], st->Kc + k * st->A);
@@ -939,41 +940,54 @@ static int save_departures(bbkb *st, const unsigned char *claimed, size_t m, int
     return KB_OK;
 }
 
-/* Lays the drawn rows out as the new dictionary: a candidate that was already in it keeps
- * its slot and so its cached kernel column, one back from Kaway copies its column, and
- * only new points (or points off the current pool) cost a column of A kernel
- * evaluations. Fills S, dcand, slot_of, Kc. */
+/* The slot of the current dictionary whose point and kernel column row dt can keep, or
+ * NONE: a candidate's own slot, or for a point off the pool (an observe) an unclaimed
+ * off-pool slot with the same coordinates, while the cached columns are of the current
+ * pool (a box space's refresh replaces every candidate). */
+static size_t old_slot(const bbkb *st, const datum *dt, const unsigned char *claimed, size_t d)
+{
+    if (dt->cand != NONE)
+        return st->slot_of[dt->cand];
+    for (size_t k = 0; st->cols_valid && k < st->m; k++)
+        if (st->dcand[k] == NONE && !claimed[k] &&
+            memcmp(st->S + k * d, dt->u, d * sizeof *dt->u) == 0)
+            return k;
+    return NONE;
+}
+
+/* Lays the drawn rows out as the new dictionary: a point that was already in it keeps
+ * its slot and so its cached kernel column (old_slot), a candidate back from Kaway copies
+ * its column, and only new points cost a column of A kernel evaluations. Fills S, dcand,
+ * slot_of, Kc. */
 static int place_dictionary(kb_engine *e, const dataset *ds)
 {
     bbkb *st = e->impl;
     size_t d = e->space->dim, m = 0, next = 0, nfresh = 0;
-    int off_pool = 0;
-    for (size_t j = 0; j < ds->n; j++) {
+    for (size_t j = 0; j < ds->n; j++)
         m += ds->rows[j].in != 0;
-        off_pool |= ds->rows[j].in && ds->rows[j].cand == NONE;
-    }
     size_t *slot = malloc((ds->n ? ds->n : 1) * sizeof *slot);
+    size_t *olds = malloc((ds->n ? ds->n : 1) * sizeof *olds);
     size_t *fresh = malloc((m ? m : 1) * sizeof *fresh);
     unsigned char *taken = calloc(m ? m : 1, 1), *claimed = calloc(st->m ? st->m : 1, 1);
-    int rc = slot && fresh && taken && claimed ? KB_OK : KB_ENOMEM;
+    int rc = slot && olds && fresh && taken && claimed ? KB_OK : KB_ENOMEM;
     /* Kc's columns are contiguous, so growing it keeps the cached ones. */
     if (!rc && (grow((void **)&st->Kc, &st->cap_k, m, st->A * sizeof(double)) ||
                 grow((void **)&st->S, &st->cap_m, m, d * sizeof(double)) ||
                 grow((void **)&st->dcand, &st->cap_dc, m, sizeof *st->dcand)))
         rc = KB_ENOMEM;
     for (size_t j = 0; !rc && j < ds->n; j++) { /* kept in place */
-        size_t c = ds->rows[j].cand, old = c != NONE ? st->slot_of[c] : NONE;
-        slot[j] = ds->rows[j].in && old < m ? old : NONE;
+        size_t old = olds[j] = ds->rows[j].in ? old_slot(st, &ds->rows[j], claimed, d) : NONE;
+        slot[j] = old < m ? old : NONE;
         if (slot[j] != NONE)
             taken[old] = 1;
-        if (ds->rows[j].in && old != NONE)
+        if (old != NONE)
             claimed[old] = 1;
     }
     st->lr_ok = 0;
     if (!rc)
-        rc = save_departures(st, claimed, m, off_pool);
+        rc = save_departures(st, claimed, m);
     for (size_t j = 0; !rc && j < ds->n; j++) { /* moved down, or new */
-        size_t c = ds->rows[j].cand, old = c != NONE ? st->slot_of[c] : NONE;
+        size_t c = ds->rows[j].cand, old = olds[j];
         if (st->lr_ok && slot[j] != NONE)
             st->old_to_new[old] = old;
         if (!ds->rows[j].in || slot[j] != NONE)
@@ -1002,6 +1016,7 @@ static int place_dictionary(kb_engine *e, const dataset *ds)
             }
         st->m = m;
         rc = fill_columns(e, fresh, nfresh);
+        st->cols_valid = !rc;
         for (size_t k = 0; rc && k < m; k++) /* no cached column is trusted after a failure */
             if (st->dcand[k] != NONE) {
                 st->slot_of[st->dcand[k]] = NONE;
@@ -1009,6 +1024,7 @@ static int place_dictionary(kb_engine *e, const dataset *ds)
             }
     }
     free(slot);
+    free(olds);
     free(fresh);
     free(taken);
     free(claimed);
@@ -1080,6 +1096,8 @@ static int build_embedding(kb_engine *e)
             for (size_t j = 0; j <= i; j++)
                 K[i * m + j] = K[j * m + i] =
                     kb_kernel_eval(&e->kernel, st->S + i * d, st->S + j * d);
+        for (size_t i = 0; i < m; i++)
+            st->kdict_max = K[i * m + i] > st->kdict_max ? K[i * m + i] : st->kdict_max;
         memcpy(Kc, K, m * m * sizeof *K);
         if (!cholesky_embedding(st, Kc))
             rc = eigen_embedding(st, K);
@@ -1317,7 +1335,8 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
     /* no convergence: the full product decides instead */
     int ok = !rc && ((4 * p < u && ritz_factor(D, u, p, tol, H, sign, &k, &rest)) ||
                      eig_factor(D, u, tol, H, sign, &k, &rest));
-    double knorm = (double)u * st->kdiag_max * st->kdiag_max;
+    /* ||k(x)||^2 over the u columns, by |k(x, s)|^2 <= k(x, x) k(s, s) */
+    double knorm = (double)u * st->kdiag_max * fmax(st->kdiag_max, st->kdict_max);
     double err = st->start_err + knorm * rest;
     if (ok && (k + 1) * u <= (r + 1) * m &&
         err <= START_ERR_LIMIT * st->kdiag_max / st->lambda) {

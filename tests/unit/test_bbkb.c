@@ -121,6 +121,65 @@ static void full_dictionary_matches_exact_gp(void **state)
     }
 }
 
+/* Points observed off the candidate set between epochs (one of them twice) stay in a
+ * dictionary = all across resparsifications with their own coordinates and kernel
+ * columns (place_dictionary matches them by coordinates): the posterior after several
+ * epochs is the exact GP on every observe and told trial. */
+static void off_pool_observes_across_epochs_match_exact_gp(void **state)
+{
+    (void)state;
+    enum { M = 40, D = 3, ROUNDS = 4, PER = 4, NMAX = 200 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 23);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    double X[NMAX * D], y[NMAX], mean[M], sd[M], emean[M], evar[M];
+    size_t n = 0;
+    kb_error err;
+    kb_config *c = make_config("bbkb", KB_KERNEL_MATERN52, 0.7, 0.05, "dictionary", "all", NULL);
+    kb_space *s = kb_space_new_finite(Xc, M, D, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    kb_point p;
+    kb_ask_result res;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int j = 0; j < PER; j++, n++) {
+            for (size_t k = 0; k < D; k++)
+                X[n * D + k] = round == 2 && j == 0 ? X[k] : kb_rng_uniform(&rng);
+            y[n] = objective(X + n * D, D);
+            assert_int_equal(kb_engine_observe(e, X + n * D, y[n], &err), 0);
+        }
+        while (ask1(e, &p, &res))
+            ;
+        assert_int_equal(res.status, KB_ASK_AWAIT_FEEDBACK);
+        tell_all_pending(e, D);
+    }
+    assert_true(ask1(e, &p, &res)); /* a new epoch: every point is in the dictionary */
+    assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
+    kb_stats st;
+    kb_engine_stats(e, &st);
+    assert_true(st.epoch >= ROUNDS);
+    for (uint64_t h = 1; h <= st.asks; h++) {
+        kb_trial_state ts;
+        assert_int_equal(kb_engine_trial(e, h, &p, &ts), 0);
+        if (ts != KB_TRIAL_TOLD)
+            continue;
+        assert_true(n < NMAX);
+        memcpy(X + n * D, p.x, D * sizeof *X);
+        y[n++] = objective(p.x, D);
+    }
+    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
+    kb_kernel k = tu_kernel(KB_KERNEL_MATERN52, D, 0.7);
+    assert_int_equal(tu_exact_posterior(&k, X, y, n, 0.05, Xc, M, emean, evar), 0);
+    for (size_t i = 0; i < M; i++)
+        sd[i] *= sd[i];
+    assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
+    assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
+    tu_kernel_free(&k);
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    free(Xc);
+}
+
 /* The told trials' rows (repeats included), values and the distinct-point output
  * statistics (tu_distinct_stats). */
 static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dmean,
@@ -729,8 +788,10 @@ static void deterministic_and_snapshot_restore(void **state)
  * points as recomputing every variance at every epoch start, through dictionary
  * arrivals, departures and abandons, with the same largest epoch-start variance (a wrong
  * kernel column for a departed or moved point overestimates some: the asks stay exact
- * but this catches it); and the low-rank path did run. The third case also has the
- * initialization and the local rule read the updated variances. */
+ * but this catches it); and the low-rank path did run. The fourth case also has the
+ * initialization and the local rule read the updated variances; the fifth observes
+ * points off the candidate set now and then, which enter the dictionary and must keep
+ * their slots and kernel columns. */
 static void low_rank_start_asks_as_full(void **state)
 {
     (void)state;
@@ -743,7 +804,9 @@ static void low_rank_start_asks_as_full(void **state)
         {"dictionary", "sampled", "parallelism", "0", "batch_rule", "global", "retain", "1"},
         {"dictionary", "coupled", "parallelism", "0", "batch_rule", "global", "retain", "0"},
         {"dictionary", "sampled", "parallelism", "6", "batch_rule", "local", "retain", "0"},
+        {"dictionary", "sampled", "parallelism", "0", "batch_rule", "global", "retain", "1"},
     };
+    const size_t observing = 4;
     for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
         kb_error err;
         kb_space *s = kb_space_new_finite(Xc, M, D, &err);
@@ -763,7 +826,7 @@ static void low_rank_start_asks_as_full(void **state)
         kb_stats st[2];
         for (int i = 0; i < STEPS; i++) {
             for (int full = 0; full < 2; full++) {
-                drive(e[full], &drv[full], 1, rec[full] + i, D, 0);
+                drive(e[full], &drv[full], 1, rec[full] + i, D, k == observing);
                 kb_engine_stats(e[full], &st[full]);
             }
             assert_int_equal(rec[0][i], rec[1][i]);
@@ -899,6 +962,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(full_dictionary_matches_exact_gp),
+        cmocka_unit_test(off_pool_observes_across_epochs_match_exact_gp),
         cmocka_unit_test(outputs_standardized_over_distinct_points),
         cmocka_unit_test(rank_one_updates_match_recomputation),
         cmocka_unit_test(abandon_across_epochs_matches_recomputation),
