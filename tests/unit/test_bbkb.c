@@ -80,6 +80,29 @@ static void tell_all_pending(kb_engine *e, size_t d)
     }
 }
 
+/* The engine's posterior mean and variance (sd^2) on the M candidates Xc equal the exact
+ * GP's on the n rows of X, y (kernel kind, lengthscale ls, noise variance lambda). */
+static void assert_posterior_is_exact(kb_engine *e, kb_kernel_kind kind, double ls, size_t D,
+                                      const double *X, const double *y, size_t n,
+                                      double lambda, const double *Xc, size_t M)
+{
+    kb_error err;
+    double *mean = malloc(M * sizeof *mean), *sd = malloc(M * sizeof *sd);
+    double *emean = malloc(M * sizeof *emean), *evar = malloc(M * sizeof *evar);
+    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
+    kb_kernel k = tu_kernel(kind, D, ls);
+    assert_int_equal(tu_exact_posterior(&k, X, y, n, lambda, Xc, M, emean, evar), 0);
+    for (size_t i = 0; i < M; i++)
+        sd[i] *= sd[i];
+    assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
+    assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
+    tu_kernel_free(&k);
+    free(mean);
+    free(sd);
+    free(emean);
+    free(evar);
+}
+
 /* Dictionary "all": at an epoch start the DTC is the exact GP posterior. The epoch start
  * is observed by asking once and abandoning the point, which must restore it exactly. */
 static void full_dictionary_matches_exact_gp(void **state)
@@ -91,7 +114,7 @@ static void full_dictionary_matches_exact_gp(void **state)
     for (size_t t = 0; t < sizeof all_kinds / sizeof all_kinds[0]; t++) {
         double *X = tu_uniform_matrix(&rng, N, D, 0, 1);
         double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
-        double y[N], mean[M], sd[M], emean[M], evar[M];
+        double y[N];
         for (size_t i = 0; i < N; i++)
             y[i] = objective(X + i * D, D) + 0.1 * kb_rng_normal(&rng);
         kb_error err;
@@ -105,20 +128,34 @@ static void full_dictionary_matches_exact_gp(void **state)
         kb_ask_result res;
         assert_true(ask1(e, &p, &res));
         assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
-        assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-        kb_kernel k = tu_kernel(all_kinds[t], D, 0.7);
-        assert_int_equal(tu_exact_posterior(&k, X, y, N, 0.05, Xc, M, emean, evar), 0);
-        for (size_t i = 0; i < M; i++)
-            sd[i] *= sd[i];
-        assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
-        assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
-        tu_kernel_free(&k);
+        assert_posterior_is_exact(e, all_kinds[t], 0.7, D, X, y, N, 0.05, Xc, M);
         kb_engine_free(e);
         kb_space_free(s);
         kb_config_free(c);
         free(X);
         free(Xc);
     }
+}
+
+/* The told trials' rows (repeats included), values and the distinct-point output
+ * statistics (tu_distinct_stats). */
+static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dmean,
+                        double *dsd)
+{
+    kb_stats st;
+    kb_engine_stats(e, &st);
+    size_t n = 0;
+    for (uint64_t h = 1; h <= st.asks; h++) {
+        kb_point p;
+        kb_trial_state s;
+        assert_int_equal(kb_engine_trial(e, h, &p, &s), 0);
+        if (s != KB_TRIAL_TOLD)
+            continue;
+        memcpy(X + n * D, p.x, D * sizeof *X);
+        y[n++] = objective(p.x, D);
+    }
+    tu_distinct_stats(X, y, n, D, dmean, dsd);
+    return n;
 }
 
 /* Points observed off the candidate set between epochs (one of them twice) stay in a
@@ -132,7 +169,7 @@ static void off_pool_observes_across_epochs_match_exact_gp(void **state)
     kb_rng rng;
     kb_rng_seed(&rng, 23);
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
-    double X[NMAX * D], y[NMAX], mean[M], sd[M], emean[M], evar[M];
+    double X[NMAX * D], y[NMAX];
     size_t n = 0;
     kb_error err;
     kb_config *c = make_config("bbkb", KB_KERNEL_MATERN52, 0.7, 0.05, "dictionary", "all", NULL);
@@ -156,49 +193,14 @@ static void off_pool_observes_across_epochs_match_exact_gp(void **state)
     assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
     kb_stats st;
     kb_engine_stats(e, &st);
-    assert_true(st.epoch >= ROUNDS);
-    for (uint64_t h = 1; h <= st.asks; h++) {
-        kb_trial_state ts;
-        assert_int_equal(kb_engine_trial(e, h, &p, &ts), 0);
-        if (ts != KB_TRIAL_TOLD)
-            continue;
-        assert_true(n < NMAX);
-        memcpy(X + n * D, p.x, D * sizeof *X);
-        y[n++] = objective(p.x, D);
-    }
-    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-    kb_kernel k = tu_kernel(KB_KERNEL_MATERN52, D, 0.7);
-    assert_int_equal(tu_exact_posterior(&k, X, y, n, 0.05, Xc, M, emean, evar), 0);
-    for (size_t i = 0; i < M; i++)
-        sd[i] *= sd[i];
-    assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
-    assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
-    tu_kernel_free(&k);
+    assert_true(st.epoch >= ROUNDS && n + st.asks <= NMAX);
+    double dmean, dsd;
+    n += told_data(e, D, X + n * D, y + n, &dmean, &dsd);
+    assert_posterior_is_exact(e, KB_KERNEL_MATERN52, 0.7, D, X, y, n, 0.05, Xc, M);
     kb_engine_free(e);
     kb_space_free(s);
     kb_config_free(c);
     free(Xc);
-}
-
-/* The told trials' rows (repeats included), values and the distinct-point output
- * statistics (tu_distinct_stats). */
-static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dmean,
-                        double *dsd)
-{
-    kb_stats st;
-    kb_engine_stats(e, &st);
-    size_t n = 0;
-    for (uint64_t h = 1; h <= st.asks; h++) {
-        kb_point p;
-        kb_trial_state s;
-        assert_int_equal(kb_engine_trial(e, h, &p, &s), 0);
-        if (s != KB_TRIAL_TOLD)
-            continue;
-        memcpy(X + n * D, p.x, D * sizeof *X);
-        y[n++] = objective(p.x, D);
-    }
-    tu_distinct_stats(X, y, n, D, dmean, dsd);
-    return n;
 }
 
 /* Regression (abalone lock-in): outputs are standardized over distinct points, so that
@@ -309,6 +311,27 @@ static void dtc_reference(const kb_kernel *k, const double *S, size_t m, const d
     free(sol);
 }
 
+/* The engine's variances (sd^2 of its posterior) on the M candidates Xc equal the DTC
+ * recomputed from scratch with dictionary S (m rows) and data X (n rows). */
+static void assert_variances_are_dtc(kb_engine *e, const double *S, size_t m, const double *X,
+                                     size_t n, double lambda, const double *Xc, size_t M)
+{
+    enum { D = 2 };
+    kb_error err;
+    double *mean = malloc(M * sizeof *mean), *sd = malloc(M * sizeof *sd);
+    double *ref = malloc(M * sizeof *ref);
+    kb_kernel k = tu_kernel(KB_KERNEL_MATERN52, D, 0.4);
+    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
+    dtc_reference(&k, S, m, X, n, lambda, Xc, M, ref);
+    for (size_t i = 0; i < M; i++)
+        sd[i] *= sd[i];
+    assert_true(tu_max_rel_err(sd, ref, M, 1e-6) <= 1e-9);
+    tu_kernel_free(&k);
+    free(mean);
+    free(sd);
+    free(ref);
+}
+
 /* After several hallucinated hand-outs (rank-one updates) and an abandon (downdate), the
  * variances equal the DTC recomputed from scratch with S = the epoch-start points. */
 static void rank_one_updates_match_recomputation(void **state)
@@ -319,7 +342,7 @@ static void rank_one_updates_match_recomputation(void **state)
     kb_rng_seed(&rng, 5);
     double *X0 = tu_uniform_matrix(&rng, N, D, 0, 1);
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
-    double X[(N + B) * D], mean[M], sd[M], ref[M];
+    double X[(N + B) * D];
     memcpy(X, X0, sizeof(double) * N * D);
     kb_error err;
     kb_config *c = make_config("bbkb", KB_KERNEL_MATERN52, 0.4, 0.02, "dictionary", "all",
@@ -340,13 +363,7 @@ static void rank_one_updates_match_recomputation(void **state)
         memcpy(X + n * D, pts[b].x, sizeof(double) * D);
         n++;
     }
-    kb_kernel k = tu_kernel(KB_KERNEL_MATERN52, D, 0.4);
-    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-    dtc_reference(&k, X0, N, X, n, 0.02, Xc, M, ref);
-    for (size_t i = 0; i < M; i++)
-        sd[i] *= sd[i];
-    assert_true(tu_max_rel_err(sd, ref, M, 1e-6) <= 1e-9);
-    tu_kernel_free(&k);
+    assert_variances_are_dtc(e, X0, N, X, n, 0.02, Xc, M);
     kb_engine_free(e);
     kb_space_free(s);
     kb_config_free(c);
@@ -388,7 +405,7 @@ static void abandon_across_epochs_matches_recomputation(void **state)
     kb_rng_seed(&rng, 12);
     double *X0 = tu_uniform_matrix(&rng, N + 1, D, 0, 1);
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
-    double S[64 * D], X[64 * D], mean[M], sd[M], ref[M];
+    double S[64 * D], X[64 * D];
     kb_error err;
     kb_config *c = make_config("bbkb", KB_KERNEL_MATERN52, 0.4, 0.5, "dictionary", "all",
                                "C", "4", "resparsify_on_partial", "0.5", NULL);
@@ -412,13 +429,7 @@ static void abandon_across_epochs_matches_recomputation(void **state)
     assert_int_equal(kb_engine_abandon(e, p1.handle, &err), 0);
     memcpy(X, X0, sizeof(double) * (N + 1) * D);
     size_t n = trial_points(e, UINT64_MAX, 0, X, N + 1);
-    kb_kernel k = tu_kernel(KB_KERNEL_MATERN52, D, 0.4);
-    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-    dtc_reference(&k, S, m, X, n, 0.5, Xc, M, ref);
-    for (size_t i = 0; i < M; i++)
-        sd[i] *= sd[i];
-    assert_true(tu_max_rel_err(sd, ref, M, 1e-6) <= 1e-9);
-    tu_kernel_free(&k);
+    assert_variances_are_dtc(e, S, m, X, n, 0.5, Xc, M);
     kb_engine_free(e);
     kb_space_free(s);
     kb_config_free(c);
