@@ -6,12 +6,12 @@
  * What is implemented (seed 004 numbering):
  *   - Nystrom embedding z(x) = K_S^{+/2} k_S(x) from the dictionary S (section 2), by
  *     a Cholesky factorization of K_S when it is well conditioned, else an
- *     eigendecomposition that drops tiny eigenvalues (build_embedding). The kernel columns k(x_i, s) of every candidate are
- *     cached per dictionary point and reused while the point stays in the dictionary
- *     (place_dictionary) or when it comes back (Kaway), and the epoch-start mean and
- *     variance of all A candidates come from one dgemm over those columns
- *     (candidate_posterior); z(x_i) itself is formed only for the candidates an epoch
- *     touches (zrow). Per resparsification: A x (new
+ *     eigendecomposition that drops tiny eigenvalues (build_embedding). The kernel
+ *     columns k(x_i, s) of every candidate are cached per dictionary point and reused
+ *     while the point stays in the dictionary (place_dictionary) or when it comes back
+ *     (Kaway), and the epoch-start mean and variance of all A candidates come from one
+ *     dgemm over those columns (candidate_posterior); z(x_i) itself is formed only for
+ *     the candidates an epoch touches (zrow, zrows). Per resparsification: A x (new
  *     dictionary points) kernel evaluations and 2 A m r flops, Appendix C's A m^2 term;
  *     or, when few points entered or left the dictionary, 2 A m (rank + 1) flops for a
  *     low-rank update of the previous epoch's variances (low_rank_start);
@@ -48,10 +48,10 @@
  * Asynchronous semantics (docs/brief.md): a closed epoch answers AWAIT_FEEDBACK until
  * every pending point is told or abandoned (or, with resparsify_on_partial = f < 1, until
  * f of the epoch's points are told, the others staying hallucinated), then the next ask
- * resparsifies. A tell only
- * stores data (the mean is frozen). An abandon removes the hallucinated point from V_t
- * (exact: V_t is refactored from its sum, epoch_factor) and from the epoch's batch sum; since
- * variances then grow, every variance is recomputed before the next selection.
+ * resparsifies. A tell only stores data (the mean is frozen). An abandon removes the
+ * hallucinated point from V_t (exact: V_t is refactored from its sum, epoch_factor) and
+ * from the epoch's batch sum; since variances then grow, every variance is recomputed
+ * before the next selection.
  *
  * Invariants: V = lambda I + sum z z^T over every observe and every non-abandoned trial
  * not handed out in the current epoch (epoch_h), all embedded with the current
