@@ -341,7 +341,8 @@ static int zrows(bbkb *st, const size_t *cand, size_t n)
                     (int)m, st->W, (int)r, 0.0, Zr, (int)r);
     for (size_t j = 0; j < k; j++) {
         const double *z = Zr + j * r;
-        memcpy(st->Z + todo[j] * r, z, r * sizeof *z);
+        if (r) /* Z may be unallocated when r == 0 */
+            memcpy(st->Z + todo[j] * r, z, r * sizeof *z);
         st->resid[todo[j]] = st->kdiag[todo[j]] - (r ? cblas_ddot((int)r, z, 1, z, 1) : 0.0);
     }
     free(todo);
@@ -1086,9 +1087,9 @@ static int build_embedding(kb_engine *e)
     st->r = 0;
     if (m == 0)
         return KB_OK;
-    double *K = malloc(m * m * sizeof *K), *Kc = malloc(m * m * sizeof *Kc);
+    double *K = malloc(m * m * sizeof *K), *Kf = malloc(m * m * sizeof *Kf);
     st->W = malloc(m * m * sizeof *st->W);
-    int rc = K && Kc && st->W ? KB_OK : KB_ENOMEM;
+    int rc = K && Kf && st->W ? KB_OK : KB_ENOMEM;
     if (!rc) {
         /* Pairwise, not kb_kernel_matrix: its |a|^2 + |b|^2 - 2ab distances leave ~1e-16
          * on the diagonal, which Matern 1/2's sqrt turns into 1e-8 errors in K_S. */
@@ -1098,15 +1099,15 @@ static int build_embedding(kb_engine *e)
                     kb_kernel_eval(&e->kernel, st->S + i * d, st->S + j * d);
         for (size_t i = 0; i < m; i++)
             st->kdict_max = K[i * m + i] > st->kdict_max ? K[i * m + i] : st->kdict_max;
-        memcpy(Kc, K, m * m * sizeof *K);
-        if (!cholesky_embedding(st, Kc))
+        memcpy(Kf, K, m * m * sizeof *K); /* the copy a failed Cholesky destroys */
+        if (!cholesky_embedding(st, Kf))
             rc = eigen_embedding(st, K);
     }
     if (!rc && grow((void **)&st->Z, &st->cap_z, st->A * st->r, sizeof *st->Z))
         rc = KB_ENOMEM;
     st->zgen++;
     free(K);
-    free(Kc);
+    free(Kf);
     return rc;
 }
 
