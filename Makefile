@@ -22,7 +22,7 @@ ifneq ($(BLAS_CORE),)
 export OPENBLAS_CORETYPE ?= $(BLAS_CORE)
 endif
 
-PKG_CORE := openblas lapacke
+PKG_CORE := openblas lapacke nlopt
 PKG_SERVER := libmicrohttpd jansson sqlite3
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
 	-Werror=implicit-function-declaration -fPIC -pthread -Icore/include

@@ -64,6 +64,11 @@ void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t
 /* Engines read their options with kb_config_number / kb_config_string. */
 int kb__config_build_kernel(const kb_config *cfg, size_t dim, kb_kernel *k, kb_error *err);
 void kb__kernel_release(kb_kernel *k);
+/* The unit-variance profile base(r^2) of a stationary kernel (not linear), r the
+ * lengthscale-scaled distance, and its derivative with respect to r^2 in *dk_dr2 (when
+ * not NULL): the one place the gradients of hyperparameter fitting and acquisition
+ * refinement come from. Matern 1/2 reports 0 at r = 0, where it has no derivative. */
+double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2);
 /* For serialization: the i-th option of a config (common options first). */
 size_t kb__config_count(const kb_config *cfg);
 const kb_option_spec *kb__config_spec(const kb_config *cfg, size_t i);

@@ -54,6 +54,25 @@ static double stationary(kb_kernel_kind kind, double r2)
     }
 }
 
+double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2)
+{
+    /* d base / d r2 = (d base / d r) / (2 r); each closed form below is that quotient
+     * simplified, finite at r = 0 except Matern 1/2 (its cusp), reported as 0 there. */
+    double r = sqrt(r2), d;
+    switch (kind) {
+    case KB_KERNEL_RBF: d = -0.5 * exp(-0.5 * r2); break;
+    case KB_KERNEL_MATERN12: d = r > 0 ? -exp(-r) / (2.0 * r) : 0.0; break;
+    case KB_KERNEL_MATERN32: d = -1.5 * exp(-sqrt(3.0) * r); break;
+    case KB_KERNEL_MATERN52:
+        d = -(5.0 / 6.0) * (1.0 + sqrt(5.0) * r) * exp(-sqrt(5.0) * r);
+        break;
+    default: d = 0.0; break;
+    }
+    if (dk_dr2)
+        *dk_dr2 = d;
+    return stationary(kind, r2);
+}
+
 double kb_kernel_eval(const kb_kernel *k, const double *x, const double *y)
 {
     double acc = 0.0;
