@@ -203,6 +203,8 @@ static void wake(study *s)
 
 static int fail_engine(api_error *err, const kb_error *kerr)
 {
+    if (strcmp(kerr->field, "dim") == 0) /* the space as a whole is too wide for the engine */
+        return api_fail(err, API_INVALID, "space", "%s", kerr->message);
     const char *prefix = strncmp(kerr->field, "candidates", 10) == 0 ? "space." : "engine.settings.";
     return api_fail_kb(err, kerr, prefix);
 }

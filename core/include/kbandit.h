@@ -192,7 +192,12 @@ const char *const *kb_engine_names(void);
 const kb_option_spec *kb_engine_options(const char *engine);
 const kb_option_spec *kb_common_options(void);
 
-/* Creates an engine; takes ownership of neither argument (both are copied). */
+/* The largest space dimension the engine serves (KB_MAX_DIM unless the engine's method
+ * limits it, e.g. pi-gp-ucb's 2^d-ary cover); 0 for an unknown engine. */
+size_t kb_engine_max_dim(const char *engine);
+
+/* Creates an engine; takes ownership of neither argument (both are copied). A space wider
+ * than kb_engine_max_dim() is refused with KB_ERANGE, field "dim". */
 kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_error *err);
 void kb_engine_free(kb_engine *e);
 const char *kb_engine_name(const kb_engine *e);

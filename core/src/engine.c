@@ -115,6 +115,14 @@ static int alloc_candidate_flags(kb_engine *e)
     return e->cand_pending && e->cand_told ? KB_OK : KB_ENOMEM;
 }
 
+size_t kb_engine_max_dim(const char *engine)
+{
+    const kb_engine_ops *ops = engine ? kb__engine_lookup(engine) : NULL;
+    if (!ops)
+        return 0;
+    return ops->max_dim ? ops->max_dim : KB_MAX_DIM;
+}
+
 kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_error *err)
 {
     kb_scaling scaling;
@@ -124,6 +132,12 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
         return NULL;
     }
     e->ops = kb__engine_lookup(kb_config_engine(cfg));
+    if (space->dim > kb_engine_max_dim(e->ops->name)) {
+        kb__fail(err, KB_ERANGE, "dim", "%s serves at most %zu dimensions; this space has %zu",
+                 e->ops->name, kb_engine_max_dim(e->ops->name), space->dim);
+        free(e);
+        return NULL;
+    }
     e->cfg = kb_config_copy(cfg);
     e->space = kb__space_copy(space);
     e->log = kb__log_new();

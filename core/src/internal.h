@@ -86,6 +86,9 @@ typedef struct kb_engine_ops {
     const char *name;
     const char *summary;
     const kb_option_spec *options; /* engine-specific; terminated by name == NULL */
+    /* Largest space dimension the engine serves; 0 means KB_MAX_DIM. kb_engine_create
+     * refuses a wider space (field "dim") before the engine sees it. */
+    size_t max_dim;
     /* Builds e->impl. Options are already validated one by one; check cross-field
      * constraints here. */
     int (*create)(kb_engine *e, kb_error *err);

@@ -168,3 +168,24 @@ def test_deleted_study_id_never_comes_back(daemons):
     d.stop()
     d.start()
     assert create_study(d.client(), "after-restart", space=ONE)["id"] > new
+
+
+def test_engine_dimension_limit_refused_at_creation(api):
+    """Issue 16 item 1: pi-gp-ucb on a box of 64 parameters crashed the daemon at the first
+    tell (1 << d). A space wider than an engine's stated limit is a 400 naming the space, and
+    nothing is created; every other engine serves the same box."""
+    params = [{"name": f"p{i}", "type": "float", "low": 0, "high": 1} for i in range(64)]
+    space = {"type": "box", "params": params}
+    r = api.post("/v1/studies", json={"name": "wide-pi", "space": space,
+                                      "engine": {"name": "pi-gp-ucb"}})
+    assert r.status_code == 400, r.text
+    e = error_of(r)
+    assert e["code"] == "invalid" and e["field"] == "space", e
+    assert "at most" in e["message"], e
+    assert api.get("/v1/studies").json()["studies"] == []
+    for engine in ("bbkb", "bkb", "gp-ucb", "gp-bucb", "gp-ts", "sgp-ts", "random"):
+        sid = create_study(api, f"wide-{engine}", space=space, engine=engine)["id"]
+        for i in range(5):
+            t = ask(api, sid)["trials"][0]
+            tell(api, sid, t["id"], float(i))
+        assert ask(api, sid)["status"] in ("ok", "awaiting_feedback")
