@@ -59,6 +59,27 @@ void kb__space_to_internal(const kb_space *s, const double *x, double *u);
  * `best` (internal coordinates); all quasi-random when nbest == 0. */
 void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest);
 
+/* ---------------------------------------------- hyperparameters (hyper.c) */
+
+typedef struct kb_hyper_opts {
+    int fix_lengthscales, fix_variance, fix_noise; /* held at their current values */
+    size_t max_rows;  /* observations used by one fit (0: 256) */
+    int starts;       /* random restarts drawn from the priors, besides the warm start */
+    int max_evals;    /* objective evaluations per start (0: 80) */
+} kb_hyper_opts;
+
+/* MAP fit of k's lengthscales and variance and of *noise (those not fixed) to (U, y), n
+ * rows of k->dim internal coordinates and standardized values, warm-started from their
+ * current values; draws restarts and the row subset from rng. On failure they are
+ * unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
+int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
+                  const kb_hyper_opts *o, kb_rng *rng, kb_error *err);
+/* log p(y | theta) (+ the log prior when with_prior) and its gradient (dim + 2 entries,
+ * when grad is not NULL) at theta = (log l_1..log l_dim, log variance, log noise). For
+ * tests; -HUGE_VAL when the covariance is not positive definite. */
+double kb__hyper_objective(kb_kernel_kind kind, size_t dim, const double *U, const double *y,
+                           size_t n, const double *theta, double *grad, int with_prior);
+
 /* -------------------------------------------------------- config */
 
 /* Engines read their options with kb_config_number / kb_config_string. */
