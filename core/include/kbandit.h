@@ -269,6 +269,20 @@ void kb_engine_stats(const kb_engine *e, kb_stats *out);
 int kb_engine_posterior(kb_engine *e, const double *X, size_t n, double *mean,
                         double *sd, kb_error *err);
 
+/* The kernel's hyperparameters as the engine uses them now. With hyperparameters = "fit"
+ * (the default, for engines that fit), the ones not set are fitted to the data by type-II
+ * MAP at points fixed by the call sequence (core/src/hyper.c); `fits` counts the fits. */
+typedef struct kb_hyperparameters {
+    int fitting;                /* 1 when the engine fits them */
+    uint64_t fits;              /* fits so far */
+    size_t dim;
+    const double *lengthscales; /* dim entries, borrowed until the next engine call */
+    double kernel_variance;
+    double noise;               /* noise variance in standardized units (lambda) */
+} kb_hyperparameters;
+
+int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out);
+
 /* Snapshot: an owned byte buffer (free with free()) from which kb_engine_restore
  * rebuilds an engine that makes exactly the choices the original would have made.
  * Format: versioned, little-endian; see core/src/snapshot.c. */

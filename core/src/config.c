@@ -18,6 +18,7 @@ static const char *const kernel_choices[] = {"rbf", "gaussian", "matern12", "mat
 static const char *const input_scaling_choices[] = {"unit", "standardize", "none", NULL};
 static const char *const output_scaling_choices[] = {"standardize", "none", NULL};
 static const char *const repeats_choices[] = {"allow", "no_pending", "never", NULL};
+static const char *const hyper_choices[] = {"fit", "fixed", NULL};
 
 static const kb_option_spec common_options[] = {
     {"seed", KB_OPT_INTEGER, 0, 9007199254740992.0, 0, 0, NULL, NULL,
@@ -38,6 +39,9 @@ static const kb_option_spec common_options[] = {
      "evaluation (never)"},
     {"pool_size", KB_OPT_INTEGER, 1, KB_MAX_POOL, 0, 2048, NULL, NULL,
      "candidate pool size for box spaces"},
+    {"hyperparameters", KB_OPT_STRING, 0, 0, 0, 0, "fit", hyper_choices,
+     "fit: lengthscales, kernel_variance and the noise (lambda) not set are fitted to the "
+     "data by type-II MAP on a schedule (core/src/hyper.c); fixed: used as set or defaulted"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 

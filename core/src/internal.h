@@ -110,6 +110,8 @@ typedef struct kb_engine_ops {
     /* Largest space dimension the engine serves; 0 means KB_MAX_DIM. kb_engine_create
      * refuses a wider space (field "dim") before the engine sees it. */
     size_t max_dim;
+    /* 1 when the engine calls kb__hyper_refit (hyperparameters = "fit" applies to it). */
+    int fits_hyper;
     /* Builds e->impl. Options are already validated one by one; check cross-field
      * constraints here. */
     int (*create)(kb_engine *e, kb_error *err);
@@ -170,6 +172,18 @@ struct kb_engine {
 
     uint64_t n_pending, n_tells, n_abandons, n_observed;
     struct kb_log *log;  /* event log for snapshots (snapshot.c) */
+
+    /* Hyperparameter fitting (kb__hyper_refit): on unless hyperparameters = "fixed".
+     * The next fit is due once n_obs >= fit_next, a schedule of the call sequence only,
+     * so a replayed engine fits at the same points; fit_rng is the fits' own stream (the
+     * engine's choices under "fixed" do not move). noise is the fitted noise variance
+     * (engines that fit take their lambda from it). */
+    int fit_on;
+    kb_hyper_opts fit_opts;
+    size_t fit_next, design_n;
+    uint64_t n_fits;
+    kb_rng fit_rng;
+    double noise;
 };
 
 #define KB_TRIAL_CHUNK 1024
@@ -204,6 +218,20 @@ static inline int kb__excluded(const kb_engine *e, size_t i)
  * standardized gaps to the other arms and locks the run onto that arm (bbkb.c, on
  * abalone). O(distinct points) after a new observation, O(1) otherwise (cached). */
 void kb__output_stats(kb_engine *e, double *mean, double *sd);
+
+/* Whether a hyperparameter refit is due (fitting on and enough new observations). */
+static inline int kb__hyper_due(const kb_engine *e)
+{
+    return e->fit_on && e->n_obs >= e->fit_next;
+}
+/* Refits e->kernel and e->noise to every observation (outputs standardized as the
+ * engines see them) and schedules the next fit. Engines call it where their model may
+ * change (before an ask, at a batch or epoch start) when kb__hyper_due(), then rebuild
+ * what depends on the kernel and the noise. A failed fit keeps the previous values. */
+int kb__hyper_refit(kb_engine *e, kb_error *err);
+/* Box spaces with fitting on: the initial design (before the first fit) hands out the
+ * pool's quasi-random rows in order. Sets *index and returns 1 while it applies. */
+int kb__design_index(const kb_engine *e, size_t *index);
 
 /* Called by box-space engines at resparsification: refreshes the pool around the best
  * observations and resets the per-candidate repeat counters for the new pool. */
