@@ -39,6 +39,10 @@ static const kb_option_spec common_options[] = {
      "evaluation (never)"},
     {"pool_size", KB_OPT_INTEGER, 1, KB_MAX_POOL, 0, 2048, NULL, NULL,
      "candidate pool size for box spaces"},
+    {"width", KB_OPT_NUMBER, 0, 1e6, 0, 0.0, NULL, NULL,
+     "exploration: the multiplier of the posterior standard deviation (Bayesian units) in "
+     "an upper confidence bound, or of the sample's spread in Thompson sampling; 0 = the "
+     "engine's default (kb__width)"},
     {"hyperparameters", KB_OPT_STRING, 0, 0, 0, 0, "fit", hyper_choices,
      "fit: lengthscales, kernel_variance and the noise (lambda) not set are fitted to the "
      "data by type-II MAP on a schedule (core/src/hyper.c); fixed: used as set or defaulted"},

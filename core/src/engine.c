@@ -166,6 +166,14 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
     return KB_OK; /* a numerical failure keeps the previous values */
 }
 
+double kb__width(const kb_engine *e, double theory)
+{
+    double w = kb_config_number(e->cfg, "width");
+    if (w > 0)
+        return w;
+    return e->fit_on ? KB_WIDTH_FITTED : theory;
+}
+
 int kb__design_index(const kb_engine *e, size_t *index)
 {
     if (e->n_trials >= e->design_n || kb__excluded(e, e->n_trials))

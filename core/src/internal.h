@@ -229,6 +229,13 @@ static inline int kb__hyper_due(const kb_engine *e)
  * change (before an ask, at a batch or epoch start) when kb__hyper_due(), then rebuild
  * what depends on the kernel and the noise. A failed fit keeps the previous values. */
 int kb__hyper_refit(kb_engine *e, kb_error *err);
+/* The exploration width an engine uses, in one meaning for every engine (the multiplier
+ * of the Bayesian posterior sd): the `width` option when set; else, with fitted
+ * hyperparameters, KB_WIDTH_FITTED; else the engine's theoretical width `theory` (the
+ * paper's, converted to that meaning by the engine). */
+double kb__width(const kb_engine *e, double theory);
+#define KB_WIDTH_FITTED 2.0
+
 /* Box spaces with fitting on: the initial design (before the first fit) hands out the
  * pool's quasi-random rows in order. Sets *index and returns 1 while it applies. */
 int kb__design_index(const kb_engine *e, size_t *index);
