@@ -519,7 +519,7 @@ static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
     } else {
         if (kb__hyper_due(e))
             rc = refit(e, s);
-        if (!rc && !e->space->finite && e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 4)
+        if (!rc && !e->space->finite && e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 16)
             rc = refresh_pool(e, s);
         if (!rc && s->alpha_stale)
             rc = refresh_alpha(e, s);

@@ -678,7 +678,7 @@ void kb__refresh_pool(kb_engine *e)
     double best[NBEST * d > 0 ? NBEST * d : 1];
     for (size_t i = 0; i < nb; i++)
         memcpy(best + i * d, e->obs_u + idx[i] * d, d * sizeof(double));
-    kb__space_refresh_pool(e->space, &e->rng, best, nb);
+    kb__space_refresh_pool(e->space, &e->rng, best, nb, e->kernel.lengthscales);
     memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);
     memset(e->cand_told, 0, e->space->n * sizeof *e->cand_told);
 }

@@ -54,10 +54,12 @@ int kb__space_apply_scaling(kb_space *s, kb_scaling how, kb_error *err);
 /* Maps one input-coordinate point to internal coordinates (may give +-inf for a point far
  * outside the candidates' range; callers check). */
 void kb__space_to_internal(const kb_space *s, const double *x, double *u);
-/* Box only: draws a new pool. Half quasi-random (Halton, randomly shifted), half
- * Gaussian perturbations (sd 0.05, clipped to the cube) around the `nbest` rows of
- * `best` (internal coordinates); all quasi-random when nbest == 0. */
-void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest);
+/* Box only: draws a new pool. Half quasi-random (Halton, randomly shifted), half local
+ * perturbations around the `nbest` rows of `best` (internal coordinates, best first) at
+ * several trust-region sizes, scaled per dimension by `lengthscales` (NULL: isotropic;
+ * space.c local_points); all quasi-random when nbest == 0. */
+void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest,
+                            const double *lengthscales);
 
 /* ---------------------------------------------- hyperparameters (hyper.c) */
 
