@@ -236,6 +236,11 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
     e->standardize = strcmp(kb_config_string(cfg, "output_scaling"), "none") != 0;
     const char *rep = kb_config_string(cfg, "repeats");
     e->repeats = strcmp(rep, "allow") == 0 ? 0 : strcmp(rep, "no_pending") == 0 ? 1 : 2;
+    /* On a box a neighbour of a point is as informative as the point again, and a repeat
+     * of an exactly known point adds nothing (BBKB's batch sum stops growing, so its epoch
+     * never closes): unless set, a box pool's points are handed out once. */
+    if (!space->finite && !kb_config_is_set(cfg, "repeats"))
+        e->repeats = 2;
     kb_rng_seed(&e->rng, (uint64_t)kb_config_number(cfg, "seed"));
     if (kb__config_build_kernel(cfg, space->dim, &e->kernel, err))
         goto fail;
