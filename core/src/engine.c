@@ -166,12 +166,12 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
     return KB_OK; /* a numerical failure keeps the previous values */
 }
 
-double kb__width(const kb_engine *e, double theory)
+double kb__width(const kb_engine *e, double theory, double fitted)
 {
     double w = kb_config_number(e->cfg, "width");
     if (w > 0)
         return w;
-    return e->fit_on ? KB_WIDTH_FITTED : theory;
+    return e->fit_on ? fitted : theory;
 }
 
 int kb__design_index(const kb_engine *e, size_t *index)

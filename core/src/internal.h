@@ -232,11 +232,12 @@ static inline int kb__hyper_due(const kb_engine *e)
  * what depends on the kernel and the noise. A failed fit keeps the previous values. */
 int kb__hyper_refit(kb_engine *e, kb_error *err);
 /* The exploration width an engine uses, in one meaning for every engine (the multiplier
- * of the Bayesian posterior sd): the `width` option when set; else, with fitted
- * hyperparameters, KB_WIDTH_FITTED; else the engine's theoretical width `theory` (the
- * paper's, converted to that meaning by the engine). */
-double kb__width(const kb_engine *e, double theory);
-#define KB_WIDTH_FITTED 2.0
+ * of the Bayesian posterior sd in a UCB, of the sample's spread in Thompson sampling): the
+ * `width` option when set; else, with fitted hyperparameters, `fitted` (KB_WIDTH_UCB for
+ * UCB engines, 1 for Thompson sampling: a plain posterior sample); else the engine's
+ * theoretical width `theory` (the paper's, converted to that meaning by the engine). */
+double kb__width(const kb_engine *e, double theory, double fitted);
+#define KB_WIDTH_UCB 2.0
 
 /* Box spaces with fitting on: the initial design (before the first fit) hands out the
  * pool's quasi-random rows in order. Sets *index and returns 1 while it applies. */
