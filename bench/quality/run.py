@@ -166,6 +166,7 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget):
     wall = time.monotonic() - t0
     if state["error"]:
         raise RuntimeError(f"{fname} {engine} seed {seed}: {state['error']}")
+    api = Http(port)  # the first connection sat idle through the run: the daemon closed it
     info = api.call("GET", f"/v1/studies/{sid}")
     api.call("DELETE", f"/v1/studies/{sid}")
     return state["values"], wall, info.get("progress", {})
@@ -268,6 +269,8 @@ def main():
                                    trials_per_s=round(len(values) / wall, 2),
                                    settings=settings if engine != "default" else {},
                                    hyperparameters=progress.get("hyperparameters"),
+                                   epochs=progress.get("epoch"),
+                                   dictionary_size=progress.get("dictionary_size"),
                                    **summarize_values(values, fn, fmean))
                         rows.append(row)
                         print(json.dumps(row), flush=True)
