@@ -846,7 +846,8 @@ static int csv_number(const char *s, const char *e, double *out)
     tmp[len] = 0;
     char *endp;
     *out = strtod(tmp, &endp);
-    return *endp || !isfinite(*out) ? -1 : 0;
+    /* endp must reach the field's end: "3\0junk" stopped strtod at the NUL and read as 3 */
+    return endp != tmp + len || !isfinite(*out) ? -1 : 0;
 }
 
 #define CSV_MAX_DIM 10000

@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "study.h"
 
+#include <errno.h>
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,8 +41,9 @@ static int query_int(request *rq, const char *key, int64_t min, int64_t max, int
     if (!v)
         return 0;
     char *end;
+    errno = 0;
     long long n = strtoll(v, &end, 10);
-    if (*v == 0 || *end || n < min || n > max) {
+    if (*v == 0 || *end || errno == ERANGE || n < min || n > max) {
         api_error err;
         api_fail(&err, API_INVALID, key, "must be an integer in [%lld, %lld]", (long long)min,
                  (long long)max);

@@ -321,6 +321,35 @@ static void *timer_main(void *arg)
 
 /* ------------------------------------------------------------ routing */
 
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Percent-decoding of the path and query arguments in place (MHD_OPTION_UNESCAPE_CALLBACK),
+ * except %00: MHD's own decoder turns it into a NUL that ends the C string, so that
+ * /v1/studies/1%00/best was served as study 1 and cursor=5%00junk read as 5. Kept as the
+ * three characters, it fails every route and every number check instead. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi = r[0] == '%' ? hex_digit(r[1]) : -1, lo = hi >= 0 ? hex_digit(r[2]) : -1;
+        if (lo >= 0 && (hi | lo) != 0) {
+            *w++ = (char)(hi * 16 + lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
+}
+
 /* Matches path against pattern; fills ids. 1 match, 0 no match, -1 the shape matches
  * but an {id} is not a positive integer (404 either way, but stop searching). */
 static int match(const char *pattern, const char *path, int64_t *ids)
@@ -618,7 +647,8 @@ int http_start(const http_config *cfg)
         MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd,
         MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
         NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
     if (!srv.d) {
         pthread_mutex_lock(&waits.lock);
         waits.stop = 1;
