@@ -403,11 +403,23 @@ static int route_of(const char *method, const char *path, int64_t *ids, char *al
     return path_found ? -2 : -1;
 }
 
-/* Constant-time comparison of the bearer token (time depends on lengths only). */
+static enum MHD_Result count_authorization(void *cls, enum MHD_ValueKind kind,
+                                           const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    *(int *)cls += strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0;
+    return MHD_YES;
+}
+
+/* Constant-time comparison of the bearer token (time depends on lengths only). Several
+ * Authorization headers are refused: which one a proxy or MHD reads is not defined. */
 static int authorized(struct MHD_Connection *c)
 {
+    int headers = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_authorization, &headers);
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+    if (headers != 1 || !h || strncasecmp(h, "Bearer ", 7) != 0)
         return 0;
     const char *got = h + 7, *want = srv.cfg.token;
     size_t gl = strlen(got), wl = strlen(want);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -121,13 +122,41 @@ static int parse_options(int argc, char **argv, options *o)
     return 0;
 }
 
+/* Token limits: shorter tokens are guessable; the longest fits one header line. */
+#define TOKEN_MIN 16
+#define TOKEN_MAX 4096
+
+/* Why the open token file is unusable (NULL: fine). Writable by others: anyone may set the
+ * token, refused. Readable by others: refused only with a warning, since a Docker or
+ * Kubernetes secret is often mounted 0444 for a container user (README, Docker). */
+static const char *token_file_problem(FILE *f, const char *path)
+{
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0)
+        return "cannot stat token file";
+    if (!S_ISREG(st.st_mode))
+        return "token file is not a regular file";
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return "token file is writable by others (chmod 600)";
+    if (st.st_mode & (S_IRGRP | S_IROTH))
+        log_json(LOG_WARN, "token file is readable by others (chmod 600 unless it is a mounted "
+                           "secret)", json_pack("{s:s}", "path", path));
+    return NULL;
+}
+
 /* Reads the token (first line, surrounding whitespace removed); NULL after logging. */
 static char *read_token(const char *path)
 {
     FILE *f = fopen(path, "r");
-    char buf[4096];
+    char buf[TOKEN_MAX + 2];
     if (!f) {
         fatal("cannot read token file", path);
+        return NULL;
+    }
+    const char *problem = token_file_problem(f, path);
+    if (problem) {
+        fclose(f);
+        fatal(problem, path);
         return NULL;
     }
     size_t n = fread(buf, 1, sizeof buf - 1, f);
@@ -140,9 +169,18 @@ static char *read_token(const char *path)
         ;
     while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
         e--;
+    int whole_line = *e == '\n' || *e == '\r' || n < sizeof buf - 1;
     *e = 0;
     if (!*s) {
         fatal("token file is empty", path);
+        return NULL;
+    }
+    if (!whole_line || strlen(s) > TOKEN_MAX) { /* never cut silently */
+        fatal("token longer than 4096 bytes", path);
+        return NULL;
+    }
+    if (strlen(s) < TOKEN_MIN) {
+        fatal("token shorter than 16 bytes", path);
         return NULL;
     }
     return strdup(s);

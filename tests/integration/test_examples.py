@@ -26,7 +26,7 @@ def engine_available(api, engine):
 @pytest.mark.skipif(not shutil.which("curl") or not shutil.which("jq"), reason="needs curl and jq")
 @pytest.mark.parametrize("auth", [False, True])
 def test_quickstart_script(daemons, auth):
-    d = daemons(token="quick-token" if auth else None)
+    d = daemons(token="quick-token-0123456" if auth else None)
     env = dict(os.environ, KB_URL=d.url, KB_TOKEN=d.token or "")
     r = subprocess.run(["bash", str(EXAMPLES / "quickstart.sh")], env=env, capture_output=True,
                        text=True, timeout=60)
@@ -42,7 +42,7 @@ def test_quickstart_script(daemons, auth):
 
 @pytest.mark.parametrize("engine", ["random", "bbkb"])
 def test_worker_loop(daemons, engine):
-    d = daemons(token="worker-token")
+    d = daemons(token="worker-token-0123456")
     api = d.client()
     if not engine_available(api, engine):
         pytest.skip(f"engine {engine!r} not in this daemon")
@@ -66,7 +66,7 @@ def test_worker_loop(daemons, engine):
 
 
 def test_worker_reports_errors(daemons):
-    d = daemons(token="right")
+    d = daemons(token="right-token-0123456")
     r = subprocess.run([sys.executable, str(EXAMPLES / "worker.py"), "--url", d.url, "--token", "wrong",
                         "--engine", "random", "--trials", "3"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "401" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -61,12 +61,12 @@ def test_status_paths(daemons):
 
 
 def test_auth_on(daemons):
-    d = daemons(token="s3cret-token")
+    d = daemons(token="s3cret-token-0123456")
     ok = d.client()
     sid = create_study(ok, "auth")["id"]
     anon = d.client(token="")
     anon.headers.pop("Authorization", None)
-    wrong = d.client(token="s3cret-tokem")
+    wrong = d.client(token="s3cret-token-0123457")
     for c in (anon, wrong):
         for method, path in (("GET", "/v1/studies"), ("GET", f"/v1/studies/{sid}"),
                              ("POST", f"/v1/studies/{sid}/ask"), ("GET", "/v1/nope")):
@@ -103,8 +103,53 @@ def test_non_loopback_needs_token_or_insecure(daemons):
     d2 = daemons(listen="0.0.0.0:0", args=["--insecure"])
     assert d2.running and "auth disabled" in d2.stderr()
     assert requests.get(f"{d2.url}/healthz", timeout=10).status_code == 200
-    d3 = daemons(listen="0.0.0.0:0", token="t0k")
+    d3 = daemons(listen="0.0.0.0:0", token="t0k-0123456789abcdef")
     assert d3.running and d3.client().get("/v1/studies").status_code == 200
+
+
+def start_with_token_file(daemons, content, mode=0o600):
+    d = daemons(start=False)
+    tf = d.workdir / "token-file"
+    tf.write_bytes(content)
+    tf.chmod(mode)
+    d.args += ["--token-file", str(tf)]
+    d.start(expect_fail=True)
+    return d
+
+
+def test_token_file_rules(daemons):
+    """Issue 16 item 7: a token over 4,096 bytes was cut silently (its first 4,095 bytes
+    authenticated), a 1-character token was accepted, and so was a token file anyone may
+    write. Each now stops the daemon at start-up with a reason; a world-readable file (a
+    mounted secret) starts it with a warning."""
+    for content, mode, reason in ((b"x" * 5000 + b"\n", 0o600, "longer than 4096"),
+                                  (b"x\n", 0o600, "shorter than 16"),
+                                  (b"0123456789abcdef-token\n", 0o622, "writable by others")):
+        d = start_with_token_file(daemons, content, mode)
+        assert not d.running and d.exit_codes[-1] != 0, d.stderr()
+        assert reason in d.stderr(), d.stderr()
+    d = start_with_token_file(daemons, b"x" * 4096 + b"\n", 0o644)
+    assert d.running and "readable by others" in d.stderr()
+    r = requests.get(f"{d.url}/v1/studies", headers={"Authorization": "Bearer " + "x" * 4095},
+                     timeout=10)
+    assert r.status_code == 401
+    r = requests.get(f"{d.url}/v1/studies", headers={"Authorization": "Bearer " + "x" * 4096},
+                     timeout=10)
+    assert r.status_code == 200, r.text
+
+
+def test_several_authorization_headers_refused(daemons):
+    """With two Authorization headers the first one used to win."""
+    d = daemons(token="double-header-token")
+    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as s:
+        s.sendall(b"GET /v1/studies HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Authorization: Bearer double-header-token\r\n"
+                  b"Authorization: Bearer something-else-entirely\r\n\r\n")
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 401"), reply[:200]
+    assert d.client().get("/v1/studies").status_code == 200
 
 
 def test_delete_study(api):
@@ -149,7 +194,7 @@ def raw_exchange(port, request):
 def test_head_answers_like_get_without_body(daemons):
     """HEAD takes every GET route: same status and headers (Content-Length included),
     never a body, and a kept-alive connection goes on with the next request."""
-    d = daemons(token="head-token")
+    d = daemons(token="head-token-0123456")
     api = d.client()
     sid = create_study(api, "head")["id"]
     anon = d.client(token="")

@@ -29,7 +29,7 @@ ROUTES = [
 ]
 BODY_ROUTES = [r for r in ROUTES if r[2] is not None]
 ALL_METHODS = ("GET", "POST", "DELETE", "PUT", "PATCH")
-TOKEN = "matrix-token"
+TOKEN = "matrix-token-0123456"
 LIMIT = 2048
 
 
