@@ -1410,7 +1410,7 @@ static int resparsify(kb_engine *e)
     }
     if (!rc) {
         if (!e->space->finite) {
-            kb__refresh_pool(e);
+            kb__refresh_pool(e, 0);
             new_pool(e);
             for (size_t j = 0; j < ds.n; j++)
                 ds.rows[j].cand = NONE;

@@ -207,7 +207,7 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
     while (st->n < e->n_obs)
         append(e, st, e->obs_u + st->n * e->space->dim);
     if (!e->space->finite && st->since_pool >= st->pool_refresh) {
-        kb__refresh_pool(e);
+        kb__refresh_pool(e, 0);
         rebuild_candidates(e, st);
         st->since_pool = 0;
     }

@@ -468,7 +468,7 @@ static int fail_rc(kb_error *err, int rc)
 /* Box spaces: a new pool around the best points, and everything candidate-sized with it. */
 static int refresh_pool(kb_engine *e, gp_state *s)
 {
-    kb__refresh_pool(e);
+    kb__refresh_pool(e, 1);
     s->obs_at_refresh = e->n_obs;
     return rebuild(e, s);
 }

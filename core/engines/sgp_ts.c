@@ -289,7 +289,7 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
     }
     /* Nothing fails from here on. */
     if (!e->space->finite && st->since_pool >= st->pool_refresh) {
-        kb__refresh_pool(e);
+        kb__refresh_pool(e, 0);
         kb__ts_features_eval(&st->feat, e->space->u, e->space->n, st->PhiA);
         st->since_pool = 0;
     }

@@ -673,7 +673,30 @@ static size_t best_obs(const kb_engine *e, size_t k, size_t *idx)
     return n;
 }
 
-void kb__refresh_pool(kb_engine *e)
+/* The last rows of a new pool: the best observed points moved uphill on the UCB of the
+ * fitted GP (acq.c), so that the engine's own rule can choose a point placed more
+ * precisely than the pool's spacing. They are ordinary pool points from then on. */
+static void refine_pool(kb_engine *e, const double *best, size_t nb)
+{
+    enum { REFINED = 4 };
+    kb_space *s = e->space;
+    size_t k = nb < REFINED ? nb : REFINED, d = s->dim, n = e->n_obs;
+    double mu, sd, *y = malloc((n ? n : 1) * sizeof *y);
+    if (!y || k == 0 || k > s->n) {
+        free(y);
+        return;
+    }
+    kb__output_stats(e, &mu, &sd);
+    for (size_t i = 0; i < n; i++)
+        y[i] = (e->obs_y[i] - mu) / sd;
+    double *P = s->rows + (s->n - k) * d;
+    memcpy(P, best, k * d * sizeof *P);
+    kb__acq_refine(&e->kernel, e->noise, e->obs_u, y, n, KB_WIDTH_UCB, P, k);
+    memcpy(s->u + (s->n - k) * d, P, k * d * sizeof *P);
+    free(y);
+}
+
+void kb__refresh_pool(kb_engine *e, int refine)
 {
     if (e->space->finite)
         return;
@@ -684,6 +707,8 @@ void kb__refresh_pool(kb_engine *e)
     for (size_t i = 0; i < nb; i++)
         memcpy(best + i * d, e->obs_u + idx[i] * d, d * sizeof(double));
     kb__space_refresh_pool(e->space, &e->rng, best, nb, e->kernel.lengthscales);
+    if (e->fit_on && refine)
+        refine_pool(e, best, nb);
     memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);
     memset(e->cand_told, 0, e->space->n * sizeof *e->cand_told);
 }

@@ -232,9 +232,7 @@ static void prior_draw(size_t d, size_t idx, kb_rng *rng, double *x)
     *x = fmin(hi, fmax(lo, mu + 0.5 * sd * kb_rng_normal(rng)));
 }
 
-/* Rows to fit on: all when n <= max_rows, else the best quarter by y and a seeded uniform
- * sample of the others (partial Fisher-Yates). Writes their indices to idx, returns m. */
-static size_t pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, size_t *idx)
+size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, size_t *idx)
 {
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
@@ -320,7 +318,7 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
     fit_ctx c = {.theta = theta, .free_idx = free_idx, .grad_full = grad_full};
     int rc = idx && Us && ys ? KB_OK : KB_ENOMEM;
     if (rc == KB_OK) {
-        size_t m = pick_rows(y, n, max_rows, rng, idx);
+        size_t m = kb__pick_rows(y, n, max_rows, rng, idx);
         for (size_t i = 0; i < m; i++) {
             memcpy(Us + i * d, U + idx[i] * d, d * sizeof *Us);
             ys[i] = y[idx[i]];

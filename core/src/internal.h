@@ -76,6 +76,25 @@ typedef struct kb_hyper_opts {
  * unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
 int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
                   const kb_hyper_opts *o, kb_rng *rng, kb_error *err);
+/* Rows a GP is fitted or built on when there are many: all when n <= max_rows, else the
+ * best quarter by y and a uniform sample of the others drawn from rng. Writes the indices
+ * to idx (n entries of room), returns how many. */
+size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, size_t *idx);
+
+/* ------------------------------------------------ acquisition refinement (acq.c) */
+
+/* Moves each of the m points P (m x dim, in [0,1]^dim) uphill on the UCB mean + width sd
+ * of the exact GP with kernel k and noise variance `noise` on (U, y) (n rows, y
+ * standardized; at most 256 rows are used, kb__pick_rows), by NLopt's bounded L-BFGS with
+ * the kernel's analytic gradient, inside the unit cube. A point whose run fails stays
+ * where it was. Deterministic. KB_ENOMEM, or KB_OK. */
+int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const double *y,
+                   size_t n, double width, double *P, size_t m);
+/* The UCB and its gradient (dim entries, when not NULL) at x of the GP above built on all
+ * n rows; for tests. */
+double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const double *y,
+                      size_t n, double width, const double *x, double *grad);
+
 /* log p(y | theta) (+ the log prior when with_prior) and its gradient (dim + 2 entries,
  * when grad is not NULL) at theta = (log l_1..log l_dim, log variance, log noise). For
  * tests; -HUGE_VAL when the covariance is not positive definite. */
@@ -244,8 +263,11 @@ double kb__width(const kb_engine *e, double theory, double fitted);
 int kb__design_index(const kb_engine *e, size_t *index);
 
 /* Called by box-space engines at resparsification: refreshes the pool around the best
- * observations and resets the per-candidate repeat counters for the new pool. */
-void kb__refresh_pool(kb_engine *e);
+ * observations and resets the per-candidate repeat counters for the new pool. With
+ * refine (and fitted hyperparameters), the pool's last rows are the best points moved
+ * uphill on the fitted GP's UCB (acq.c): gp-ucb / gp-bucb ask for it; on the tuning
+ * functions it made bbkb worse (docs/BENCHMARKS.md). */
+void kb__refresh_pool(kb_engine *e, int refine);
 
 /* ------------------------------------------------------- registry */
 

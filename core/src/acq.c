@@ -1,0 +1,183 @@
+/*
+ * acq.c - continuous refinement of the acquisition on boxes (issue 13): a point of a box's
+ * candidate pool is moved uphill on the upper confidence bound
+ *   u(x) = mu(x) + width sd(x)
+ * of the exact GP posterior (kernel k, noise variance lambda, outputs standardized) by
+ * NLopt's bounded L-BFGS inside the unit cube, as practical optimizers do after screening
+ * many raw points (BoTorch's optimize_acqf: raw samples, then gradient refinement).
+ *
+ * Gradient, with k_x = k(x, X), a = K_y^-1 y, q = K_y^-1 k_x, s = sd(x):
+ *   d mu / dx_j = sum_i a_i D_ij,   d s^2 / dx_j = -2 sum_i q_i D_ij  (k(x, x) constant),
+ *   D_ij = d k(x, X_i) / dx_j = variance base'(r2) 2 (x_j - X_ij) / l_j^2,
+ * so grad u = sum_i D_ij (a_i - width q_i / s): one pass over the rows per evaluation,
+ * O(n^2) for the two triangular solves. base' comes from kb__kernel_profile.
+ *
+ * The GP is built once per call on at most 256 rows (kb__pick_rows, RNG seeded from n so
+ * that the engine's streams do not move), in O(256^3 / 3); each run is capped at 40
+ * evaluations. Stationary kernels only (the linear kernel has no use for it).
+ */
+#include "internal.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <nlopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ACQ_MAX_ROWS = 256, ACQ_MAX_EVALS = 40 };
+
+typedef struct acq_gp {
+    const kb_kernel *k;
+    double width;
+    size_t n, d;
+    double *X, *L, *a, *kx, *q; /* n x d, n x n (lower), n, n, n */
+    double *sl;                 /* n: variance base'(r2) of the current x, D_ij's factor */
+} acq_gp;
+
+static void acq_free(acq_gp *g)
+{
+    free(g->X);
+    free(g->L);
+    free(g->a);
+    free(g->kx);
+    free(g->q);
+    free(g->sl);
+}
+
+/* Factors K + noise I over the chosen rows and solves a = K_y^-1 y. */
+static int acq_build(acq_gp *g, const kb_kernel *k, double noise, const double *U,
+                     const double *y, const size_t *rows, size_t n, double width)
+{
+    size_t d = k->dim;
+    *g = (acq_gp){.k = k, .width = width, .n = n, .d = d};
+    g->X = malloc((n ? n : 1) * d * sizeof *g->X);
+    g->L = malloc((n ? n * n : 1) * sizeof *g->L);
+    g->a = malloc((n ? n : 1) * sizeof *g->a);
+    g->kx = malloc((n ? n : 1) * sizeof *g->kx);
+    g->q = malloc((n ? n : 1) * sizeof *g->q);
+    g->sl = malloc((n ? n : 1) * sizeof *g->sl);
+    if (!g->X || !g->L || !g->a || !g->kx || !g->q || !g->sl)
+        return KB_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(g->X + i * d, U + rows[i] * d, d * sizeof *g->X);
+        g->a[i] = y[rows[i]];
+    }
+    if (n == 0)
+        return KB_OK;
+    kb_kernel_matrix(k, g->X, n, g->X, n, g->L);
+    for (size_t i = 0; i < n; i++)
+        g->L[i * n + i] += noise;
+    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, g->L, (int)n) != 0)
+        return KB_ENUMERIC;
+    LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)n, 1, g->L, (int)n, g->a, 1);
+    return KB_OK;
+}
+
+/* u(x) and, when grad is not NULL, its gradient. */
+static double acq_eval(acq_gp *g, const double *x, double *grad)
+{
+    size_t n = g->n, d = g->d;
+    const kb_kernel *k = g->k;
+    double mu = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double r2 = 0.0;
+        for (size_t j = 0; j < d; j++) {
+            double t = (x[j] - g->X[i * d + j]) / k->lengthscales[j];
+            r2 += t * t;
+        }
+        double slope;
+        g->kx[i] = k->variance * kb__kernel_profile(k->kind, r2, &slope);
+        g->sl[i] = k->variance * slope;
+        mu += g->a[i] * g->kx[i];
+    }
+    memcpy(g->q, g->kx, n * sizeof *g->q);
+    double s2 = k->variance;
+    if (n) {
+        cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)n, g->L,
+                    (int)n, g->q, 1);
+        s2 -= cblas_ddot((int)n, g->q, 1, g->q, 1);
+        cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, (int)n, g->L,
+                    (int)n, g->q, 1);
+    }
+    double s = sqrt(s2 > 1e-12 ? s2 : 1e-12);
+    if (grad) {
+        memset(grad, 0, d * sizeof *grad);
+        for (size_t i = 0; i < n; i++) {
+            double c = (g->a[i] - g->width * g->q[i] / s) * g->sl[i] * 2.0;
+            for (size_t j = 0; j < d; j++) {
+                double l = k->lengthscales[j];
+                grad[j] += c * (x[j] - g->X[i * d + j]) / (l * l);
+            }
+        }
+    }
+    return mu + g->width * s;
+}
+
+static double neg_ucb(unsigned d, const double *x, double *grad, void *ud)
+{
+    double v = acq_eval(ud, x, grad);
+    for (unsigned j = 0; grad && j < d; j++)
+        grad[j] = -grad[j];
+    return -v;
+}
+
+static size_t choose_rows(const double *y, size_t n, size_t *rows)
+{
+    kb_rng rng;
+    kb_rng_seed(&rng, (uint64_t)n);
+    return kb__pick_rows(y, n, ACQ_MAX_ROWS, &rng, rows);
+}
+
+int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const double *y,
+                   size_t n, double width, double *P, size_t m)
+{
+    if (k->kind == KB_KERNEL_LINEAR || n == 0 || m == 0)
+        return KB_OK;
+    size_t d = k->dim, *rows = malloc(n * sizeof *rows);
+    acq_gp g = {0};
+    int rc = rows ? acq_build(&g, k, noise, U, y, rows, choose_rows(y, n, rows), width)
+                  : KB_ENOMEM;
+    nlopt_opt opt = rc == KB_OK ? nlopt_create(NLOPT_LD_LBFGS, (unsigned)d) : NULL;
+    double *x = malloc(d * sizeof *x);
+    if (rc == KB_OK && (!opt || !x))
+        rc = KB_ENOMEM;
+    if (rc == KB_OK) {
+        nlopt_set_lower_bounds1(opt, 0.0);
+        nlopt_set_upper_bounds1(opt, 1.0);
+        nlopt_set_min_objective(opt, neg_ucb, &g);
+        nlopt_set_maxeval(opt, ACQ_MAX_EVALS);
+        nlopt_set_xtol_rel(opt, 1e-6);
+    }
+    for (size_t p = 0; rc == KB_OK && p < m; p++) {
+        double *pt = P + p * d, f0 = -acq_eval(&g, pt, NULL), f = f0;
+        memcpy(x, pt, d * sizeof *x);
+        nlopt_result r = nlopt_optimize(opt, x, &f);
+        if ((r > 0 || r == NLOPT_ROUNDOFF_LIMITED) && f < f0)
+            for (size_t j = 0; j < d; j++) /* NLopt keeps bounds; clamp rounding anyway */
+                pt[j] = x[j] < 0.0 ? 0.0 : x[j] > 1.0 ? 1.0 : x[j];
+    }
+    if (opt)
+        nlopt_destroy(opt);
+    free(x);
+    free(rows);
+    acq_free(&g);
+    return rc == KB_ENUMERIC ? KB_OK : rc; /* an unfactorable GP refines nothing */
+}
+
+double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const double *y,
+                      size_t n, double width, const double *x, double *grad)
+{
+    size_t *rows = malloc((n ? n : 1) * sizeof *rows);
+    acq_gp g = {0};
+    double v = NAN;
+    if (rows) {
+        for (size_t i = 0; i < n; i++)
+            rows[i] = i;
+        if (acq_build(&g, k, noise, U, y, rows, n, width) == KB_OK)
+            v = acq_eval(&g, x, grad);
+    }
+    free(rows);
+    acq_free(&g);
+    return v;
+}
