@@ -41,12 +41,19 @@ typedef struct options {
 
 static void usage(FILE *f)
 {
-    fputs("usage: kbanditd [--listen HOST:PORT] [--db PATH] [--threads N] [--token-file PATH]\n"
-          "                [--max-body-bytes N] [--log-level debug|info|warn|error]\n"
-          "                [--sweep-ms N] [--insecure]\n"
+    fputs("usage: kbanditd [options]\n"
+          "  --listen HOST:PORT      address to serve on (default 127.0.0.1:8080)\n"
+          "  --db PATH               SQLite database (default ./kbandit.db)\n"
+          "  --threads N             HTTP worker threads, 1..256 (default 4)\n"
+          "  --token-file PATH       bearer token file (default: none, auth off on loopback)\n"
+          "  --max-body-bytes N      largest request body (default 67108864)\n"
+          "  --log-level LEVEL       debug|info|warn|error (default info)\n"
+          "  --sweep-ms N            lease sweep period, 10..3600000 (default 200)\n"
+          "  --insecure              allow a non-loopback listen without a token\n"
+          "  --version               print the version and exit\n"
           "Each flag may also be given as KB_<FLAG> in the environment (KB_LISTEN, KB_DB,\n"
           "KB_THREADS, KB_TOKEN_FILE, KB_MAX_BODY_BYTES, KB_LOG_LEVEL, KB_SWEEP_MS,\n"
-          "KB_INSECURE=1); flags win.\n",
+          "KB_INSECURE=0|1|false|true); flags win.\n",
           f);
 }
 
@@ -60,6 +67,20 @@ static const char *env_or(const char *name, const char *def)
 {
     const char *v = getenv(name);
     return v && *v ? v : def;
+}
+
+/* A boolean KB_* variable: unset or empty is false; anything but 0/1/false/true is
+ * refused (KB_INSECURE=false used to turn insecure mode on). */
+static int parse_env_bool(const char *name, int *out)
+{
+    const char *v = env_or(name, "0");
+    if (!strcmp(v, "0") || !strcmp(v, "false"))
+        *out = 0;
+    else if (!strcmp(v, "1") || !strcmp(v, "true"))
+        *out = 1;
+    else
+        return -1;
+    return 0;
 }
 
 static int parse_long(const char *s, long long min, long long max, long long *out)
@@ -80,14 +101,14 @@ static int parse_options(int argc, char **argv, options *o)
         {"threads", required_argument, 0, 't'}, {"token-file", required_argument, 0, 'k'},
         {"max-body-bytes", required_argument, 0, 'm'}, {"log-level", required_argument, 0, 'v'},
         {"sweep-ms", required_argument, 0, 's'}, {"insecure", no_argument, 0, 'i'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     const char *threads = env_or("KB_THREADS", "4"), *max_body = env_or("KB_MAX_BODY_BYTES", "67108864"),
                *sweep = env_or("KB_SWEEP_MS", "200");
     o->listen = env_or("KB_LISTEN", "127.0.0.1:8080");
     o->db = env_or("KB_DB", "./kbandit.db");
     o->token_file = env_or("KB_TOKEN_FILE", NULL);
     o->log_level = env_or("KB_LOG_LEVEL", "info");
-    o->insecure = strcmp(env_or("KB_INSECURE", "0"), "0") != 0;
+    int env_insecure_bad = parse_env_bool("KB_INSECURE", &o->insecure);
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -100,6 +121,7 @@ static int parse_options(int argc, char **argv, options *o)
         case 's': sweep = optarg; break;
         case 'i': o->insecure = 1; break;
         case 'h': usage(stdout); exit(0);
+        case 'V': puts("kbanditd " KB_VERSION_STRING); exit(0);
         default: usage(stderr); return -1;
         }
     }
@@ -110,6 +132,8 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     log_set_level(lvl);
+    if (env_insecure_bad)
+        return fatal("invalid KB_INSECURE (0, 1, false or true)", getenv("KB_INSECURE")), -1;
     if (parse_long(threads, 1, 256, &v))
         return fatal("invalid --threads (1..256)", threads), -1;
     o->threads = (long)v;
