@@ -63,6 +63,13 @@ static int fatal(const char *msg, const char *detail)
     return 1;
 }
 
+/* fatal() with the reason from the system (strerror, gai_strerror) as its own field. */
+static int fatal_because(const char *msg, const char *detail, const char *reason)
+{
+    log_json(LOG_ERROR, msg, json_pack("{s:s,s:s}", "error", detail, "reason", reason));
+    return 1;
+}
+
 static const char *env_or(const char *name, const char *def)
 {
     const char *v = getenv(name);
@@ -151,11 +158,16 @@ static char *read_token(const char *path)
     FILE *f = fopen(path, "r");
     char buf[4096];
     if (!f) {
-        fatal("cannot read token file", path);
+        fatal_because("cannot read token file", path, strerror(errno));
         return NULL;
     }
     size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int read_errno = ferror(f) ? errno : 0; /* a directory opens, then reads EISDIR */
     fclose(f);
+    if (read_errno) {
+        fatal_because("cannot read token file", path, strerror(read_errno));
+        return NULL;
+    }
     buf[n] = 0;
     char *s = buf, *e;
     while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
@@ -173,11 +185,12 @@ static char *read_token(const char *path)
 }
 
 /* Binds host:port ([v6]:port allowed); *port gets the real port, *loopback whether the
- * address is a loopback one. Returns the listening fd or -1. */
-static int listen_on(const char *spec, int *port, int *loopback)
+ * address is a loopback one. Returns the listening fd, or -1 with *why saying why. */
+static int listen_on(const char *spec, int *port, int *loopback, const char **why)
 {
     char host[256];
     const char *colon = strrchr(spec, ':');
+    *why = "expected HOST:PORT";
     if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof host)
         return -1;
     memcpy(host, spec, (size_t)(colon - spec));
@@ -189,12 +202,17 @@ static int listen_on(const char *spec, int *port, int *loopback)
     }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai;
-    if (getaddrinfo(h, colon + 1, &hints, &ai))
+    int rc = getaddrinfo(h, colon + 1, &hints, &ai);
+    if (rc) {
+        *why = gai_strerror(rc);
         return -1;
+    }
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0), one = 1;
-    if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-                    bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 512))) {
-        close(fd);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 512)) {
+        *why = strerror(errno);
+        if (fd >= 0)
+            close(fd);
         fd = -1;
     }
     if (ai->ai_family == AF_INET)
@@ -255,10 +273,11 @@ int main(int argc, char **argv)
     if (o.token_file && !token)
         return 1;
     int port = 0, loopback = 0;
-    int fd = listen_on(o.listen, &port, &loopback);
+    const char *why;
+    int fd = listen_on(o.listen, &port, &loopback, &why);
     if (fd < 0) {
         free(token);
-        return fatal("cannot listen", o.listen);
+        return fatal_because("cannot listen", o.listen, why);
     }
     if (!token && !loopback && !o.insecure) {
         close(fd);

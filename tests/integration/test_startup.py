@@ -37,3 +37,24 @@ def test_version_and_help():
     for default in ("127.0.0.1:8080", "./kbandit.db", "(default 4)", "67108864", "(default info)",
                     "(default 200)"):
         assert default in helptext, default
+
+
+def start_fails(daemons, **kw):
+    d = daemons(start=False, **kw)
+    d.start(expect_fail=True)
+    assert not d.running and d.exit_codes[-1] != 0, d.stderr()
+    return d.stderr()
+
+
+def test_token_file_errors_say_why(daemons, tmp_path):
+    (tmp_path / "tokdir").mkdir()
+    err = start_fails(daemons, args=["--token-file", str(tmp_path / "tokdir")])
+    assert "cannot read token file" in err and "Is a directory" in err, err
+    err = start_fails(daemons, args=["--token-file", str(tmp_path / "missing")])
+    assert "No such file or directory" in err, err
+
+
+def test_listen_errors_carry_errno(daemons):
+    busy = daemons()
+    err = start_fails(daemons, listen=f"127.0.0.1:{busy.port}")
+    assert "cannot listen" in err and "Address already in use" in err, err
