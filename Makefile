@@ -5,6 +5,7 @@
 #   make asan       the same tests built with AddressSanitizer + UBSan (in build-asan/)
 #   make run        the daemon on 127.0.0.1:8080 with ./kbandit.db
 #   make bench      benchmarks (see docs/BENCHMARKS.md)
+#   make bench-quality  kbandit against Optuna on box functions, through the daemon
 #   make install    PREFIX=/usr/local: library, header, pkg-config file, daemon
 #
 # Sources are found by wildcard: a new engine in core/engines/ or a new test in
@@ -48,7 +49,7 @@ DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
 BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
 LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so)
 
-.PHONY: all deps test unit asan run bench install clean fuzz
+.PHONY: all deps test unit asan run bench bench-quality install clean fuzz
 all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(UNIT_BIN)
 
 deps:
@@ -108,6 +109,12 @@ run: deps
 bench: deps
 	@$(MAKE) --no-print-directory $(BENCH) $(LOAD) $(DAEMON)
 	bench/run-all $(BUILD)
+
+# Issue 12's quality suite against Optuna through the daemon (long: see docs/BENCHMARKS.md;
+# QUALITY_ARGS selects functions, engines, seeds, budgets: bench/quality/run.py --help).
+bench-quality: deps
+	@$(MAKE) --no-print-directory $(DAEMON)
+	bench/quality/run.py --daemon $(BUILD)/kbanditd $(QUALITY_ARGS)
 
 FUZZ_CC ?= clang
 fuzz: deps

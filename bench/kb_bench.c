@@ -467,6 +467,20 @@ static void print_curve(const run *r, double gap)
     printf("]");
 }
 
+/* The kernel the engine ended with (fitted unless hyperparameters = fixed). */
+static void print_hyperparameters(const kb_engine *e)
+{
+    kb_hyperparameters hp;
+    kb_engine_hyperparameters(e, &hp);
+    printf(", \"hyperparameters\": {\"fitting\": %s, \"fits\": %llu, \"kernel_variance\": %.6g, "
+           "\"noise\": %.6g, \"lengthscales\": [",
+           hp.fitting ? "true" : "false", (unsigned long long)hp.fits, hp.kernel_variance,
+           hp.noise);
+    for (size_t j = 0; j < hp.dim; j++)
+        printf("%s%.6g", j ? ", " : "", hp.lengthscales[j]);
+    printf("]}");
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -549,6 +563,7 @@ int main(int argc, char **argv)
            st.sec_embed + st.sec_resparsify > 0
                ? st.flop_l3 / (st.sec_embed + st.sec_resparsify) / 1e9 : 0.0,
            (unsigned long long)st.epochs_low_rank);
+    print_hyperparameters(r.e);
     print_curve(&r, gap);
     printf("}\n");
     kb_engine_free(r.e);

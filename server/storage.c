@@ -37,8 +37,9 @@
             ".previous\n");                                                                 \
     extern const char sym[];
 EMBED(kb_migration_0001, "migrations/0001_init.sql")
+EMBED(kb_migration_0002, "migrations/0002_ids_never_reused.sql")
 
-static const char *const migrations[] = {kb_migration_0001};
+static const char *const migrations[] = {kb_migration_0001, kb_migration_0002};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
 int store_latest_version(void) { return N_MIGRATIONS; }
@@ -315,6 +316,17 @@ static int user_version(sqlite3 *db)
     return v;
 }
 
+/* Whether PRAGMA foreign_key_check reports any row (or cannot run). */
+static int foreign_key_violations(sqlite3 *db)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "PRAGMA foreign_key_check", -1, &st, NULL) != SQLITE_OK)
+        return 1;
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc != SQLITE_DONE;
+}
+
 static int migrate(sqlite3 *db, char *errbuf, size_t errsize)
 {
     int v = user_version(db);
@@ -328,20 +340,30 @@ static int migrate(sqlite3 *db, char *errbuf, size_t errsize)
                  v, N_MIGRATIONS);
         return -1;
     }
-    for (int i = v; i < N_MIGRATIONS; i++) {
+    /* Foreign keys off while migrating (the pragma is a no-op inside a transaction), so
+     * that rebuilding a referenced table (0002) cascades nothing; each migration must
+     * leave no violation (foreign_key_check, before its COMMIT). */
+    int rc = sqlite3_exec(db, "PRAGMA foreign_keys=OFF", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+    for (int i = v; rc == 0 && i < N_MIGRATIONS; i++) {
         char setv[64];
         snprintf(setv, sizeof setv, "PRAGMA user_version = %d", i + 1);
         if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK ||
             sqlite3_exec(db, migrations[i], NULL, NULL, NULL) != SQLITE_OK ||
+            foreign_key_violations(db) ||
             sqlite3_exec(db, setv, NULL, NULL, NULL) != SQLITE_OK ||
             sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
             snprintf(errbuf, errsize, "migration %04d failed: %s", i + 1, sqlite3_errmsg(db));
             sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-            return -1;
+            rc = -1;
+            break;
         }
         log_json(LOG_INFO, "migration applied", json_pack("{s:i}", "version", i + 1));
     }
-    return 0;
+    if (sqlite3_exec(db, "PRAGMA foreign_keys=ON", NULL, NULL, NULL) != SQLITE_OK && rc == 0) {
+        snprintf(errbuf, errsize, "cannot enable foreign keys: %s", sqlite3_errmsg(db));
+        rc = -1;
+    }
+    return rc;
 }
 
 static int writer_open(store *s);

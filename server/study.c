@@ -204,6 +204,8 @@ static void wake(study *s)
 
 static int fail_engine(api_error *err, const kb_error *kerr)
 {
+    if (strcmp(kerr->field, "dim") == 0) /* the space as a whole is too wide for the engine */
+        return api_fail(err, API_INVALID, "space", "%s", kerr->message);
     const char *prefix = strncmp(kerr->field, "candidates", 10) == 0 ? "space." : "engine.settings.";
     return api_fail_kb(err, kerr, prefix);
 }
@@ -752,11 +754,24 @@ int study_delete(int64_t id, api_error *err)
     return 0;
 }
 
+/* The kernel the engine uses now (fitted unless hyperparameters = fixed). */
+static json_t *hyperparameters_json(const kb_engine *e)
+{
+    kb_hyperparameters hp;
+    kb_engine_hyperparameters(e, &hp);
+    json_t *ls = json_array();
+    for (size_t j = 0; j < hp.dim; j++)
+        json_array_append_new(ls, json_real(hp.lengthscales[j]));
+    return json_pack("{s:b,s:I,s:o,s:f,s:f}", "fitted", hp.fitting, "fits",
+                     (json_int_t)hp.fits, "lengthscales", ls, "kernel_variance",
+                     hp.kernel_variance, "noise", hp.noise);
+}
+
 static json_t *progress_json(study *s)
 {
     kb_stats st;
     kb_engine_stats(s->engine, &st);
-    return json_pack("{s:{s:I,s:I,s:I,s:I},s:o,s:I,s:I,s:I,s:I,s:b}", "trials", "pending",
+    return json_pack("{s:{s:I,s:I,s:I,s:I},s:o,s:I,s:I,s:I,s:I,s:b,s:o}", "trials", "pending",
                      (json_int_t)s->counts[TRIAL_PENDING], "completed",
                      (json_int_t)s->counts[TRIAL_COMPLETED], "failed",
                      (json_int_t)s->counts[TRIAL_FAILED], "expired",
@@ -764,7 +779,8 @@ static json_t *progress_json(study *s)
                      s->best ? trial_json(s, &s->trials[s->best - 1]) : json_null(), "epoch",
                      (json_int_t)st.epoch, "epoch_asks", (json_int_t)st.epoch_asks,
                      "last_batch", (json_int_t)st.last_batch, "dictionary_size",
-                     (json_int_t)st.dict_size, "init_phase", st.init_phase);
+                     (json_int_t)st.dict_size, "init_phase", st.init_phase, "hyperparameters",
+                     hyperparameters_json(s->engine));
 }
 
 /* Study document without locking (spec is immutable); progress needs s->mu. */

@@ -603,7 +603,7 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     if (!st)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     e->impl = st;
-    st->lambda = kb_config_number(c, "lambda");
+    st->lambda = e->noise; /* lambda, or its fitted value (resparsify) */
     st->q = kb_config_number(c, "q");
     st->retain = kb_config_number(c, "retain");
     st->F = kb_config_number(c, "F");
@@ -1207,14 +1207,15 @@ static int rebuild_model(kb_engine *e, const dataset *ds)
  * standardization (kb__output_stats) they gave ratios 0.11-0.14 on seeds 1-40, and a
  * larger second-half than first-half batch mean on seeds 1-12. At lambda = 0.01,
  * beta_scale 0.2 and 0.7 each lock onto a mediocre arm on some seeds (0.33-0.43). */
-static void update_alpha(bbkb *st)
+static void update_alpha(const kb_engine *e, bbkb *st)
 {
     double theory = 2.0 * st->noise * sqrt(st->logdet_sum + log(1.0 / st->delta)) +
                     (1.0 + sqrt(2.0)) * sqrt(st->lambda) * st->F;
     double beta = st->beta_mode == 0 ? theory
                   : st->beta_mode == 1 ? st->beta_scale * theory
                                        : st->beta_fixed;
-    st->alpha = st->C * beta;
+    /* sigma~ = sd / sqrt(lambda): the common width (a multiplier of sd) times sqrt(lambda) */
+    st->alpha = sqrt(st->lambda) * kb__width(e, st->C * beta / sqrt(st->lambda), KB_WIDTH_UCB);
 }
 
 /* H (u x k, column-major) and sign with D = H diag(sign) H^T + a remainder R, from the
@@ -1401,12 +1402,20 @@ static int resparsify(kb_engine *e)
         sample_dictionary(e, &ds);
         rc = retain_members(st, &ds);
     }
+    int refitted = 0;
+    if (!rc && kb__hyper_due(e)) { /* the kernel changes at epoch starts only */
+        rc = kb__hyper_refit(e, NULL);
+        st->lambda = e->noise;
+        refitted = 1;
+    }
     if (!rc) {
         if (!e->space->finite) {
             kb__refresh_pool(e);
             new_pool(e);
             for (size_t j = 0; j < ds.n; j++)
                 ds.rows[j].cand = NONE;
+        } else if (refitted) {
+            new_pool(e); /* same candidates, every cached kernel column stale */
         }
         double t1 = kb__now();
         rc = place_dictionary(e, &ds);
@@ -1433,7 +1442,7 @@ static int resparsify(kb_engine *e)
         st->var_max = st->var_start[i] > st->var_max ? st->var_start[i] : st->var_max;
     st->init_phase = st->init_phase && st->var_max > 1.0 / st->P;
     st->init_epoch = st->init_phase;
-    update_alpha(st);
+    update_alpha(e, st);
     st->vstamp++;
     heap_rebuild(st, st->start_err == 0.0);
     st->have_epoch = 1;
@@ -1614,7 +1623,8 @@ static int bbkb_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_erro
         return kb__fail(err, rc, NULL, rc == KB_ENOMEM ? "out of memory"
                                                       : "numerical failure in the posterior");
     double t0 = kb__now();
-    int found = st->empty_model ? uniform_pick(e, index) : lazy_pick(e, index);
+    int found = kb__design_index(e, index) ||
+                (st->empty_model ? uniform_pick(e, index) : lazy_pick(e, index));
     st->sec_ask += kb__now() - t0;
     if (!found)
         res->status = KB_ASK_EXHAUSTED;
@@ -1813,6 +1823,7 @@ const kb_engine_ops kb_engine_bbkb = {
     .observe = bbkb_observe,
     .posterior = bbkb_posterior,
     .stats = bbkb_stats,
+    .fits_hyper = 1,
 };
 
 const kb_engine_ops kb_engine_bkb = {
@@ -1828,4 +1839,5 @@ const kb_engine_ops kb_engine_bkb = {
     .observe = bbkb_observe,
     .posterior = bbkb_posterior,
     .stats = bbkb_stats,
+    .fits_hyper = 1,
 };

@@ -195,6 +195,15 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
                         "%zu at %zu observations; use sgp-ts", KB_MAX_POINTS, e->n_obs);
     if (reserve(st, e->space->n, e->n_obs))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory for %zu observations", e->n_obs);
+    if (kb__hyper_due(e)) { /* new kernel and noise: the factor is rebuilt from row 0 */
+        int rc = kb__hyper_refit(e, err);
+        if (rc)
+            return rc;
+        st->lambda = e->noise;
+        st->n = 0;
+        st->log_det = 0.0;
+        kb_kernel_diag(&e->kernel, e->space->u, e->space->n, st->var);
+    }
     while (st->n < e->n_obs)
         append(e, st, e->obs_u + st->n * e->space->dim);
     if (!e->space->finite && st->since_pool >= st->pool_refresh) {
@@ -210,10 +219,11 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
 
 /* ----------------------------------------------------------------- sample */
 
-static double current_v(const gp_ts *st)
+static double current_v(const kb_engine *e, const gp_ts *st)
 {
     double gamma = st->log_det - 0.5 * (double)st->n * log(st->lambda);
-    return kb__ts_gp_scale(st->B, st->R, st->lambda, gamma, st->delta, st->v_scale);
+    return kb__width(e, kb__ts_gp_scale(st->B, st->R, st->lambda, gamma, st->delta, st->v_scale),
+                     1.0);
 }
 
 /* out = mu + v C xi, C the Cholesky factor of the N x N covariance S (lower triangle
@@ -289,9 +299,11 @@ static void decision_set(kb_engine *e, gp_ts *st, double v, size_t *N)
 static int gp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     gp_ts *st = e->impl;
+    if (kb__design_index(e, index))
+        return KB_OK;
     double t0 = kb__now();
     size_t N, n = st->n, A = e->space->n, d = e->space->dim;
-    double v = current_v(st);
+    double v = current_v(e, st);
     decision_set(e, st, v, &N);
     if (N == 0) {
         res->status = KB_ASK_EXHAUSTED;
@@ -354,7 +366,7 @@ static int gp_ts_create(kb_engine *e, kb_error *err)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     e->impl = st;
     const kb_config *c = e->cfg;
-    st->lambda = kb_config_number(c, "lambda");
+    st->lambda = e->noise; /* lambda, or its fitted value (maybe_refresh) */
     st->B = kb_config_number(c, "B");
     st->R = kb_config_number(c, "R");
     st->delta = kb_config_number(c, "delta");
@@ -434,7 +446,7 @@ int kb__gp_ts_draw(kb_engine *e, const double *U, size_t m, double *out, kb_erro
         cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)n,
                     (int)m, 1.0, st->L, (int)st->cap, V, (int)m);
     posterior_cov(e, st, U, V, m, S);
-    rc = draw_joint(&e->rng, mu, S, m, current_v(st), out, err);
+    rc = draw_joint(&e->rng, mu, S, m, current_v(e, st), out, err);
 done:
     free(V);
     free(S);
@@ -464,4 +476,5 @@ const kb_engine_ops kb_engine_gp_ts = {
     .observe = gp_ts_observe,
     .posterior = gp_ts_posterior,
     .stats = gp_ts_stats,
+    .fits_hyper = 1,
 };

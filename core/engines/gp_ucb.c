@@ -283,6 +283,38 @@ static int append_row(kb_engine *e, gp_state *s, const double *u, uint64_t h, si
     return KB_OK;
 }
 
+/* Refactors the told-set factor LT over obs_u[0..nt) (after a kernel change). */
+static int rebuild_told(kb_engine *e, gp_state *s)
+{
+    size_t m = s->nt;
+    double *K = work(s, m * m + 1);
+    if (!K)
+        return KB_ENOMEM;
+    kb_kernel_matrix(&e->kernel, e->obs_u, m, e->obs_u, m, K);
+    for (size_t i = 0; i < m; i++) {
+        K[i * m + i] += s->lambda;
+        memcpy(s->LT + i * s->capt, K + i * m, (i + 1) * sizeof *K);
+    }
+    if (m && LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)m, s->LT, (lapack_int)s->capt))
+        return KB_ENUMERIC;
+    s->alpha_stale = 1;
+    return KB_OK;
+}
+
+/* A scheduled hyperparameter fit (core/src/hyper.c): the new kernel and noise, then every
+ * factor built from them. */
+static int refit(kb_engine *e, gp_state *s)
+{
+    double t0 = kb__now();
+    int rc = kb__hyper_refit(e, NULL);
+    if (rc)
+        return rc;
+    s->lambda = e->noise;
+    rc = rebuild_told(e, s);
+    s->sec_resparsify += kb__now() - t0;
+    return rc ? rc : rebuild(e, s);
+}
+
 /* Appends obs_u[nt] to the told-set factor LT. */
 static int append_told(kb_engine *e, gp_state *s)
 {
@@ -405,7 +437,7 @@ static int gp_create_common(kb_engine *e, int batched, kb_error *err)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     e->impl = s;
     s->batched = batched;
-    s->lambda = kb_config_number(e->cfg, "lambda");
+    s->lambda = e->noise; /* lambda, or its fitted value (refit) */
     s->beta0 = kb_config_number(e->cfg, "beta_scale");
     s->C = batched ? kb_config_number(e->cfg, "C") : INFINITY;
     s->d = e->space->dim;
@@ -453,13 +485,15 @@ static int bucb_gate(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait)
         *wait = 1;
         return KB_OK;
     }
-    int rc = !e->space->finite && s->batches ? refresh_pool(e, s) : KB_OK; /* timed */
+    int rc = kb__hyper_due(e) ? refit(e, s) : KB_OK; /* fixed within a batch (Prop. 2) */
+    if (!rc && !e->space->finite && s->batches)
+        rc = refresh_pool(e, s); /* timed */
     double t0 = kb__now();
     if (!rc)
         rc = refresh_alpha(e, s);
     if (rc)
         return rc;
-    s->alpha_ucb = s->C * beta_now(e, s);
+    s->alpha_ucb = kb__width(e, s->C * beta_now(e, s), KB_WIDTH_UCB);
     s->last_batch = s->batch_asks;
     s->batch_asks = 0;
     s->batches++;
@@ -483,11 +517,13 @@ static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
         rc = bucb_gate(e, s, res, wait);
         *width = s->alpha_ucb;
     } else {
-        if (!e->space->finite && e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 4)
+        if (kb__hyper_due(e))
+            rc = refit(e, s);
+        if (!rc && !e->space->finite && e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 16)
             rc = refresh_pool(e, s);
         if (!rc && s->alpha_stale)
             rc = refresh_alpha(e, s);
-        *width = beta_now(e, s);
+        *width = kb__width(e, beta_now(e, s), KB_WIDTH_UCB);
     }
     return rc || *wait ? rc : refresh_candidates(s);
 }
@@ -495,6 +531,8 @@ static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
 static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     gp_state *s = e->impl;
+    if (kb__design_index(e, index))
+        return KB_OK;
     double t0 = kb__now(), r0 = s->sec_resparsify, width = 0.0;
     int wait, rc = prepare_ask(e, s, res, &wait, &width);
     if (rc)
@@ -667,6 +705,7 @@ const kb_engine_ops kb_engine_gp_ucb = {
     .observe = gp_observe,
     .posterior = gp_posterior,
     .stats = gp_stats,
+    .fits_hyper = 1,
 };
 
 const kb_engine_ops kb_engine_gp_bucb = {
@@ -682,4 +721,5 @@ const kb_engine_ops kb_engine_gp_bucb = {
     .observe = gp_observe,
     .posterior = gp_posterior,
     .stats = gp_stats,
+    .fits_hyper = 1,
 };

@@ -95,6 +95,12 @@ static const kb_option_spec pi_options[] = {
 
 #define MAX_INITIAL_CELLS (1u << 22)
 
+/* A split makes 2^d children, each with its own GP (section 3's dyadic refinement): at
+ * d = 10 that is 1,024 cells per split, already more cells than a run of thousands of
+ * trials can fill; at d = 20 a million per split, and a shift of 64 or more is undefined.
+ * Wider spaces are refused at creation (issue 16: d = 64 crashed the daemon). */
+#define PI_MAX_DIM 10
+
 /* ------------------------------------------------------- Cholesky factors */
 
 /* A lower Cholesky factor, row-major with leading dimension cap. `pt[r]` is the leaf's
@@ -981,6 +987,7 @@ const kb_engine_ops kb_engine_pi_gp_ucb = {
     .summary = "partitioned IGP-UCB: independent GPs on an adaptive cover of the unit cube "
                "(Janz et al. 2020)",
     .options = pi_options,
+    .max_dim = PI_MAX_DIM,
     .create = pi_create,
     .destroy = pi_destroy,
     .ask_one = pi_ask_one,

@@ -192,7 +192,12 @@ const char *const *kb_engine_names(void);
 const kb_option_spec *kb_engine_options(const char *engine);
 const kb_option_spec *kb_common_options(void);
 
-/* Creates an engine; takes ownership of neither argument (both are copied). */
+/* The largest space dimension the engine serves (KB_MAX_DIM unless the engine's method
+ * limits it, e.g. pi-gp-ucb's 2^d-ary cover); 0 for an unknown engine. */
+size_t kb_engine_max_dim(const char *engine);
+
+/* Creates an engine; takes ownership of neither argument (both are copied). A space wider
+ * than kb_engine_max_dim() is refused with KB_ERANGE, field "dim". */
 kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_error *err);
 void kb_engine_free(kb_engine *e);
 const char *kb_engine_name(const kb_engine *e);
@@ -263,6 +268,20 @@ void kb_engine_stats(const kb_engine *e, kb_stats *out);
  * KB_EUNSUPPORTED for engines without a posterior (random). */
 int kb_engine_posterior(kb_engine *e, const double *X, size_t n, double *mean,
                         double *sd, kb_error *err);
+
+/* The kernel's hyperparameters as the engine uses them now. With hyperparameters = "fit"
+ * (the default, for engines that fit), the ones not set are fitted to the data by type-II
+ * MAP at points fixed by the call sequence (core/src/hyper.c); `fits` counts the fits. */
+typedef struct kb_hyperparameters {
+    int fitting;                /* 1 when the engine fits them */
+    uint64_t fits;              /* fits so far */
+    size_t dim;
+    const double *lengthscales; /* dim entries, borrowed until the next engine call */
+    double kernel_variance;
+    double noise;               /* noise variance in standardized units (lambda) */
+} kb_hyperparameters;
+
+int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out);
 
 /* Snapshot: an owned byte buffer (free with free()) from which kb_engine_restore
  * rebuilds an engine that makes exactly the choices the original would have made.

@@ -18,6 +18,7 @@ static const char *const kernel_choices[] = {"rbf", "gaussian", "matern12", "mat
 static const char *const input_scaling_choices[] = {"unit", "standardize", "none", NULL};
 static const char *const output_scaling_choices[] = {"standardize", "none", NULL};
 static const char *const repeats_choices[] = {"allow", "no_pending", "never", NULL};
+static const char *const hyper_choices[] = {"fit", "fixed", NULL};
 
 static const kb_option_spec common_options[] = {
     {"seed", KB_OPT_INTEGER, 0, 9007199254740992.0, 0, 0, NULL, NULL,
@@ -35,9 +36,16 @@ static const kb_option_spec common_options[] = {
      "standardize observed values inside the engine"},
     {"repeats", KB_OPT_STRING, 0, 0, 0, 0, "allow", repeats_choices,
      "whether a candidate may be handed out again while pending (no_pending) or after "
-     "evaluation (never)"},
+     "evaluation (never); unset on a box, a pool point is handed out once (never)"},
     {"pool_size", KB_OPT_INTEGER, 1, KB_MAX_POOL, 0, 2048, NULL, NULL,
      "candidate pool size for box spaces"},
+    {"width", KB_OPT_NUMBER, 0, 1e6, 0, 0.0, NULL, NULL,
+     "exploration: the multiplier of the posterior standard deviation (Bayesian units) in "
+     "an upper confidence bound, or of the sample's spread in Thompson sampling; 0 = the "
+     "engine's default (kb__width)"},
+    {"hyperparameters", KB_OPT_STRING, 0, 0, 0, 0, "fit", hyper_choices,
+     "fit: lengthscales, kernel_variance and the noise (lambda) not set are fitted to the "
+     "data by type-II MAP on a schedule (core/src/hyper.c); fixed: used as set or defaulted"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 

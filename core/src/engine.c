@@ -115,6 +115,94 @@ static int alloc_candidate_flags(kb_engine *e)
     return e->cand_pending && e->cand_told ? KB_OK : KB_ENOMEM;
 }
 
+/* Fitting settings from the config: what the user set is held fixed. The first fit waits
+ * for the initial design on boxes: 2 (d + 1) quasi-random points, at most 40 (BoTorch's
+ * and TuRBO's usual 2d-sized Sobol design); on finite sets for 3 observations. */
+static void setup_fitting(kb_engine *e)
+{
+    const kb_config *cfg = e->cfg;
+    int has_lambda = 0;
+    for (size_t i = 0; i < kb__config_count(cfg); i++)
+        has_lambda |= strcmp(kb__config_spec(cfg, i)->name, "lambda") == 0;
+    e->noise = has_lambda && kb_config_number(cfg, "lambda") > 0 ? kb_config_number(cfg, "lambda")
+                                                                  : 0.01;
+    e->fit_on = e->ops->fits_hyper && e->kernel.kind != KB_KERNEL_LINEAR &&
+                strcmp(kb_config_string(cfg, "hyperparameters"), "fit") == 0;
+    e->fit_opts = (kb_hyper_opts){
+        .fix_lengthscales = kb_config_is_set(cfg, "lengthscale") ||
+                            kb_config_is_set(cfg, "lengthscales"),
+        .fix_variance = kb_config_is_set(cfg, "kernel_variance"),
+        .fix_noise = has_lambda && kb_config_is_set(cfg, "lambda"),
+    };
+    size_t d = e->space->dim;
+    e->design_n = e->fit_on && !e->space->finite ? (2 * (d + 1) < 40 ? 2 * (d + 1) : 40) : 0;
+    if (e->design_n > e->space->n)
+        e->design_n = e->space->n;
+    e->fit_next = e->design_n > 3 ? e->design_n : 3;
+    kb_rng_seed(&e->fit_rng, (uint64_t)kb_config_number(cfg, "seed") ^ 0x6b62666974ULL);
+}
+
+int kb__hyper_refit(kb_engine *e, kb_error *err)
+{
+    size_t n = e->n_obs;
+    double mu, sd, *y = malloc((n ? n : 1) * sizeof *y);
+    if (!y)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    kb__output_stats(e, &mu, &sd);
+    for (size_t i = 0; i < n; i++)
+        y[i] = (e->obs_y[i] - mu) / sd;
+    /* Restarts from the priors while the posterior is still broad; later the previous
+     * fit is a good start and one run from it suffices. */
+    e->fit_opts.starts = n < 64 ? 2 : 0;
+    kb_error ferr;
+    int rc = kb__hyper_fit(&e->kernel, &e->noise, e->obs_u, y, n, &e->fit_opts, &e->fit_rng,
+                           &ferr);
+    free(y);
+    e->fit_next = n + (n / 5 > 1 ? n / 5 : 1);
+    if (rc == KB_OK)
+        e->n_fits++;
+    if (rc == KB_ENOMEM)
+        return kb__fail(err, rc, NULL, "out of memory");
+    return KB_OK; /* a numerical failure keeps the previous values */
+}
+
+double kb__width(const kb_engine *e, double theory, double fitted)
+{
+    double w = kb_config_number(e->cfg, "width");
+    if (w > 0)
+        return w;
+    return e->fit_on ? fitted : theory;
+}
+
+int kb__design_index(const kb_engine *e, size_t *index)
+{
+    if (e->n_trials >= e->design_n || kb__excluded(e, e->n_trials))
+        return 0;
+    *index = e->n_trials;
+    return 1;
+}
+
+int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out)
+{
+    *out = (kb_hyperparameters){
+        .fitting = e->fit_on,
+        .fits = e->n_fits,
+        .dim = e->kernel.dim,
+        .lengthscales = e->kernel.lengthscales,
+        .kernel_variance = e->kernel.variance,
+        .noise = e->noise,
+    };
+    return KB_OK;
+}
+
+size_t kb_engine_max_dim(const char *engine)
+{
+    const kb_engine_ops *ops = engine ? kb__engine_lookup(engine) : NULL;
+    if (!ops)
+        return 0;
+    return ops->max_dim ? ops->max_dim : KB_MAX_DIM;
+}
+
 kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_error *err)
 {
     kb_scaling scaling;
@@ -124,6 +212,12 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
         return NULL;
     }
     e->ops = kb__engine_lookup(kb_config_engine(cfg));
+    if (space->dim > kb_engine_max_dim(e->ops->name)) {
+        kb__fail(err, KB_ERANGE, "dim", "%s serves at most %zu dimensions; this space has %zu",
+                 e->ops->name, kb_engine_max_dim(e->ops->name), space->dim);
+        free(e);
+        return NULL;
+    }
     e->cfg = kb_config_copy(cfg);
     e->space = kb__space_copy(space);
     e->log = kb__log_new();
@@ -142,6 +236,11 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
     e->standardize = strcmp(kb_config_string(cfg, "output_scaling"), "none") != 0;
     const char *rep = kb_config_string(cfg, "repeats");
     e->repeats = strcmp(rep, "allow") == 0 ? 0 : strcmp(rep, "no_pending") == 0 ? 1 : 2;
+    /* On a box a neighbour of a point is as informative as the point again, and a repeat
+     * of an exactly known point adds nothing (BBKB's batch sum stops growing, so its epoch
+     * never closes): unless set, a box pool's points are handed out once. */
+    if (!space->finite && !kb_config_is_set(cfg, "repeats"))
+        e->repeats = 2;
     kb_rng_seed(&e->rng, (uint64_t)kb_config_number(cfg, "seed"));
     if (kb__config_build_kernel(cfg, space->dim, &e->kernel, err))
         goto fail;
@@ -149,6 +248,7 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
         kb__fail(err, KB_ENOMEM, NULL, "out of memory");
         goto fail;
     }
+    setup_fitting(e);
     if (e->ops->create(e, err))
         goto fail;
     return e;
@@ -583,7 +683,7 @@ void kb__refresh_pool(kb_engine *e)
     double best[NBEST * d > 0 ? NBEST * d : 1];
     for (size_t i = 0; i < nb; i++)
         memcpy(best + i * d, e->obs_u + idx[i] * d, d * sizeof(double));
-    kb__space_refresh_pool(e->space, &e->rng, best, nb);
+    kb__space_refresh_pool(e->space, &e->rng, best, nb, e->kernel.lengthscales);
     memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);
     memset(e->cand_told, 0, e->space->n * sizeof *e->cand_told);
 }

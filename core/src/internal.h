@@ -54,10 +54,33 @@ int kb__space_apply_scaling(kb_space *s, kb_scaling how, kb_error *err);
 /* Maps one input-coordinate point to internal coordinates (may give +-inf for a point far
  * outside the candidates' range; callers check). */
 void kb__space_to_internal(const kb_space *s, const double *x, double *u);
-/* Box only: draws a new pool. Half quasi-random (Halton, randomly shifted), half
- * Gaussian perturbations (sd 0.05, clipped to the cube) around the `nbest` rows of
- * `best` (internal coordinates); all quasi-random when nbest == 0. */
-void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest);
+/* Box only: draws a new pool. Half quasi-random (Halton, randomly shifted), half local
+ * perturbations around the `nbest` rows of `best` (internal coordinates, best first) at
+ * several trust-region sizes, scaled per dimension by `lengthscales` (NULL: isotropic;
+ * space.c local_points); all quasi-random when nbest == 0. */
+void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest,
+                            const double *lengthscales);
+
+/* ---------------------------------------------- hyperparameters (hyper.c) */
+
+typedef struct kb_hyper_opts {
+    int fix_lengthscales, fix_variance, fix_noise; /* held at their current values */
+    size_t max_rows;  /* observations used by one fit (0: 256) */
+    int starts;       /* random restarts drawn from the priors, besides the warm start */
+    int max_evals;    /* objective evaluations per start (0: 80) */
+} kb_hyper_opts;
+
+/* MAP fit of k's lengthscales and variance and of *noise (those not fixed) to (U, y), n
+ * rows of k->dim internal coordinates and standardized values, warm-started from their
+ * current values; draws restarts and the row subset from rng. On failure they are
+ * unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
+int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
+                  const kb_hyper_opts *o, kb_rng *rng, kb_error *err);
+/* log p(y | theta) (+ the log prior when with_prior) and its gradient (dim + 2 entries,
+ * when grad is not NULL) at theta = (log l_1..log l_dim, log variance, log noise). For
+ * tests; -HUGE_VAL when the covariance is not positive definite. */
+double kb__hyper_objective(kb_kernel_kind kind, size_t dim, const double *U, const double *y,
+                           size_t n, const double *theta, double *grad, int with_prior);
 
 /* -------------------------------------------------------- config */
 
@@ -86,6 +109,11 @@ typedef struct kb_engine_ops {
     const char *name;
     const char *summary;
     const kb_option_spec *options; /* engine-specific; terminated by name == NULL */
+    /* Largest space dimension the engine serves; 0 means KB_MAX_DIM. kb_engine_create
+     * refuses a wider space (field "dim") before the engine sees it. */
+    size_t max_dim;
+    /* 1 when the engine calls kb__hyper_refit (hyperparameters = "fit" applies to it). */
+    int fits_hyper;
     /* Builds e->impl. Options are already validated one by one; check cross-field
      * constraints here. */
     int (*create)(kb_engine *e, kb_error *err);
@@ -146,6 +174,18 @@ struct kb_engine {
 
     uint64_t n_pending, n_tells, n_abandons, n_observed;
     struct kb_log *log;  /* event log for snapshots (snapshot.c) */
+
+    /* Hyperparameter fitting (kb__hyper_refit): on unless hyperparameters = "fixed".
+     * The next fit is due once n_obs >= fit_next, a schedule of the call sequence only,
+     * so a replayed engine fits at the same points; fit_rng is the fits' own stream (the
+     * engine's choices under "fixed" do not move). noise is the fitted noise variance
+     * (engines that fit take their lambda from it). */
+    int fit_on;
+    kb_hyper_opts fit_opts;
+    size_t fit_next, design_n;
+    uint64_t n_fits;
+    kb_rng fit_rng;
+    double noise;
 };
 
 #define KB_TRIAL_CHUNK 1024
@@ -180,6 +220,28 @@ static inline int kb__excluded(const kb_engine *e, size_t i)
  * standardized gaps to the other arms and locks the run onto that arm (bbkb.c, on
  * abalone). O(distinct points) after a new observation, O(1) otherwise (cached). */
 void kb__output_stats(kb_engine *e, double *mean, double *sd);
+
+/* Whether a hyperparameter refit is due (fitting on and enough new observations). */
+static inline int kb__hyper_due(const kb_engine *e)
+{
+    return e->fit_on && e->n_obs >= e->fit_next;
+}
+/* Refits e->kernel and e->noise to every observation (outputs standardized as the
+ * engines see them) and schedules the next fit. Engines call it where their model may
+ * change (before an ask, at a batch or epoch start) when kb__hyper_due(), then rebuild
+ * what depends on the kernel and the noise. A failed fit keeps the previous values. */
+int kb__hyper_refit(kb_engine *e, kb_error *err);
+/* The exploration width an engine uses, in one meaning for every engine (the multiplier
+ * of the Bayesian posterior sd in a UCB, of the sample's spread in Thompson sampling): the
+ * `width` option when set; else, with fitted hyperparameters, `fitted` (KB_WIDTH_UCB for
+ * UCB engines, 1 for Thompson sampling: a plain posterior sample); else the engine's
+ * theoretical width `theory` (the paper's, converted to that meaning by the engine). */
+double kb__width(const kb_engine *e, double theory, double fitted);
+#define KB_WIDTH_UCB 2.0
+
+/* Box spaces with fitting on: the initial design (before the first fit) hands out the
+ * pool's quasi-random rows in order. Sets *index and returns 1 while it applies. */
+int kb__design_index(const kb_engine *e, size_t *index);
 
 /* Called by box-space engines at resparsification: refreshes the pool around the best
  * observations and resets the per-candidate repeat counters for the new pool. */

@@ -106,7 +106,7 @@ kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err)
     s->pool_size = pool_size;
     kb_rng rng;
     kb_rng_seed(&rng, 0);
-    kb__space_refresh_pool(s, &rng, NULL, 0);
+    kb__space_refresh_pool(s, &rng, NULL, 0, NULL);
     s->generation = 0;
     return s;
 }
@@ -217,7 +217,48 @@ static unsigned nth_prime(size_t j)
     }
 }
 
-void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest)
+/* Relative per-dimension scales: lengthscales divided by their geometric mean (TuRBO's
+ * weights, Eriksson et al. 2019, sec. 2), clipped to [1/8, 8] so that a dimension the fit
+ * switched off (huge lengthscale) is still moved now and then; all 1 without lengthscales. */
+static void relative_scales(const double *ls, size_t d, double *w)
+{
+    double lg = 0.0;
+    for (size_t j = 0; ls && j < d; j++)
+        lg += log(ls[j]) / (double)d;
+    for (size_t j = 0; j < d; j++)
+        w[j] = ls ? fmin(8.0, fmax(0.125, exp(log(ls[j]) - lg))) : 1.0;
+}
+
+/* The local half of a pool, around the best points, as a trust region at several sizes
+ * at once (TuRBO grows and shrinks one base length L on successes and failures; a pool
+ * redrawn from the data alone, with no state to replay, instead spreads its points over
+ * L = 0.4, 0.2, ..., 0.4 / 2^6): point k perturbs its center by N(0, (L w_j / 2)^2) in
+ * each dimension, each dimension with probability min(1, 20 / d) (TuRBO's rule for large
+ * d; at least one), clipped to the cube. Three points in four are centered on the best
+ * observation, the fourth cycles over the next best. */
+static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *best,
+                         size_t nbest, const double *w)
+{
+    enum { LEVELS = 7 };
+    size_t d = s->dim;
+    double p_dim = d > 20 ? 20.0 / (double)d : 1.0;
+    for (size_t i = first; i < s->n; i++) {
+        size_t k = i - first;
+        const double *c = best + (k % 4 == 3 && nbest > 1 ? 1 + (k / 4) % (nbest - 1) : 0) * d;
+        double L = 0.4 / (double)(1u << ((k / 4) % LEVELS));
+        double *x = s->rows + i * d;
+        size_t forced = (size_t)kb_rng_below(rng, d);
+        for (size_t j = 0; j < d; j++) {
+            double v = c[j];
+            if (j == forced || kb_rng_uniform(rng) < p_dim)
+                v += 0.5 * L * w[j] * kb_rng_normal(rng);
+            x[j] = v < 0.0 ? 0.0 : v > 1.0 ? 1.0 : v;
+        }
+    }
+}
+
+void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest,
+                            const double *lengthscales)
 {
     size_t n_local = nbest ? s->n / 2 : 0;
     size_t n_qmc = s->n - n_local;
@@ -232,12 +273,10 @@ void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t
             s->rows[i * s->dim + j] = v - floor(v);
         }
     }
-    for (size_t i = n_qmc; i < s->n; i++) {
-        const double *c = best + ((i - n_qmc) % nbest) * s->dim;
-        for (size_t j = 0; j < s->dim; j++) {
-            double v = c[j] + 0.05 * kb_rng_normal(rng);
-            s->rows[i * s->dim + j] = v < 0.0 ? 0.0 : v > 1.0 ? 1.0 : v;
-        }
+    if (n_local) {
+        double w[s->dim];
+        relative_scales(lengthscales, s->dim, w);
+        local_points(s, rng, n_qmc, best, nbest, w);
     }
     memcpy(s->u, s->rows, s->n * s->dim * sizeof *s->u);
     s->generation++;

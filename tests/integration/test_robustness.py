@@ -145,3 +145,47 @@ def test_truncated_request_does_not_hurt(daemon):
     api = daemon.client()
     assert api.get("/healthz").status_code == 200
     assert api.get("/v1/studies").json()["studies"] == []
+
+
+def test_deleted_study_id_never_comes_back(daemons):
+    """Issue 16 item 2: deleting the newest study and creating another used to give the new
+    study the old id, so a stale worker's tell to (old study, trial 1) was stored in the new,
+    unrelated study with 200. Restarts must not bring the id back either."""
+    d = daemons()
+    api = d.client()
+    create_study(api, "first", space=ONE)
+    old = create_study(api, "old", space=ONE)["id"]
+    tid = ask(api, old)["trials"][0]["id"]
+    assert api.delete(f"/v1/studies/{old}").status_code in (200, 204)
+    new = create_study(api, "new", space=ONE)["id"]
+    assert new > old
+    ask(api, new)
+    r = api.post(f"/v1/studies/{old}/trials/{tid}/tell", json={"value": 1.0})
+    assert r.status_code == 404, r.text
+    assert error_of(r)["code"] == "not_found"
+    assert api.get(f"/v1/studies/{new}/trials?state=completed").json()["trials"] == []
+    api.delete(f"/v1/studies/{new}")
+    d.stop()
+    d.start()
+    assert create_study(d.client(), "after-restart", space=ONE)["id"] > new
+
+
+def test_engine_dimension_limit_refused_at_creation(api):
+    """Issue 16 item 1: pi-gp-ucb on a box of 64 parameters crashed the daemon at the first
+    tell (1 << d). A space wider than an engine's stated limit is a 400 naming the space, and
+    nothing is created; every other engine serves the same box."""
+    params = [{"name": f"p{i}", "type": "float", "low": 0, "high": 1} for i in range(64)]
+    space = {"type": "box", "params": params}
+    r = api.post("/v1/studies", json={"name": "wide-pi", "space": space,
+                                      "engine": {"name": "pi-gp-ucb"}})
+    assert r.status_code == 400, r.text
+    e = error_of(r)
+    assert e["code"] == "invalid" and e["field"] == "space", e
+    assert "at most" in e["message"], e
+    assert api.get("/v1/studies").json()["studies"] == []
+    for engine in ("bbkb", "bkb", "gp-ucb", "gp-bucb", "gp-ts", "sgp-ts", "random"):
+        sid = create_study(api, f"wide-{engine}", space=space, engine=engine)["id"]
+        for i in range(5):
+            t = ask(api, sid)["trials"][0]
+            tell(api, sid, t["id"], float(i))
+        assert ask(api, sid)["status"] in ("ok", "awaiting_feedback")

@@ -24,7 +24,9 @@ static const kb_kernel_kind all_kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN12,
                                            KB_KERNEL_LINEAR};
 
 /* A bbkb/bkb config with raw coordinates and outputs, so the test's references need no
- * scaling. Extra string options come as name, value pairs ending with NULL. */
+ * scaling, and the kernel as given (hyperparameters = fixed; "hyperparameters", "fit"
+ * among the extra options turns fitting back on). Extra options come as name, value pairs
+ * ending with NULL. */
 static kb_config *make_config(const char *engine, kb_kernel_kind kind, double ls,
                               double lambda, ...)
 {
@@ -36,6 +38,7 @@ static kb_config *make_config(const char *engine, kb_kernel_kind kind, double ls
     assert_int_equal(kb_config_set_number(c, "lambda", lambda, &err), 0);
     assert_int_equal(kb_config_set_string(c, "input_scaling", "none", &err), 0);
     assert_int_equal(kb_config_set_string(c, "output_scaling", "none", &err), 0);
+    assert_int_equal(kb_config_set_string(c, "hyperparameters", "fixed", &err), 0);
     va_list ap;
     va_start(ap, lambda);
     for (const char *name; (name = va_arg(ap, const char *));) {
@@ -156,6 +159,67 @@ static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dm
     }
     tu_distinct_stats(X, y, n, D, dmean, dsd);
     return n;
+}
+
+/* With fitted hyperparameters (nothing set but the kernel's kind), each epoch start is still
+ * the exact GP under dictionary = all, for the kernel and noise the engine fitted at that
+ * start: the refit invalidates every cached kernel column and the embedding. */
+static void fitted_kernel_epochs_match_exact_gp(void **state)
+{
+    (void)state;
+    enum { N = 30, M = 50, D = 2 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 5);
+    double *X = tu_uniform_matrix(&rng, 2 * N, D, 0, 1);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    double y[2 * N], Xall[4 * N * D], yall[4 * N];
+    for (size_t i = 0; i < 2 * N; i++)
+        y[i] = objective(X + i * D, D) + 0.05 * kb_rng_normal(&rng);
+    kb_error err;
+    kb_config *c = kb_config_new("bbkb", &err);
+    assert_int_equal(kb_config_set_string(c, "kernel", "matern52", &err), 0);
+    assert_int_equal(kb_config_set_string(c, "input_scaling", "none", &err), 0);
+    assert_int_equal(kb_config_set_string(c, "output_scaling", "none", &err), 0);
+    assert_int_equal(kb_config_set_string(c, "dictionary", "all", &err), 0);
+    kb_space *s = kb_space_new_finite(Xc, M, D, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    assert_non_null(e);
+    uint64_t fits = 0;
+    for (size_t half = 0; half < 2; half++) {
+        for (size_t i = half * N; i < (half + 1) * N; i++)
+            assert_int_equal(kb_engine_observe(e, X + i * D, y[i], &err), 0);
+        kb_point p;
+        kb_ask_result res;
+        while (half && ask1(e, &p, &res)) /* an epoch's batch, told: the next ask refits */
+            ;
+        tell_all_pending(e, D);
+        assert_true(ask1(e, &p, &res));
+        assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
+        kb_hyperparameters hp;
+        kb_engine_hyperparameters(e, &hp);
+        assert_true(hp.fitting && hp.fits > fits);
+        fits = hp.fits;
+        double ls[D] = {hp.lengthscales[0], hp.lengthscales[1]};
+        kb_kernel k = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = hp.kernel_variance,
+                       .lengthscales = ls};
+        double mean[M], sd[M], emean[M], evar[M], dm, dsd;
+        size_t n = (half + 1) * N, nt = told_data(e, D, Xall + n * D, yall + n, &dm, &dsd);
+        memcpy(Xall, X, n * D * sizeof *X);
+        memcpy(yall, y, n * sizeof *y);
+        assert_true(nt + n <= 4 * N && (half == 0 || nt > 0));
+        assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
+        assert_int_equal(tu_exact_posterior(&k, Xall, yall, n + nt, hp.noise, Xc, M, emean,
+                                            evar), 0);
+        for (size_t i = 0; i < M; i++)
+            sd[i] *= sd[i];
+        assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
+        assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
+    }
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    free(X);
+    free(Xc);
 }
 
 /* Points observed off the candidate set between epochs (one of them twice) stay in a
@@ -973,6 +1037,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(full_dictionary_matches_exact_gp),
+        cmocka_unit_test(fitted_kernel_epochs_match_exact_gp),
         cmocka_unit_test(off_pool_observes_across_epochs_match_exact_gp),
         cmocka_unit_test(outputs_standardized_over_distinct_points),
         cmocka_unit_test(rank_one_updates_match_recomputation),

@@ -37,8 +37,10 @@ typedef struct model {
     double tol;                       /* relative tolerance against the reference */
 } model;
 
+/* hyper: "fit" (the default: here only the kernel variance is fitted, lengthscale and
+ * lambda being set) or "fixed". */
 static kb_engine *make_engine(const char *name, kb_kernel_kind kind, const double *cand,
-                              double C, uint64_t seed)
+                              double C, uint64_t seed, const char *hyper)
 {
     kb_error err;
     kb_space *sp = kb_space_new_finite(cand, A, D, &err);
@@ -49,6 +51,7 @@ static kb_engine *make_engine(const char *name, kb_kernel_kind kind, const doubl
     assert_int_equal(kb_config_set_string(cfg, "input_scaling", "none", &err), 0);
     assert_int_equal(kb_config_set_number(cfg, "lambda", LAMBDA, &err), 0);
     assert_int_equal(kb_config_set_number(cfg, "seed", (double)seed, &err), 0);
+    assert_int_equal(kb_config_set_string(cfg, "hyperparameters", hyper, &err), 0);
     if (strcmp(name, "gp-bucb") == 0)
         assert_int_equal(kb_config_set_number(cfg, "C", C, &err), 0);
     kb_engine *e = kb_engine_create(cfg, sp, &err);
@@ -59,7 +62,7 @@ static kb_engine *make_engine(const char *name, kb_kernel_kind kind, const doubl
 }
 
 static void model_init(model *m, const char *name, kb_kernel_kind kind, double C,
-                       uint64_t seed)
+                       uint64_t seed, const char *hyper)
 {
     memset(m, 0, sizeof *m);
     kb_rng rng;
@@ -68,7 +71,7 @@ static void model_init(model *m, const char *name, kb_kernel_kind kind, double C
     memcpy(m->cand, c, sizeof m->cand);
     free(c);
     m->k = tu_kernel(kind, D, 0.5);
-    m->e = make_engine(name, kind, m->cand, C, seed);
+    m->e = make_engine(name, kind, m->cand, C, seed, hyper);
     /* Matern-1/2 is not differentiable at r = 0: kb_kernel_matrix gets r^2 from
      * |a|^2 + |b|^2 - 2 a.b, whose rounding (1e-16) becomes 1e-8 in r = sqrt(r^2) when a
      * candidate coincides with a chosen point, against the reference's pairwise exact 0,
@@ -107,10 +110,22 @@ static void drop_row(model *m, uint64_t h)
     fail();
 }
 
+/* The reference uses the kernel the engine uses now: lengthscale and lambda are set (held
+ * fixed), the kernel variance is fitted on the engine's schedule, so every check below
+ * also covers the rebuilds after a refit. */
+static void sync_kernel(model *m)
+{
+    kb_hyperparameters hp;
+    assert_int_equal(kb_engine_hyperparameters(m->e, &hp), KB_OK);
+    assert_true(hp.noise == LAMBDA && hp.lengthscales[0] == 0.5);
+    m->k.variance = hp.kernel_variance;
+}
+
 /* Reference mean (over obs[0..n_mean), standardized over distinct points as the base
  * does) and variance (over every row) at the candidates. */
-static void reference(const model *m, double *mean, double *var)
+static void reference(model *m, double *mean, double *var)
 {
+    sync_kernel(m);
     size_t n = m->n_mean;
     double mu, sd, ys[MAXP] = {0}, dummy[A]; /* LAPACKE rejects NaN inputs */
     /* gp-bucb froze its mean, output standardization included, at the batch start */
@@ -209,7 +224,7 @@ static void posterior_matches_exact_on_every_kernel(void **state)
             model m;
             kb_rng drv;
             kb_rng_seed(&drv, 100 + ki);
-            model_init(&m, engines[en], kinds[ki], 3.0, 7 + ki);
+            model_init(&m, engines[en], kinds[ki], 3.0, 7 + ki, "fit");
             check_posterior(&m);
             for (int s = 0; s < 30 && m.n_rows + 8 < MAXP; s++)
                 random_step(&m, &drv, (int)en);
@@ -224,7 +239,7 @@ static void long_run_stays_exact(void **state)
     model m;
     kb_rng drv;
     kb_rng_seed(&drv, 8);
-    model_init(&m, "gp-ucb", KB_KERNEL_MATERN52, 1.0, 8);
+    model_init(&m, "gp-ucb", KB_KERNEL_MATERN52, 1.0, 8, "fit");
     kb_error err;
     for (int t = 0; t < 150; t++) {
         kb_point p;
@@ -237,6 +252,9 @@ static void long_run_stays_exact(void **state)
         m.n_mean = m.n_obs;
     }
     check_posterior(&m);
+    kb_hyperparameters hp;
+    kb_engine_hyperparameters(m.e, &hp);
+    assert_true(hp.fits >= 10 && hp.kernel_variance != 1.0); /* refits did happen */
     model_free(&m);
 }
 
@@ -246,7 +264,7 @@ static void gamma_is_half_logdet(void **state)
     model m;
     kb_rng drv;
     kb_rng_seed(&drv, 3);
-    model_init(&m, "gp-ucb", KB_KERNEL_MATERN52, 1.0, 3);
+    model_init(&m, "gp-ucb", KB_KERNEL_MATERN52, 1.0, 3, "fit");
     for (int s = 0; s < 20; s++)
         random_step(&m, &drv, 0);
     size_t n = m.n_rows;
@@ -306,8 +324,8 @@ static void deterministic_and_restorable(void **state)
     free(c);
     const char *engines[] = {"gp-ucb", "gp-bucb"};
     for (int en = 0; en < 2; en++) {
-        kb_engine *e1 = make_engine(engines[en], KB_KERNEL_RBF, cand, 2.0, 5);
-        kb_engine *e2 = make_engine(engines[en], KB_KERNEL_RBF, cand, 2.0, 5);
+        kb_engine *e1 = make_engine(engines[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
+        kb_engine *e2 = make_engine(engines[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
         kb_rng d1, d2;
         kb_rng_seed(&d1, 1);
         kb_rng_seed(&d2, 1);
@@ -345,7 +363,8 @@ static void product_rule_closes_batches(void **state)
     const double Cs[] = {1.0, 1.5, 4.0, 50.0};
     for (size_t ci = 0; ci < 4; ci++) {
         model m;
-        model_init(&m, "gp-bucb", KB_KERNEL_RBF, Cs[ci], 21);
+        /* fixed: the sd read before a batch's first ask is the one the rule uses */
+        model_init(&m, "gp-bucb", KB_KERNEL_RBF, Cs[ci], 21, "fixed");
         kb_error err;
         int batches = 0, sizes = 0;
         while (batches < 6) {

@@ -468,6 +468,41 @@ static void bad_configurations_are_rejected(void **state)
     kb_space_free(d9);
 }
 
+/* Issue 16 item 1: a box of 64 parameters crashed the daemon (1 << d). Every width above
+ * the stated limit is refused at creation; the limit itself runs through splits. */
+static void dimension_limit_is_stated_and_enforced(void **state)
+{
+    (void)state;
+    kb_error err;
+    size_t lim = kb_engine_max_dim("pi-gp-ucb");
+    assert_true(lim >= 2 && lim < 64);
+    assert_int_equal(kb_engine_max_dim("gp-ucb"), KB_MAX_DIM);
+    assert_int_equal(kb_engine_max_dim("no-such-engine"), 0);
+    size_t wide[] = {lim + 1, 24, 40, 63, 64, 65};
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) {
+        kb_space *sp = kb_space_new_box(wide[i], 64, &err);
+        assert_non_null(sp);
+        kb_config *cfg = kb_config_new("pi-gp-ucb", &err);
+        assert_null(kb_engine_create(cfg, sp, &err));
+        assert_int_equal(err.code, KB_ERANGE);
+        assert_string_equal(err.field, "dim");
+        kb_config_free(cfg);
+        kb_space_free(sp);
+    }
+    kb_space *sp = kb_space_new_box(lim, 256, &err);
+    kb_engine *e = make_engine(sp, "1", 100, 3);
+    for (int t = 0; t < 60; t++) {
+        kb_point pt;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 1, &pt, &res, &err), KB_OK);
+        assert_int_equal(res.n, 1);
+        assert_int_equal(kb_engine_tell(e, pt.handle, -pt.x[0] * pt.x[0], &err), KB_OK);
+    }
+    assert_true(kb__pi_n_cells(e) > 1); /* it split, 2^lim children at a time */
+    kb_engine_free(e);
+    kb_space_free(sp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +511,7 @@ int main(void)
         cmocka_unit_test(pending_points_are_hallucinated_in_their_cell),
         cmocka_unit_test(deterministic_and_snapshot_restore),
         cmocka_unit_test(bad_configurations_are_rejected),
+        cmocka_unit_test(dimension_limit_is_stated_and_enforced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,6 +54,75 @@ static void newer_schema_is_refused(void **state)
     tu_remove_db(path);
 }
 
+static int64_t insert_study(store *s, const char *name)
+{
+    int64_t id = 0;
+    assert_int_equal(store_begin(s), 0);
+    assert_int_equal(store_study_insert(s, name, "{}", 1, &id), 0);
+    assert_int_equal(store_commit(s), 0);
+    return id;
+}
+
+static void delete_study(store *s, int64_t id)
+{
+    assert_int_equal(store_begin(s), 0);
+    assert_int_equal(store_study_delete(s, id), 0);
+    assert_int_equal(store_commit(s), 0);
+}
+
+/* Issue 16 item 2: a deleted study's id, and so its (study, trial) pairs, never come back,
+ * across restarts too. */
+static void deleted_ids_are_not_reused(void **state)
+{
+    (void)state;
+    char *path = tu_temp_db("kb-test-storage"), err[256];
+    store *s = store_open(path, err, sizeof err);
+    assert_non_null(s);
+    int64_t a = insert_study(s, "a"), b = insert_study(s, "b");
+    delete_study(s, b);
+    int64_t c = insert_study(s, "c");
+    assert_true(c > b && a < b);
+    delete_study(s, c);
+    store_close(s);
+    s = store_open(path, err, sizeof err);
+    assert_non_null(s);
+    assert_true(insert_study(s, "d") > c);
+    store_close(s);
+    tu_remove_db(path);
+}
+
+/* A database of schema 1 with data is migrated in place: rows and their trials kept, the
+ * largest existing id not handed out again. */
+static void migration_keeps_rows_and_their_trials(void **state)
+{
+    (void)state;
+    char *path = tu_temp_db("kb-test-storage");
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    extern const char kb_migration_0001[];
+    assert_int_equal(sqlite3_exec(db, kb_migration_0001, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db,
+                     "PRAGMA user_version = 1;"
+                     "INSERT INTO studies VALUES(7, 'old', '{}', 1);"
+                     "INSERT INTO trials(study_id, id, state, worker, x, created_ms, lease_ms)"
+                     " VALUES(7, 1, 'pending', 'w', x'0000000000000000', 1, 1);",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(db);
+    char err[256] = "";
+    store *s = store_open(path, err, sizeof err);
+    assert_non_null(s);
+    int n = 0;
+    assert_int_equal(store_trials_each(s, 7, 1, tu_count_trials, &n), 0);
+    assert_int_equal(n, 1);
+    delete_study(s, 7);
+    assert_int_equal(insert_study(s, "new"), 8);
+    assert_int_equal(store_integrity_check(s), 0);
+    store_close(s);
+    tu_remove_db(path);
+}
+
 static int count_trial(void *ud, const trial_rec *t)
 {
     int *n = ud;
@@ -291,6 +360,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(migrations_apply_once),
         cmocka_unit_test(newer_schema_is_refused),
+        cmocka_unit_test(deleted_ids_are_not_reused),
+        cmocka_unit_test(migration_keeps_rows_and_their_trials),
         cmocka_unit_test(queries_round_trip),
         cmocka_unit_test(group_commit_under_concurrency),
         cmocka_unit_test(restored_study_continues_identically),

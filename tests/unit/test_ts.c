@@ -94,6 +94,18 @@ static kb_engine *warm_engine(const char *name, const char *const *opts, const d
     return e;
 }
 
+/* The reference kernel: the test's lengthscale and lambda are set (held fixed); the kernel
+ * variance is what the engine uses now (gp-ts fits it; sgp-ts keeps the default 1). */
+static kb_kernel engine_kernel(const kb_engine *e)
+{
+    kb_hyperparameters hp;
+    kb_engine_hyperparameters(e, &hp);
+    assert_true(hp.noise == 0.05 && hp.lengthscales[0] == 0.4);
+    kb_kernel k = tu_kernel(KB_KERNEL_RBF, DIM, 0.4);
+    k.variance = hp.kernel_variance;
+    return k;
+}
+
 /* Empirical mean and covariance of S samples (S x m) against mean/cov, 5 SE each. */
 static void check_moments(const double *F, size_t S, size_t m, const double *mean,
                           const double *cov)
@@ -177,7 +189,10 @@ static void gp_ts_samples_have_exact_posterior(void **state)
     double X[NOBS * DIM], y[NOBS], U[NTEST * DIM], mean[NTEST], var[NTEST], cov[NTEST * NTEST];
     kb_engine *e = warm_engine("gp-ts", opts, vals, "none", X, y);
     test_points(U);
-    kb_kernel k = tu_kernel(KB_KERNEL_RBF, DIM, 0.4);
+    kb_kernel k = engine_kernel(e);
+    kb_hyperparameters hp;
+    kb_engine_hyperparameters(e, &hp);
+    assert_true(hp.fits > 0 && hp.kernel_variance != 1.0); /* the fitted path is covered */
     assert_int_equal(tu_exact_posterior(&k, X, y, NOBS, 0.05, U, NTEST, mean, var), 0);
     exact_cov(&k, X, NOBS, 0.05, U, NTEST, cov);
 
@@ -263,7 +278,7 @@ static void check_distinct_standardization(const char *name, const char *const *
         assert_int_equal(kb_engine_tell(e, p.handle, y[n], &err), 0);
     }
     test_points(U);
-    kb_kernel k = tu_kernel(KB_KERNEL_RBF, DIM, 0.4);
+    kb_kernel k = engine_kernel(e);
     assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
     tu_distinct_stats(X, y, n, DIM, &m, &sd);
     for (size_t i = 0; i < n; i++)

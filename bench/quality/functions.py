@@ -1,0 +1,94 @@
+"""This file holds the test functions of the quality suite (bench/quality/run.py): each is a
+box of parameters, an objective to MINIMIZE and its known minimum, so that simple regret is
+best value found minus the minimum. Standard definitions (Surjanovic & Bingham, "Virtual
+Library of Simulation Experiments"); the embedded and mixed variants are built here.
+
+Which functions may be used to choose constants (TUNING) and which are only reported
+(HELD_OUT) is fixed here, as ../shared/docs/quality.md asks: never tune on a held-out one.
+"""
+import math
+
+HARTMANN3_A = [[3.0, 10, 30], [0.1, 10, 35], [3.0, 10, 30], [0.1, 10, 35]]
+HARTMANN3_P = [[0.3689, 0.1170, 0.2673], [0.4699, 0.4387, 0.7470],
+               [0.1091, 0.8732, 0.5547], [0.0381, 0.5743, 0.8828]]
+HARTMANN6_A = [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14],
+               [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]]
+HARTMANN6_P = [[0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886],
+               [0.2329, 0.4135, 0.8307, 0.3736, 0.1004, 0.9991],
+               [0.2348, 0.1451, 0.3522, 0.2883, 0.3047, 0.6650],
+               [0.4047, 0.8828, 0.8732, 0.5743, 0.1091, 0.0381]]
+HARTMANN_ALPHA = [1.0, 1.2, 3.0, 3.2]
+
+
+def hartmann(x, A, P):
+    return -sum(a * math.exp(-sum(Ai * (xi - pi) ** 2 for Ai, xi, pi in zip(Ar, x, Pr)))
+                for a, Ar, Pr in zip(HARTMANN_ALPHA, A, P))
+
+
+def branin(x1, x2):
+    b, c, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1 ** 2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+
+
+def styblinski_tang(xs):
+    return sum(x ** 4 - 16 * x ** 2 + 5 * x for x in xs) / 2
+
+
+def floats(names, low, high):
+    return [{"name": n, "type": "float", "low": low, "high": high} for n in names]
+
+
+def unit(d, prefix="x"):
+    return floats([f"{prefix}{i}" for i in range(d)], 0.0, 1.0)
+
+
+def vec(p, d, prefix="x"):
+    return [p[f"{prefix}{i}"] for i in range(d)]
+
+
+CHOICE_COST = {"red": 0.0, "green": 1.0, "blue": 2.0}
+
+FUNCTIONS = {
+    "branin": dict(
+        params=floats(["x1"], -5.0, 10.0) + floats(["x2"], 0.0, 15.0),
+        f=lambda p: branin(p["x1"], p["x2"]), fmin=0.397887357729738),
+    "hartmann3": dict(
+        params=unit(3), f=lambda p: hartmann(vec(p, 3), HARTMANN3_A, HARTMANN3_P),
+        fmin=-3.86278214782076),
+    "hartmann6": dict(
+        params=unit(6), f=lambda p: hartmann(vec(p, 6), HARTMANN6_A, HARTMANN6_P),
+        fmin=-3.32236801141551),
+    "rosenbrock4": dict(
+        params=floats([f"x{i}" for i in range(4)], -2.048, 2.048),
+        f=lambda p: sum(100 * (p[f"x{i+1}"] - p[f"x{i}"] ** 2) ** 2 + (1 - p[f"x{i}"]) ** 2
+                        for i in range(3)), fmin=0.0),
+    "styblinski8": dict(
+        params=floats([f"x{i}" for i in range(8)], -5.0, 5.0),
+        f=lambda p: styblinski_tang(vec(p, 8)), fmin=-39.16616570377142 * 8),
+    # 10 parameters, only x0..x3 matter (Styblinski-Tang-4): finding the inactive ones is
+    # what fitted ARD lengthscales are for.
+    "inactive10": dict(
+        params=floats([f"x{i}" for i in range(10)], -5.0, 5.0),
+        f=lambda p: styblinski_tang(vec(p, 4)), fmin=-39.16616570377142 * 4),
+    # floats + an int + a categorical (unordered; cost by name, not by position).
+    "mixed": dict(
+        params=floats(["x1"], -5.0, 10.0) + floats(["x2"], 0.0, 15.0)
+        + [{"name": "k", "type": "int", "low": 0, "high": 6},
+           {"name": "c", "type": "categorical", "choices": ["blue", "red", "green"]}],
+        f=lambda p: branin(p["x1"], p["x2"]) + 2.0 * abs(p["k"] - 3) + 3.0 * CHOICE_COST[p["c"]],
+        fmin=0.397887357729738),
+    "hartmann6_in20": dict(
+        params=unit(20), f=lambda p: hartmann([p[f"x{i}"] for i in (3, 7, 11, 12, 16, 19)],
+                                              HARTMANN6_A, HARTMANN6_P),
+        fmin=-3.32236801141551),
+    "hartmann6_in50": dict(
+        params=unit(50), f=lambda p: hartmann([p[f"x{i}"] for i in (4, 13, 22, 31, 40, 49)],
+                                              HARTMANN6_A, HARTMANN6_P),
+        fmin=-3.32236801141551),
+}
+
+TUNING = ["branin", "hartmann3", "rosenbrock4"]
+TUNING_SEEDS = [1, 2, 3, 4, 5]
+HELD_OUT = ["hartmann6", "styblinski8", "inactive10", "mixed", "hartmann6_in20",
+            "hartmann6_in50"]
+HELD_OUT_SEEDS = [101, 102, 103, 104, 105]

@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""This file is the quality suite of issue 12 (make bench-quality): kbandit's engines and
+Optuna's samplers on the same box functions, budgets and parallelism, through the real
+daemon over HTTP, as ../shared/docs/quality.md prescribes.
+
+    bench/quality/run.py [--functions branin,hartmann6] [--engines default,gp-ucb,optuna-tpe]
+                         [--seeds 1,2,3 | --set tuning|held-out] [--budgets 4x50,8x125]
+                         [--out results.json] [--settings '{"beta_scale": 0.5}']
+
+Engine "default" is a study created with nothing but its space (the daemon's default engine
+and settings); other names create that engine with its defaults plus --settings. For each
+run: W worker threads each ask -> evaluate -> tell over keep-alive HTTP until the budget is
+told (no trial is evaluated twice; a worker claims a slot before it asks). Optuna runs W
+processes sharing one SQLite storage (TPESampler(constant_liar=True) / RandomSampler).
+Per run it records simple regret (best value - known minimum), regret ratio (cumulative
+regret / (T (mean f - min f)), mean f over 20,000 uniform points: 1 = random search),
+wall time and trials/s; the summary gives median and worst over seeds per function, budget
+and engine. Nothing is tuned here: functions.py says which functions and seeds are for
+tuning and which are held out.
+"""
+import argparse
+import http.client
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from functions import (FUNCTIONS, HELD_OUT, HELD_OUT_SEEDS, TUNING,  # noqa: E402
+                       TUNING_SEEDS)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------ the daemon
+
+class Daemon:
+    def __init__(self, binary):
+        self.dir = tempfile.TemporaryDirectory(prefix="kb-quality-")
+        self.log = open(Path(self.dir.name) / "stderr.log", "wb")
+        self.proc = subprocess.Popen(
+            [binary, "--listen", "127.0.0.1:0", "--db", str(Path(self.dir.name) / "q.db"),
+             "--log-level", "warn"], stdin=subprocess.DEVNULL, stdout=self.log,
+            stderr=self.log)
+        self.port = self._wait_port()
+
+    def _wait_port(self):
+        deadline = time.monotonic() + 20
+        path = Path(self.dir.name) / "stderr.log"
+        while time.monotonic() < deadline:
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("msg") == "listening":
+                    return int(msg["port"])
+            if self.proc.poll() is not None:
+                raise RuntimeError("kbanditd exited: " + path.read_text(errors="replace"))
+            time.sleep(0.05)
+        raise RuntimeError("kbanditd did not start")
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.log.close()
+        self.dir.cleanup()
+
+
+class Http:
+    def __init__(self, port):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+
+    def call(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        self.conn.request(method, path, body=data,
+                          headers={"Content-Type": "application/json"} if data else {})
+        r = self.conn.getresponse()
+        payload = r.read()
+        doc = json.loads(payload) if payload else None
+        if r.status >= 300:
+            raise RuntimeError(f"{method} {path}: {r.status} {payload[:300]!r}")
+        return doc
+
+
+# ------------------------------------------------------------------ runs
+
+def mean_f(fn, n=20000):
+    """Mean of f over uniform points of the box (the regret ratio's random baseline)."""
+    rng = random.Random(0)
+    total = 0.0
+    for _ in range(n):
+        total += fn["f"](uniform_point(fn["params"], rng))
+    return total / n
+
+
+def uniform_point(params, rng):
+    p = {}
+    for q in params:
+        if q["type"] == "float":
+            p[q["name"]] = rng.uniform(q["low"], q["high"])
+        elif q["type"] == "int":
+            p[q["name"]] = rng.randint(q["low"], q["high"])
+        else:
+            p[q["name"]] = rng.choice(q["choices"])
+    return p
+
+
+def summarize_values(values, fn, fmean):
+    best = min(values)
+    gap = fmean - fn["fmin"]
+    cum = sum(v - fn["fmin"] for v in values)
+    return {"simple_regret": best - fn["fmin"],
+            "regret_ratio": cum / (len(values) * gap) if gap > 0 else None}
+
+
+def run_kbandit(port, fname, engine, settings, seed, workers, budget):
+    fn = FUNCTIONS[fname]
+    api = Http(port)
+    doc = {"name": f"{fname}-{engine}-{seed}-{workers}x{budget}-{time.monotonic_ns()}",
+           "direction": "minimize", "space": {"type": "box", "params": fn["params"]}}
+    if engine != "default":
+        doc["engine"] = {"name": engine, "settings": dict(settings, seed=seed)}
+    else:
+        doc["engine"] = {"settings": {"seed": seed}}
+    sid = api.call("POST", "/v1/studies", doc)["id"]
+    lock = threading.Lock()
+    state = {"claimed": 0, "values": [], "error": None}
+
+    def worker(w):
+        http_ = Http(port)
+        try:
+            while True:
+                with lock:
+                    if state["claimed"] >= budget or state["error"]:
+                        return
+                    state["claimed"] += 1
+                while True:
+                    res = http_.call("POST", f"/v1/studies/{sid}/ask",
+                                     {"worker": f"w{w}", "count": 1, "wait_ms": 5000})
+                    if res["trials"]:
+                        break
+                t = res["trials"][0]
+                v = fn["f"](t["params"])
+                http_.call("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell", {"value": v})
+                with lock:
+                    state["values"].append(v)
+        except Exception as exc:  # reported with the run, never hidden
+            with lock:
+                state["error"] = repr(exc)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.monotonic() - t0
+    if state["error"]:
+        raise RuntimeError(f"{fname} {engine} seed {seed}: {state['error']}")
+    api = Http(port)  # the first connection sat idle through the run: the daemon closed it
+    info = api.call("GET", f"/v1/studies/{sid}")
+    api.call("DELETE", f"/v1/studies/{sid}")
+    return state["values"], wall, info.get("progress", {})
+
+
+def optuna_suggest(trial, params):
+    p = {}
+    for q in params:
+        if q["type"] == "float":
+            p[q["name"]] = trial.suggest_float(q["name"], q["low"], q["high"])
+        elif q["type"] == "int":
+            p[q["name"]] = trial.suggest_int(q["name"], q["low"], q["high"])
+        else:
+            p[q["name"]] = trial.suggest_categorical(q["name"], q["choices"])
+    return p
+
+
+def optuna_worker(url, name, fname, sampler, seed, n_trials):
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    fn = FUNCTIONS[fname]
+    s = (optuna.samplers.TPESampler(constant_liar=True, seed=seed) if sampler == "tpe"
+         else optuna.samplers.RandomSampler(seed=seed))
+    study = optuna.load_study(study_name=name, storage=url, sampler=s)
+    study.optimize(lambda t: fn["f"](optuna_suggest(t, fn["params"])), n_trials=n_trials)
+
+
+def run_optuna(fname, sampler, seed, workers, budget):
+    import optuna
+    with tempfile.TemporaryDirectory(prefix="kb-optuna-") as tmp:
+        url = f"sqlite:///{tmp}/o.db"
+        name = f"{fname}-{seed}"
+        optuna.create_study(study_name=name, storage=url, direction="minimize")
+        per = [budget // workers + (1 if w < budget % workers else 0) for w in range(workers)]
+        t0 = time.monotonic()
+        procs = [mp.Process(target=optuna_worker,
+                            args=(url, name, fname, sampler, seed * 1000 + w, per[w]))
+                 for w in range(workers)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        wall = time.monotonic() - t0
+        if any(p.exitcode for p in procs):
+            raise RuntimeError(f"optuna worker failed on {fname} seed {seed}")
+        study = optuna.load_study(study_name=name, storage=url)
+        values = [t.value for t in study.trials if t.value is not None]
+    return values, wall
+
+
+# ------------------------------------------------------------------ main
+
+def parse_budgets(text):
+    out = []
+    for b in text.split(","):
+        w, n = b.lower().split("x")
+        out.append((int(w), int(w) * int(n)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--functions", default=",".join(TUNING + HELD_OUT))
+    ap.add_argument("--engines", default="default,gp-ucb,optuna-tpe,optuna-random")
+    ap.add_argument("--seeds", default=None, help="comma-separated; default: per --set")
+    ap.add_argument("--set", choices=["tuning", "held-out", "both"], default="both")
+    ap.add_argument("--budgets", default="4x50,8x125", help="WORKERSxTRIALS_PER_WORKER,...")
+    ap.add_argument("--settings", default="{}", help="JSON engine settings (not 'default')")
+    ap.add_argument("--daemon", default=str(ROOT / "build" / "kbanditd"))
+    ap.add_argument("--out", default=None, help="append one JSON line per run here")
+    args = ap.parse_args()
+    settings = json.loads(args.settings)
+    daemon = None
+    rows = []
+    try:
+        for fname in args.functions.split(","):
+            fn = FUNCTIONS[fname]
+            fmean = mean_f(fn)
+            group = "tuning" if fname in TUNING else "held-out"
+            if args.seeds:
+                seeds = [int(s) for s in args.seeds.split(",")]
+            elif args.set != "both" and args.set != group:
+                continue
+            else:
+                seeds = TUNING_SEEDS if group == "tuning" else HELD_OUT_SEEDS
+            for workers, budget in parse_budgets(args.budgets):
+                for engine in args.engines.split(","):
+                    for seed in seeds:
+                        progress = {}
+                        if engine.startswith("optuna-"):
+                            values, wall = run_optuna(fname, engine[7:], seed, workers, budget)
+                        else:
+                            daemon = daemon or Daemon(args.daemon)
+                            values, wall, progress = run_kbandit(daemon.port, fname, engine,
+                                                                 settings, seed, workers, budget)
+                        row = dict(function=fname, group=group, engine=engine, seed=seed,
+                                   workers=workers, budget=budget, trials=len(values),
+                                   wall_s=round(wall, 3),
+                                   trials_per_s=round(len(values) / wall, 2),
+                                   settings=settings if engine != "default" else {},
+                                   hyperparameters=progress.get("hyperparameters"),
+                                   epochs=progress.get("epoch"),
+                                   dictionary_size=progress.get("dictionary_size"),
+                                   **summarize_values(values, fn, fmean))
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+                        if args.out:
+                            with open(args.out, "a") as f:
+                                f.write(json.dumps(row) + "\n")
+    finally:
+        if daemon:
+            daemon.close()
+    print_table(rows)
+
+
+def print_table(rows):
+    keys = sorted({(r["function"], r["workers"], r["budget"], r["engine"]) for r in rows},
+                  key=lambda k: (k[0], k[2], k[3]))
+    print("\n| function | budget | engine | median simple regret | worst | median regret ratio "
+          "| trials/s | seeds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for f, w, b, e in keys:
+        rs = [r for r in rows if (r["function"], r["workers"], r["budget"], r["engine"]) ==
+              (f, w, b, e)]
+        sr = [r["simple_regret"] for r in rs]
+        rr = [r["regret_ratio"] for r in rs if r["regret_ratio"] is not None]
+        tps = statistics.median(r["trials_per_s"] for r in rs)
+        print(f"| {f} | {w}x{b // w} | {e} | {statistics.median(sr):.4g} | {max(sr):.4g} | "
+              f"{statistics.median(rr) if rr else math.nan:.3f} | {tps:.0f} | {len(rs)} |")
+
+
+if __name__ == "__main__":
+    main()

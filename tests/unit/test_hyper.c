@@ -1,0 +1,200 @@
+/*
+ * test_hyper.c - unit tests of core/src/hyper.c, the type-II MAP fit of kernel
+ * hyperparameters: the log marginal likelihood against an independent dense computation
+ * (LU solve and LU determinant), its gradient against central finite differences for every
+ * hyperparameter of every stationary kernel with ARD lengthscales, recovery of known ARD
+ * lengthscales and noise from a GP draw, fixed parameters held, determinism.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/src/internal.h"
+
+enum { D = 3 };
+
+static void random_points(kb_rng *rng, size_t n, double *U)
+{
+    for (size_t i = 0; i < n * D; i++)
+        U[i] = kb_rng_uniform(rng);
+}
+
+/* log N(y; 0, K + sn2 I) by LU factorization (no Cholesky), from kb_kernel_matrix. */
+static double dense_log_marginal(kb_kernel_kind kind, const double *theta, const double *U,
+                                 const double *y, size_t n)
+{
+    double ls[D];
+    for (size_t k = 0; k < D; k++)
+        ls[k] = exp(theta[k]);
+    kb_kernel ker = {.kind = kind, .dim = D, .variance = exp(theta[D]), .lengthscales = ls};
+    double *A = malloc(n * n * sizeof *A), *b = malloc(n * sizeof *b);
+    lapack_int *piv = malloc(n * sizeof *piv);
+    kb_kernel_matrix(&ker, U, n, U, n, A);
+    for (size_t i = 0; i < n; i++)
+        A[i * n + i] += exp(theta[D + 1]);
+    memcpy(b, y, n * sizeof *b);
+    assert_int_equal(LAPACKE_dgesv(LAPACK_ROW_MAJOR, (int)n, 1, A, (int)n, piv, b, 1), 0);
+    double quad = 0.0, logdet = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        quad += y[i] * b[i];
+        logdet += log(fabs(A[i * n + i]));
+    }
+    free(A);
+    free(b);
+    free(piv);
+    return -0.5 * quad - 0.5 * logdet - 0.5 * (double)n * log(2.0 * M_PI);
+}
+
+static void likelihood_matches_dense_and_gradient_matches_differences(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    kb_kernel_kind kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN12, KB_KERNEL_MATERN32,
+                              KB_KERNEL_MATERN52};
+    kb_rng rng;
+    kb_rng_seed(&rng, 11);
+    double U[N * D], y[N];
+    random_points(&rng, N, U);
+    for (size_t i = 0; i < N; i++)
+        y[i] = sin(6 * U[i * D]) + U[i * D + 1] * U[i * D + 2] + 0.1 * kb_rng_normal(&rng);
+    double theta[D + 2] = {log(0.3), log(0.7), log(1.9), log(1.3), log(0.02)};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        for (int prior = 0; prior <= 1; prior++) {
+            double g[D + 2];
+            double v = kb__hyper_objective(kinds[k], D, U, y, N, theta, g, prior);
+            if (!prior) {
+                double ref = dense_log_marginal(kinds[k], theta, U, y, N);
+                assert_true(fabs(v - ref) <= 1e-9 * fabs(ref));
+            }
+            for (size_t j = 0; j < D + 2; j++) {
+                double h = 1e-5, tp[D + 2], tm[D + 2];
+                memcpy(tp, theta, sizeof tp);
+                memcpy(tm, theta, sizeof tm);
+                tp[j] += h;
+                tm[j] -= h;
+                double fd = (kb__hyper_objective(kinds[k], D, U, y, N, tp, NULL, prior) -
+                             kb__hyper_objective(kinds[k], D, U, y, N, tm, NULL, prior)) /
+                            (2 * h);
+                if (fabs(fd - g[j]) > 1e-5 * (1.0 + fabs(fd)))
+                    fail_msg("kernel %zu prior %d theta[%zu]: gradient %.10g, differences %.10g",
+                             k, prior, j, g[j], fd);
+            }
+        }
+    }
+}
+
+/* y = f + noise with f a draw from the GP with ARD lengthscales TRUE_L, amplitude 1. */
+static void gp_draw(kb_rng *rng, size_t n, const double *true_l, double noise_sd, double *U,
+                    double *y)
+{
+    random_points(rng, n, U);
+    kb_kernel ker = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = 1.0,
+                     .lengthscales = (double *)true_l};
+    double *K = malloc(n * n * sizeof *K);
+    kb_kernel_matrix(&ker, U, n, U, n, K);
+    for (size_t i = 0; i < n; i++)
+        K[i * n + i] += 1e-8;
+    assert_int_equal(LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, K, (int)n), 0);
+    double *z = malloc(n * sizeof *z);
+    for (size_t i = 0; i < n; i++)
+        z[i] = kb_rng_normal(rng);
+    for (size_t i = 0; i < n; i++) {
+        double f = 0.0;
+        for (size_t j = 0; j <= i; j++)
+            f += K[i * n + j] * z[j];
+        y[i] = f + noise_sd * kb_rng_normal(rng);
+    }
+    free(K);
+    free(z);
+}
+
+static void fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
+                const kb_hyper_opts *o, uint64_t seed)
+{
+    kb_rng rng;
+    kb_rng_seed(&rng, seed);
+    kb_error err;
+    if (kb__hyper_fit(k, noise, U, y, n, o, &rng, &err) != KB_OK)
+        fail_msg("fit: %s", err.message);
+}
+
+static void recovers_ard_lengthscales_and_noise(void **state)
+{
+    (void)state;
+    enum { N = 500 };
+    const double true_l[D] = {0.15, 0.3, 0.6}, noise_sd = 0.1;
+    double *U = malloc(N * D * sizeof *U), *y = malloc(N * sizeof *y);
+    kb_rng rng;
+    kb_rng_seed(&rng, 5);
+    gp_draw(&rng, N, true_l, noise_sd, U, y);
+    double ls[D] = {1, 1, 1}, noise = 0.1;
+    kb_kernel k = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = 1.0, .lengthscales = ls};
+    kb_hyper_opts o = {.max_rows = N, .starts = 2, .max_evals = 200};
+    fit(&k, &noise, U, y, N, &o, 1);
+    for (size_t j = 0; j < D; j++)
+        if (fabs(ls[j] - true_l[j]) > 0.25 * true_l[j])
+            fail_msg("lengthscale %zu: fitted %g, true %g", j, ls[j], true_l[j]);
+    double true_noise = noise_sd * noise_sd;
+    if (fabs(noise - true_noise) > 0.3 * true_noise)
+        fail_msg("noise: fitted %g, true %g", noise, true_noise);
+    free(U);
+    free(y);
+}
+
+static void fixed_values_held_and_fit_deterministic(void **state)
+{
+    (void)state;
+    enum { N = 60 };
+    const double true_l[D] = {0.2, 0.4, 3.0};
+    double U[N * D], y[N];
+    kb_rng rng;
+    kb_rng_seed(&rng, 9);
+    gp_draw(&rng, N, true_l, 0.05, U, y);
+    double a[D] = {1, 1, 1}, b[D] = {1, 1, 1}, na = 0.1, nb = 0.1;
+    kb_kernel ka = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = 1.0, .lengthscales = a};
+    kb_kernel kb = ka;
+    kb.lengthscales = b;
+    kb_hyper_opts o = {.starts = 3};
+    fit(&ka, &na, U, y, N, &o, 4);
+    fit(&kb, &nb, U, y, N, &o, 4);
+    assert_memory_equal(a, b, sizeof a);
+    assert_true(na == nb && ka.variance == kb.variance);
+    assert_true(a[0] != 1.0 && na != 0.1);
+    /* The fit maximizes the posterior: no start of the optimizer found a better point. */
+    double theta[D + 2] = {log(a[0]), log(a[1]), log(a[2]), log(ka.variance), log(na)};
+    double best = kb__hyper_objective(KB_KERNEL_MATERN52, D, U, y, N, theta, NULL, 1);
+    for (size_t j = 0; j < D + 2; j++)
+        for (int s = -1; s <= 1; s += 2) {
+            double t[D + 2];
+            memcpy(t, theta, sizeof t);
+            t[j] += s * 0.05;
+            assert_true(kb__hyper_objective(KB_KERNEL_MATERN52, D, U, y, N, t, NULL, 1) <=
+                        best + 1e-6);
+        }
+    kb_hyper_opts hold = {.fix_lengthscales = 1, .fix_noise = 1};
+    double c[D] = {0.5, 0.5, 0.5}, nc = 0.01;
+    kb_kernel kc = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = 1.0, .lengthscales = c};
+    fit(&kc, &nc, U, y, N, &hold, 4);
+    assert_true(c[0] == 0.5 && c[1] == 0.5 && c[2] == 0.5 && nc == 0.01);
+    assert_true(kc.variance != 1.0);
+    kb_error err;
+    kb_kernel lin = {.kind = KB_KERNEL_LINEAR, .dim = D, .variance = 1.0, .lengthscales = c};
+    assert_int_equal(kb__hyper_fit(&lin, &nc, U, y, N, &o, &rng, &err), KB_EUNSUPPORTED);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(likelihood_matches_dense_and_gradient_matches_differences),
+        cmocka_unit_test(recovers_ard_lengthscales_and_noise),
+        cmocka_unit_test(fixed_values_held_and_fit_deterministic),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
