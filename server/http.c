@@ -28,6 +28,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "../proto/numfmt.h"
 #include "study.h"
 
 #include <microhttpd.h>
@@ -175,7 +176,7 @@ static struct MHD_Response *buffer_response(char *text, size_t len, const char *
 
 static struct MHD_Response *json_response(json_t *body)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = kb_json_dumps(body, JSON_COMPACT);
     json_decref(body);
     return text ? buffer_response(text, strlen(text), "application/json") : NULL;
 }

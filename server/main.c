@@ -42,12 +42,19 @@ typedef struct options {
 
 static void usage(FILE *f)
 {
-    fputs("usage: kbanditd [--listen HOST:PORT] [--db PATH] [--threads N] [--token-file PATH]\n"
-          "                [--max-body-bytes N] [--log-level debug|info|warn|error]\n"
-          "                [--sweep-ms N] [--insecure]\n"
+    fputs("usage: kbanditd [options]\n"
+          "  --listen HOST:PORT      address to serve on (default 127.0.0.1:8080)\n"
+          "  --db PATH               SQLite database (default ./kbandit.db)\n"
+          "  --threads N             HTTP worker threads, 1..256 (default 4)\n"
+          "  --token-file PATH       bearer token file (default: none, auth off on loopback)\n"
+          "  --max-body-bytes N      largest request body (default 67108864)\n"
+          "  --log-level LEVEL       debug|info|warn|error (default info)\n"
+          "  --sweep-ms N            lease sweep period, 10..3600000 (default 200)\n"
+          "  --insecure              allow a non-loopback listen without a token\n"
+          "  --version               print the version and exit\n"
           "Each flag may also be given as KB_<FLAG> in the environment (KB_LISTEN, KB_DB,\n"
           "KB_THREADS, KB_TOKEN_FILE, KB_MAX_BODY_BYTES, KB_LOG_LEVEL, KB_SWEEP_MS,\n"
-          "KB_INSECURE=1); flags win.\n",
+          "KB_INSECURE=0|1|false|true); flags win.\n",
           f);
 }
 
@@ -57,10 +64,31 @@ static int fatal(const char *msg, const char *detail)
     return 1;
 }
 
+/* fatal() with the reason from the system (strerror, gai_strerror) as its own field. */
+static int fatal_because(const char *msg, const char *detail, const char *reason)
+{
+    log_json(LOG_ERROR, msg, json_pack("{s:s,s:s}", "error", detail, "reason", reason));
+    return 1;
+}
+
 static const char *env_or(const char *name, const char *def)
 {
     const char *v = getenv(name);
     return v && *v ? v : def;
+}
+
+/* A boolean KB_* variable: unset or empty is false; anything but 0/1/false/true is
+ * refused (KB_INSECURE=false used to turn insecure mode on). */
+static int parse_env_bool(const char *name, int *out)
+{
+    const char *v = env_or(name, "0");
+    if (!strcmp(v, "0") || !strcmp(v, "false"))
+        *out = 0;
+    else if (!strcmp(v, "1") || !strcmp(v, "true"))
+        *out = 1;
+    else
+        return -1;
+    return 0;
 }
 
 static int parse_long(const char *s, long long min, long long max, long long *out)
@@ -81,14 +109,14 @@ static int parse_options(int argc, char **argv, options *o)
         {"threads", required_argument, 0, 't'}, {"token-file", required_argument, 0, 'k'},
         {"max-body-bytes", required_argument, 0, 'm'}, {"log-level", required_argument, 0, 'v'},
         {"sweep-ms", required_argument, 0, 's'}, {"insecure", no_argument, 0, 'i'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     const char *threads = env_or("KB_THREADS", "4"), *max_body = env_or("KB_MAX_BODY_BYTES", "67108864"),
                *sweep = env_or("KB_SWEEP_MS", "200");
     o->listen = env_or("KB_LISTEN", "127.0.0.1:8080");
     o->db = env_or("KB_DB", "./kbandit.db");
     o->token_file = env_or("KB_TOKEN_FILE", NULL);
     o->log_level = env_or("KB_LOG_LEVEL", "info");
-    o->insecure = strcmp(env_or("KB_INSECURE", "0"), "0") != 0;
+    int env_insecure_bad = parse_env_bool("KB_INSECURE", &o->insecure);
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -101,6 +129,7 @@ static int parse_options(int argc, char **argv, options *o)
         case 's': sweep = optarg; break;
         case 'i': o->insecure = 1; break;
         case 'h': usage(stdout); exit(0);
+        case 'V': puts("kbanditd " KB_VERSION_STRING); exit(0);
         default: usage(stderr); return -1;
         }
     }
@@ -111,6 +140,8 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     log_set_level(lvl);
+    if (env_insecure_bad)
+        return fatal("invalid KB_INSECURE (0, 1, false or true)", getenv("KB_INSECURE")), -1;
     if (parse_long(threads, 1, 256, &v))
         return fatal("invalid --threads (1..256)", threads), -1;
     o->threads = (long)v;
@@ -150,7 +181,7 @@ static char *read_token(const char *path)
     FILE *f = fopen(path, "r");
     char buf[TOKEN_MAX + 2];
     if (!f) {
-        fatal("cannot read token file", path);
+        fatal_because("cannot read token file", path, strerror(errno));
         return NULL;
     }
     const char *problem = token_file_problem(f, path);
@@ -160,7 +191,12 @@ static char *read_token(const char *path)
         return NULL;
     }
     size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int read_errno = ferror(f) ? errno : 0; /* a directory opens, then reads EISDIR */
     fclose(f);
+    if (read_errno) {
+        fatal_because("cannot read token file", path, strerror(read_errno));
+        return NULL;
+    }
     buf[n] = 0;
     char *s = buf, *e;
     while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
@@ -187,11 +223,12 @@ static char *read_token(const char *path)
 }
 
 /* Binds host:port ([v6]:port allowed); *port gets the real port, *loopback whether the
- * address is a loopback one. Returns the listening fd or -1. */
-static int listen_on(const char *spec, int *port, int *loopback)
+ * address is a loopback one. Returns the listening fd, or -1 with *why saying why. */
+static int listen_on(const char *spec, int *port, int *loopback, const char **why)
 {
     char host[256];
     const char *colon = strrchr(spec, ':');
+    *why = "expected HOST:PORT";
     if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof host)
         return -1;
     memcpy(host, spec, (size_t)(colon - spec));
@@ -203,12 +240,17 @@ static int listen_on(const char *spec, int *port, int *loopback)
     }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai;
-    if (getaddrinfo(h, colon + 1, &hints, &ai))
+    int rc = getaddrinfo(h, colon + 1, &hints, &ai);
+    if (rc) {
+        *why = gai_strerror(rc);
         return -1;
+    }
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0), one = 1;
-    if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-                    bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 512))) {
-        close(fd);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 512)) {
+        *why = strerror(errno);
+        if (fd >= 0)
+            close(fd);
         fd = -1;
     }
     if (ai->ai_family == AF_INET)
@@ -269,10 +311,11 @@ int main(int argc, char **argv)
     if (o.token_file && !token)
         return 1;
     int port = 0, loopback = 0;
-    int fd = listen_on(o.listen, &port, &loopback);
+    const char *why;
+    int fd = listen_on(o.listen, &port, &loopback, &why);
     if (fd < 0) {
         free(token);
-        return fatal("cannot listen", o.listen);
+        return fatal_because("cannot listen", o.listen, why);
     }
     if (!token && !loopback && !o.insecure) {
         close(fd);

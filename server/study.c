@@ -29,6 +29,7 @@
 #include "study.h"
 
 #include "log.h"
+#include "../proto/numfmt.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1195,9 +1196,10 @@ json_t *study_export_json(study *s, api_error *err)
     return unlock_settle(s, o, err);
 }
 
-/* A CSV field: numbers as %.17g, strings quoted with "" doubled. */
+/* A CSV field: numbers at their shortest round-trip form, strings quoted with "" doubled. */
 static void csv_put(FILE *f, json_t *v)
 {
+    char num[KB_DOUBLE_BUF];
     if (json_is_string(v)) {
         fputc('"', f);
         for (const char *p = json_string_value(v); *p; p++) {
@@ -1209,7 +1211,7 @@ static void csv_put(FILE *f, json_t *v)
     } else if (json_is_integer(v)) {
         fprintf(f, "%lld", (long long)json_integer_value(v));
     } else if (json_is_number(v)) {
-        fprintf(f, "%.17g", json_number_value(v));
+        fputs(kb_format_double(num, json_number_value(v)), f);
     } else if (json_is_boolean(v)) {
         fputs(json_is_true(v) ? "true" : "false", f);
     }
@@ -1227,6 +1229,7 @@ char *study_export_csv(study *s, size_t *len, api_error *err)
         return NULL;
     }
     const study_spec *sp = &s->spec;
+    char num[KB_DOUBLE_BUF];
     fputs("id,state,worker,value", f);
     for (size_t j = 0; j < sp->dim; j++) {
         if (sp->space == SPACE_BOX) {
@@ -1247,14 +1250,14 @@ char *study_export_csv(study *s, size_t *len, api_error *err)
         json_decref(w);
         fputc(',', f);
         if (t->state == TRIAL_COMPLETED)
-            fprintf(f, "%.17g", t->value);
+            fputs(kb_format_double(num, t->value), f);
         json_t *ps = sp->space == SPACE_BOX ? proto_params_from_x(sp, t->x) : NULL;
         for (size_t j = 0; j < sp->dim; j++) {
             fputc(',', f);
             if (ps)
                 csv_put(f, json_object_get(ps, sp->params[j].name));
             else
-                fprintf(f, "%.17g", t->x[j]);
+                fputs(kb_format_double(num, t->x[j]), f);
         }
         json_decref(ps);
         fputc('\n', f);

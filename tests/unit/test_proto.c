@@ -1,7 +1,8 @@
 /*
  * test_proto.c - unit tests of proto/: the error table, a data-driven validation table
  * (input document -> expected API code and field) over every request parser, the CSV
- * candidate parser (including a 20,000 x 8 upload), and the box <-> unit-cube mapping.
+ * candidate parser (including a 20,000 x 8 upload), the box <-> unit-cube mapping, and
+ * the shortest round-trip rendering of doubles (numfmt) in JSON and CSV.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../proto/numfmt.h"
 #include "../../proto/proto.h"
 
 static void error_table_is_complete(void **state)
@@ -477,6 +479,57 @@ static void repeated_choices(void **state)
     }
 }
 
+/* A random double over many magnitudes: uniform mantissa, exponent in [-300, 300]. */
+static double random_double(unsigned *seed)
+{
+    double m = (double)rand_r(seed) / RAND_MAX + (double)rand_r(seed) / RAND_MAX / RAND_MAX;
+    int e = rand_r(seed) % 601 - 300;
+    return (rand_r(seed) & 1 ? -1 : 1) * m * pow(10.0, e);
+}
+
+/* Each rendering reads back bit-identical, and one digit fewer would not. */
+static void shortest_doubles_round_trip(void **state)
+{
+    (void)state;
+    unsigned seed = 7;
+    char buf[KB_DOUBLE_BUF], shorter[320]; /* %.*g of 1e300 needs 300 bytes */
+    for (int i = 0; i < 1000; i++) {
+        double v = random_double(&seed);
+        kb_format_double(buf, v);
+        double back = strtod(buf, NULL);
+        assert_memory_equal(&back, &v, sizeof v);
+        int digits = 0; /* significant digits: leading zeros do not count */
+        for (const char *p = buf; *p && *p != 'e'; p++)
+            digits += (*p >= '1' && *p <= '9') || (*p == '0' && digits > 0);
+        if (digits > 1) {
+            snprintf(shorter, sizeof shorter, "%.*g", digits - 1, v);
+            assert_true(strtod(shorter, NULL) != v);
+        }
+    }
+    assert_string_equal(kb_format_double(buf, 0.93), "0.93");
+    assert_string_equal(kb_format_double(buf, 1e-5), "1e-05");
+    assert_string_equal(kb_format_double(buf, 0.1 + 0.2), "0.30000000000000004");
+}
+
+/* Reals are shortened, integers and strings that look like numbers are untouched, and
+ * reals stay reals. */
+static void json_dumps_shortest(void **state)
+{
+    (void)state;
+    json_t *doc = json_pack("{s:f,s:f,s:I,s:s,s:[f,f,f]}", "a", 0.93, "b", 2.0, "c",
+                            (json_int_t)9007199254740993LL, "s", "\\\"0.93000000000000005",
+                            "l", 1e-5, -1.5e300, -1.967689524591313e+16);
+    char *text = kb_json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(text, "{\"a\":0.93,\"b\":2.0,\"c\":9007199254740993,"
+                              "\"l\":[1e-05,-1.5e+300,-1.967689524591313e+16],"
+                              "\"s\":\"\\\\\\\"0.93000000000000005\"}");
+    json_t *back = json_loads(text, 0, NULL);
+    assert_true(json_equal(back, doc));
+    free(text);
+    json_decref(back);
+    json_decref(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -490,6 +543,8 @@ int main(void)
         cmocka_unit_test(box_mapping),
         cmocka_unit_test(one_value_ranges),
         cmocka_unit_test(repeated_choices),
+        cmocka_unit_test(shortest_doubles_round_trip),
+        cmocka_unit_test(json_dumps_shortest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

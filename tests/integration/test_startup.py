@@ -1,0 +1,60 @@
+"""This file contains start-up tests of issue 14: strict KB_* booleans (KB_INSECURE=false
+used to turn insecure mode on), --version, and the defaults shown by --help."""
+import subprocess
+
+import requests
+
+from conftest import daemon_binary
+
+
+def test_insecure_false_keeps_auth_rules(daemons):
+    d = daemons(listen="0.0.0.0:0", env={"KB_INSECURE": "false"}, start=False)
+    d.start(expect_fail=True)
+    assert not d.running and d.exit_codes[-1] != 0, d.stderr()
+    assert "--insecure" in d.stderr()
+
+
+def test_insecure_true_allows_open_listen(daemons):
+    d = daemons(listen="0.0.0.0:0", env={"KB_INSECURE": "true"})
+    assert d.running and "auth disabled" in d.stderr()
+    assert requests.get(f"{d.url}/healthz", timeout=10).status_code == 200
+
+
+def test_insecure_garbage_is_refused(daemons):
+    for bad in ("yes", "2", "TRUE ", "off"):
+        d = daemons(env={"KB_INSECURE": bad}, start=False)
+        d.start(expect_fail=True)
+        assert not d.running and d.exit_codes[-1] != 0, (bad, d.stderr())
+        assert "invalid KB_INSECURE" in d.stderr(), d.stderr()
+
+
+def test_version_and_help():
+    out = subprocess.run([str(daemon_binary()), "--version"], capture_output=True, text=True,
+                         timeout=10)
+    assert out.returncode == 0 and out.stdout.startswith("kbanditd ") and out.stdout.split()[1][0].isdigit()
+    helptext = subprocess.run([str(daemon_binary()), "--help"], capture_output=True, text=True,
+                              timeout=10).stdout
+    for default in ("127.0.0.1:8080", "./kbandit.db", "(default 4)", "67108864", "(default info)",
+                    "(default 200)"):
+        assert default in helptext, default
+
+
+def start_fails(daemons, **kw):
+    d = daemons(start=False, **kw)
+    d.start(expect_fail=True)
+    assert not d.running and d.exit_codes[-1] != 0, d.stderr()
+    return d.stderr()
+
+
+def test_token_file_errors_say_why(daemons, tmp_path):
+    (tmp_path / "tokdir").mkdir()
+    err = start_fails(daemons, args=["--token-file", str(tmp_path / "tokdir")])
+    assert "cannot read token file" in err and "Is a directory" in err, err
+    err = start_fails(daemons, args=["--token-file", str(tmp_path / "missing")])
+    assert "No such file or directory" in err, err
+
+
+def test_listen_errors_carry_errno(daemons):
+    busy = daemons()
+    err = start_fails(daemons, listen=f"127.0.0.1:{busy.port}")
+    assert "cannot listen" in err and "Address already in use" in err, err
