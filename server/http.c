@@ -142,7 +142,8 @@ void http_commits_done(uint64_t done, uint64_t synced)
     pthread_mutex_lock(&commits.lock);
     for (request **p = &commits.head; *p;) {
         request *rq = *p;
-        if (rq->pending.ticket <= done && rq->pending.durable <= synced) {
+        /* ready also when the commit failed: the answer is then an error, at once */
+        if (rq->pending.ticket <= done && study_pending_ready(&rq->pending)) {
             *p = rq->commit_next;
             rq->commit_next = NULL;
             MHD_resume_connection(rq->conn);

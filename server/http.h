@@ -51,7 +51,7 @@ void http_stop(void);
 /* Resumes the long-polls waiting on a study (registry on_feedback hook). */
 void http_wake_study(int64_t study_id);
 /* The store's batch hook: resumes the connections whose answer waited for a commit with
- * a ticket <= done and an fsync of a ticket <= synced. */
+ * a ticket <= done and its fsync, or whose commit failed (answered with a 503 at once). */
 void http_commits_done(uint64_t done, uint64_t synced);
 
 /* ---------------------------------------------------------- handler API */

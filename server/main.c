@@ -165,8 +165,8 @@ static const char *token_file_problem(FILE *f, const char *path)
     struct stat st;
     if (fstat(fileno(f), &st) != 0)
         return "cannot stat token file";
-    if (!S_ISREG(st.st_mode))
-        return "token file is not a regular file";
+    if (S_ISDIR(st.st_mode))
+        return NULL; /* reading it fails with the system's reason (EISDIR) */
     if (st.st_mode & (S_IWGRP | S_IWOTH))
         return "token file is writable by others (chmod 600)";
     if (st.st_mode & (S_IRGRP | S_IROTH))
@@ -203,9 +203,9 @@ static char *read_token(const char *path)
         s++;
     for (e = s; *e && *e != '\n' && *e != '\r'; e++)
         ;
+    int whole_line = *e || n < sizeof buf - 1; /* the line ended within what was read */
     while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
         e--;
-    int whole_line = *e == '\n' || *e == '\r' || n < sizeof buf - 1;
     *e = 0;
     if (!*s) {
         fatal("token file is empty", path);

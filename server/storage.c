@@ -824,7 +824,11 @@ int store_ticket_failed(store *s, uint64_t ticket)
 int store_ticket_done(store *s, uint64_t ticket, uint64_t durable)
 {
     pthread_mutex_lock(&s->w.m);
-    int rc = s->w.done >= ticket && s->w.synced >= durable;
+    /* A failed ticket is never synced: its waiters are answered now, not at the next
+     * successful sync (with a full disk there may be none for a long time). */
+    int rc = s->w.done >= ticket &&
+             (s->w.synced >= durable || ticket_failed(&s->w, ticket) ||
+              (s->w.done >= durable && ticket_failed(&s->w, durable)));
     pthread_mutex_unlock(&s->w.m);
     return rc;
 }

@@ -66,8 +66,8 @@ int store_wait(store *s, uint64_t ticket, int durable);
 void store_rollback(store *s);
 /* 1 when the batch of ticket has ended and failed (0 for ticket 0 or a pending one). */
 int store_ticket_failed(store *s, uint64_t ticket);
-/* 1 when the batch of ticket has ended and every ticket <= durable is fsynced (neither
- * wait would block; durable 0: no sync needed). */
+/* 1 when the batch of ticket has ended and every ticket <= durable is fsynced, or when
+ * ticket or durable failed (neither wait would block; durable 0: no sync needed). */
 int store_ticket_done(store *s, uint64_t ticket, uint64_t durable);
 /* Called by the writer thread after each batch ended and by the syncer after each
  * sync, with the last ended ticket and the last synced one (no store lock held; must not

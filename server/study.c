@@ -493,9 +493,12 @@ static void resync(study *s)
     }
 }
 
+/* 503: the write may succeed later (a full disk freed, an I/O error gone), the study's
+ * memory was rebuilt from the store, and the client may retry (tells are exactly-once). */
 static int fail_write(api_error *err)
 {
-    return api_fail(err, API_INTERNAL, NULL, "database write failed; nothing was applied");
+    return api_fail(err, API_UNAVAILABLE, NULL,
+                    "database write failed (disk full or I/O error); nothing was applied, retry");
 }
 
 /* After a failed write: roll back and rebuild memory from the store. */
