@@ -660,7 +660,9 @@ int http_start(const http_config *cfg)
         0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd,
         MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        NULL, MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
     if (!srv.d) {

@@ -35,7 +35,7 @@ extern char *openblas_get_corename(void);
 
 typedef struct options {
     const char *listen, *db, *token_file, *log_level;
-    long threads, sweep_ms;
+    long threads, sweep_ms, max_conn, max_conn_ip, idle_s;
     long long max_body;
     int insecure;
 } options;
@@ -50,10 +50,14 @@ static void usage(FILE *f)
           "  --max-body-bytes N      largest request body (default 67108864)\n"
           "  --log-level LEVEL       debug|info|warn|error (default info)\n"
           "  --sweep-ms N            lease sweep period, 10..3600000 (default 200)\n"
+          "  --max-connections N     open connections in all, 1..100000 (default 1000)\n"
+          "  --max-connections-per-ip N  from one address, 0 = no cap (default 256)\n"
+          "  --idle-timeout-s N      close a connection silent this long, 1..3600 (default 60)\n"
           "  --insecure              allow a non-loopback listen without a token\n"
           "  --version               print the version and exit\n"
           "Each flag may also be given as KB_<FLAG> in the environment (KB_LISTEN, KB_DB,\n"
           "KB_THREADS, KB_TOKEN_FILE, KB_MAX_BODY_BYTES, KB_LOG_LEVEL, KB_SWEEP_MS,\n"
+          "KB_MAX_CONNECTIONS, KB_MAX_CONNECTIONS_PER_IP, KB_IDLE_TIMEOUT_S,\n"
           "KB_INSECURE=0|1|false|true); flags win.\n",
           f);
 }
@@ -109,9 +113,15 @@ static int parse_options(int argc, char **argv, options *o)
         {"threads", required_argument, 0, 't'}, {"token-file", required_argument, 0, 'k'},
         {"max-body-bytes", required_argument, 0, 'm'}, {"log-level", required_argument, 0, 'v'},
         {"sweep-ms", required_argument, 0, 's'}, {"insecure", no_argument, 0, 'i'},
+        {"max-connections", required_argument, 0, 'c'},
+        {"max-connections-per-ip", required_argument, 0, 'p'},
+        {"idle-timeout-s", required_argument, 0, 'o'},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     const char *threads = env_or("KB_THREADS", "4"), *max_body = env_or("KB_MAX_BODY_BYTES", "67108864"),
                *sweep = env_or("KB_SWEEP_MS", "200");
+    const char *max_conn = env_or("KB_MAX_CONNECTIONS", "1000"),
+               *max_conn_ip = env_or("KB_MAX_CONNECTIONS_PER_IP", "256"),
+               *idle = env_or("KB_IDLE_TIMEOUT_S", "60");
     o->listen = env_or("KB_LISTEN", "127.0.0.1:8080");
     o->db = env_or("KB_DB", "./kbandit.db");
     o->token_file = env_or("KB_TOKEN_FILE", NULL);
@@ -127,6 +137,9 @@ static int parse_options(int argc, char **argv, options *o)
         case 'm': max_body = optarg; break;
         case 'v': o->log_level = optarg; break;
         case 's': sweep = optarg; break;
+        case 'c': max_conn = optarg; break;
+        case 'p': max_conn_ip = optarg; break;
+        case 'o': idle = optarg; break;
         case 'i': o->insecure = 1; break;
         case 'h': usage(stdout); exit(0);
         case 'V': puts("kbanditd " KB_VERSION_STRING); exit(0);
@@ -148,6 +161,15 @@ static int parse_options(int argc, char **argv, options *o)
     if (parse_long(sweep, 10, 3600000, &v))
         return fatal("invalid --sweep-ms (10..3600000)", sweep), -1;
     o->sweep_ms = (long)v;
+    if (parse_long(max_conn, 1, 100000, &v))
+        return fatal("invalid --max-connections (1..100000)", max_conn), -1;
+    o->max_conn = (long)v;
+    if (parse_long(max_conn_ip, 0, 100000, &v))
+        return fatal("invalid --max-connections-per-ip (0..100000)", max_conn_ip), -1;
+    o->max_conn_ip = (long)v;
+    if (parse_long(idle, 1, 3600, &v))
+        return fatal("invalid --idle-timeout-s (1..3600)", idle), -1;
+    o->idle_s = (long)v;
     if (parse_long(max_body, 1024, (long long)1 << 40, &o->max_body))
         return fatal("invalid --max-body-bytes", max_body), -1;
     return 0;
@@ -343,7 +365,9 @@ int main(int argc, char **argv)
     handlers_init(db);
     store_set_batch_hook(db, http_commits_done); /* answers waiting for a commit */
     http_config hc = {.listen_fd = fd, .threads = (unsigned)o.threads, .token = token,
-                      .max_body = (size_t)o.max_body};
+                      .max_body = (size_t)o.max_body, .max_connections = (unsigned)o.max_conn,
+                      .max_connections_per_ip = (unsigned)o.max_conn_ip,
+                      .idle_timeout_s = (unsigned)o.idle_s};
     if (http_start(&hc)) {
         registry_close();
         store_close(db);

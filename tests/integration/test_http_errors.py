@@ -2,6 +2,7 @@
 auth on and off, exactly-once tell, HEAD, and the start-up refusal of an unauthenticated
 non-loopback listener."""
 import socket
+import time
 
 import pytest
 import requests
@@ -223,3 +224,26 @@ def test_head_answers_like_get_without_body(daemons):
     assert head.startswith(b"HTTP/1.1 200") and f"Content-Length: {len(body)}".encode() in head, out
     assert rest.startswith(b"HTTP/1.1 200"), out
     assert rest.split(b"\r\n\r\n", 1)[1] == body, out
+
+
+def test_connection_limits_and_idle_timeout(daemons):
+    """Issue 16 item 4: one client holding ~1,100 slow connections starved everyone (no
+    per-address cap, 120 s idle timeout). A connection beyond the per-address cap is closed
+    at once, a silent one after the idle timeout, and the daemon serves others meanwhile."""
+    d = daemons(args=["--max-connections-per-ip", "4", "--idle-timeout-s", "1"])
+    held = [socket.create_connection(("127.0.0.1", d.port), timeout=10) for _ in range(4)]
+    held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x")  # headers never finished
+    time.sleep(0.3)
+    extra = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert extra.recv(1024) == b"", "a fifth connection from one address was served"
+    extra.close()
+    t0 = time.monotonic()
+    for s in held:  # all four, the half-sent one included, are closed by the idle timeout
+        assert s.recv(1024) == b""
+        s.close()
+    assert time.monotonic() - t0 < 5
+    assert requests.get(f"{d.url}/healthz", timeout=10).status_code == 200
+    bad = daemons(args=["--max-connections", "0"], start=False)
+    bad.start(expect_fail=True)
+    assert not bad.running and "invalid --max-connections" in bad.stderr()
