@@ -405,21 +405,34 @@ static int route_of(const char *method, const char *path, int64_t *ids, char *al
     return path_found ? -2 : -1;
 }
 
-static enum MHD_Result count_authorization(void *cls, enum MHD_ValueKind kind,
-                                           const char *key, const char *value)
+/* How many times header `name` came (MHD_lookup_connection_value sees the first only). */
+typedef struct header_count {
+    const char *name;
+    int n;
+} header_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
 {
     (void)kind;
     (void)value;
-    *(int *)cls += strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0;
+    header_count *c = cls;
+    c->n += strcasecmp(key, c->name) == 0;
     return MHD_YES;
+}
+
+static int header_times(struct MHD_Connection *c, const char *name)
+{
+    header_count hc = {name, 0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &hc);
+    return hc.n;
 }
 
 /* Constant-time comparison of the bearer token (time depends on lengths only). Several
  * Authorization headers are refused: which one a proxy or MHD reads is not defined. */
 static int authorized(struct MHD_Connection *c)
 {
-    int headers = 0;
-    MHD_get_connection_values(c, MHD_HEADER_KIND, count_authorization, &headers);
+    int headers = header_times(c, MHD_HTTP_HEADER_AUTHORIZATION);
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (headers != 1 || !h || strncasecmp(h, "Bearer ", 7) != 0)
         return 0;
@@ -507,10 +520,31 @@ answer:
 
 /* ------------------------------------------------------------ MHD callbacks */
 
-/* First call: route, authenticate, check the declared length. 0 to go on. */
+/* Why the request's framing cannot be trusted (NULL: fine): two Content-Length headers
+ * (the first used to win: request smuggling behind a proxy that reads the last), or a
+ * Transfer-Encoding MHD does not decode (gzip waited for the idle timeout). */
+static const char *bad_framing(struct MHD_Connection *c)
+{
+    if (header_times(c, MHD_HTTP_HEADER_CONTENT_LENGTH) > 1)
+        return "several Content-Length headers";
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (header_times(c, MHD_HTTP_HEADER_TRANSFER_ENCODING) > 1 ||
+        (te && strcasecmp(te, "chunked") != 0))
+        return "Transfer-Encoding other than chunked is not supported";
+    return NULL;
+}
+
+/* First call: framing, route, authenticate, check the declared length. 0 to go on. */
 static int on_headers(request *rq, const char *url, const char *method, int *rc)
 {
     char allow[128];
+    const char *framing = bad_framing(rq->conn);
+    if (framing) {
+        rq->route = -1;
+        *rc = reply_code(rq, API_INVALID, "%s", framing);
+        return -1;
+    }
     rq->route = route_of(method, url, rq->ids, allow, sizeof allow);
     if (rq->route == -1) {
         *rc = reply_code(rq, API_NOT_FOUND, "no route %s", url);

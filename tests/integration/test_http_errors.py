@@ -247,3 +247,39 @@ def test_connection_limits_and_idle_timeout(daemons):
     bad = daemons(args=["--max-connections", "0"], start=False)
     bad.start(expect_fail=True)
     assert not bad.running and "invalid --max-connections" in bad.stderr()
+
+
+def raw_exchange(port, request_bytes):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request_bytes)
+        reply = b""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+            if b"\r\n\r\n" in reply and b"}}" in reply:
+                break
+    return reply
+
+
+def test_untrustworthy_framing_refused_in_json(daemons):
+    """Issue 16 item 6 (part): two conflicting Content-Length headers were accepted (the
+    first won and a tell was applied); Transfer-Encoding: gzip got no answer until the idle
+    timeout. Both get a 400 JSON error at once and change nothing."""
+    d = daemons()
+    api = d.client()
+    sid = create_study(api, "framing")["id"]
+    tid = ask(api, sid)["trials"][0]["id"]
+    body = b'{"value": 1.0}'
+    path = f"/v1/studies/{sid}/trials/{tid}/tell".encode()
+    for extra in (b"Content-Length: %d\r\nContent-Length: 3\r\n" % len(body),
+                  b"Transfer-Encoding: gzip\r\nContent-Length: %d\r\n" % len(body)):
+        t0 = time.monotonic()
+        reply = raw_exchange(d.port, b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\n" + extra + b"\r\n" + body)
+        assert time.monotonic() - t0 < 3, reply
+        assert reply.startswith(b"HTTP/1.1 400"), reply[:300]
+        assert b'"code":"invalid"' in reply, reply
+    assert api.get(f"/v1/studies/{sid}/trials/{tid}").json()["state"] == "pending"
