@@ -35,8 +35,7 @@ extern char *openblas_get_corename(void);
 
 typedef struct options {
     const char *listen, *db, *token_file, *log_level;
-    long threads, sweep_ms, max_conn, max_conn_ip, idle_s;
-    long long max_body;
+    long long threads, sweep_ms, max_conn, max_conn_ip, idle_s, max_body;
     int insecure;
 } options;
 
@@ -146,7 +145,6 @@ static int parse_options(int argc, char **argv, options *o)
         default: usage(stderr); return -1;
         }
     }
-    long long v;
     log_level lvl;
     if (optind < argc || log_level_parse(o->log_level, &lvl)) {
         usage(stderr);
@@ -155,23 +153,24 @@ static int parse_options(int argc, char **argv, options *o)
     log_set_level(lvl);
     if (env_insecure_bad)
         return fatal("invalid KB_INSECURE (0, 1, false or true)", getenv("KB_INSECURE")), -1;
-    if (parse_long(threads, 1, 256, &v))
-        return fatal("invalid --threads (1..256)", threads), -1;
-    o->threads = (long)v;
-    if (parse_long(sweep, 10, 3600000, &v))
-        return fatal("invalid --sweep-ms (10..3600000)", sweep), -1;
-    o->sweep_ms = (long)v;
-    if (parse_long(max_conn, 1, 100000, &v))
-        return fatal("invalid --max-connections (1..100000)", max_conn), -1;
-    o->max_conn = (long)v;
-    if (parse_long(max_conn_ip, 0, 100000, &v))
-        return fatal("invalid --max-connections-per-ip (0..100000)", max_conn_ip), -1;
-    o->max_conn_ip = (long)v;
-    if (parse_long(idle, 1, 3600, &v))
-        return fatal("invalid --idle-timeout-s (1..3600)", idle), -1;
-    o->idle_s = (long)v;
-    if (parse_long(max_body, 1024, (long long)1 << 40, &o->max_body))
-        return fatal("invalid --max-body-bytes", max_body), -1;
+    const struct {
+        const char *flag, *text;
+        long long min, max, *out;
+    } numbers[] = {
+        {"threads", threads, 1, 256, &o->threads},
+        {"sweep-ms", sweep, 10, 3600000, &o->sweep_ms},
+        {"max-connections", max_conn, 1, 100000, &o->max_conn},
+        {"max-connections-per-ip", max_conn_ip, 0, 100000, &o->max_conn_ip},
+        {"idle-timeout-s", idle, 1, 3600, &o->idle_s},
+        {"max-body-bytes", max_body, 1024, (long long)1 << 40, &o->max_body},
+    };
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
+        if (parse_long(numbers[i].text, numbers[i].min, numbers[i].max, numbers[i].out)) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "invalid --%s (%lld..%lld)", numbers[i].flag,
+                     numbers[i].min, numbers[i].max);
+            return fatal(msg, numbers[i].text), -1;
+        }
     return 0;
 }
 

@@ -226,6 +226,14 @@ def test_head_answers_like_get_without_body(daemons):
     assert rest.split(b"\r\n\r\n", 1)[1] == body, out
 
 
+def closed_by_peer(s):
+    """The daemon closed s: an orderly end, or a reset when our bytes reached it closed."""
+    try:
+        return s.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+
+
 def test_connection_limits_and_idle_timeout(daemons):
     """Issue 16 item 4: one client holding ~1,100 slow connections starved everyone (no
     per-address cap, 120 s idle timeout). A connection beyond the per-address cap is closed
@@ -236,11 +244,11 @@ def test_connection_limits_and_idle_timeout(daemons):
     time.sleep(0.3)
     extra = socket.create_connection(("127.0.0.1", d.port), timeout=10)
     extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert extra.recv(1024) == b"", "a fifth connection from one address was served"
+    assert closed_by_peer(extra), "a fifth connection from one address was served"
     extra.close()
     t0 = time.monotonic()
     for s in held:  # all four, the half-sent one included, are closed by the idle timeout
-        assert s.recv(1024) == b""
+        assert closed_by_peer(s)
         s.close()
     assert time.monotonic() - t0 < 5
     assert requests.get(f"{d.url}/healthz", timeout=10).status_code == 200
