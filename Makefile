@@ -1,7 +1,7 @@
 # kbandit - build, test, run, benchmark.
 #
 #   make            libkbandit, the daemon (when server/ exists), the benchmark tool
-#   make test       unit + integration tests; ends with "N passed, N failed"
+#   make test       unit + integration tests; ends with "N passed, N failed, N skipped"
 #   make asan       the same tests built with AddressSanitizer + UBSan (in build-asan/)
 #   make run        the daemon on 127.0.0.1:8080 with ./kbandit.db
 #   make bench      benchmarks (see docs/BENCHMARKS.md)

@@ -45,7 +45,7 @@ def test_worker_loop(daemons, engine):
     d = daemons(token="worker-token-0123456")
     api = d.client()
     if not engine_available(api, engine):
-        pytest.skip(f"engine {engine!r} not in this daemon")
+        pytest.fail(f"engine {engine!r} not in this daemon")
     cmd = [sys.executable, str(EXAMPLES / "worker.py"), "--url", d.url, "--study", "toy",
            "--engine", engine, "--trials", "30"]
     env = dict(os.environ, KB_TOKEN=d.token)

@@ -6,8 +6,8 @@ the heavy Abalone cases are skipped there and only short smoke runs check that k
 and the engines run clean; the statistical thresholds are asserted in `make test`.
 
 Adding an engine is one more entry in ENGINE_CASES. An engine this build does not have
-(kb-bench exits 2 with "unknown engine") is skipped, so the bbkb case can sit here
-before bbkb is merged.
+(kb-bench exits 2 with "unknown engine") fails its case: an engine dropped from the
+registry must not lose its tests silently.
 """
 import json
 import os
@@ -94,7 +94,7 @@ ENGINE_CASES = [
 def test_engine_on_abalone(engine, args, check):
     r = bench("--engine", engine, *ABALONE, *args)
     if r is None:
-        pytest.skip(f"engine {engine} is not in this build")
+        pytest.fail(f"engine {engine} is not in this build")
     assert check(r), r
 
 
