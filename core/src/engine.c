@@ -142,15 +142,24 @@ static void setup_fitting(kb_engine *e)
     kb_rng_seed(&e->fit_rng, (uint64_t)kb_config_number(cfg, "seed") ^ 0x6b62666974ULL);
 }
 
+/* Every observation's value as the engines see it (kb__output_stats); owned, NULL on OOM. */
+static double *standardized_y(kb_engine *e)
+{
+    double mu, sd, *y = malloc((e->n_obs ? e->n_obs : 1) * sizeof *y);
+    if (!y)
+        return NULL;
+    kb__output_stats(e, &mu, &sd);
+    for (size_t i = 0; i < e->n_obs; i++)
+        y[i] = (e->obs_y[i] - mu) / sd;
+    return y;
+}
+
 int kb__hyper_refit(kb_engine *e, kb_error *err)
 {
     size_t n = e->n_obs;
-    double mu, sd, *y = malloc((n ? n : 1) * sizeof *y);
+    double *y = standardized_y(e);
     if (!y)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    kb__output_stats(e, &mu, &sd);
-    for (size_t i = 0; i < n; i++)
-        y[i] = (e->obs_y[i] - mu) / sd;
     /* Restarts from the priors while the posterior is still broad; later the previous
      * fit is a good start and one run from it suffices. */
     e->fit_opts.starts = n < 64 ? 2 : 0;
@@ -680,18 +689,13 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
 {
     enum { REFINED = 4 };
     kb_space *s = e->space;
-    size_t k = nb < REFINED ? nb : REFINED, d = s->dim, n = e->n_obs;
-    double mu, sd, *y = malloc((n ? n : 1) * sizeof *y);
-    if (!y || k == 0 || k > s->n) {
-        free(y);
+    size_t k = nb < REFINED ? nb : REFINED, d = s->dim;
+    double *y = k && k <= s->n ? standardized_y(e) : NULL;
+    if (!y)
         return;
-    }
-    kb__output_stats(e, &mu, &sd);
-    for (size_t i = 0; i < n; i++)
-        y[i] = (e->obs_y[i] - mu) / sd;
     double *P = s->rows + (s->n - k) * d;
     memcpy(P, best, k * d * sizeof *P);
-    kb__acq_refine(&e->kernel, e->noise, e->obs_u, y, n, KB_WIDTH_UCB, P, k);
+    kb__acq_refine(&e->kernel, e->noise, e->obs_u, y, e->n_obs, KB_WIDTH_UCB, P, k);
     memcpy(s->u + (s->n - k) * d, P, k * d * sizeof *P);
     free(y);
 }
@@ -706,8 +710,8 @@ void kb__refresh_pool(kb_engine *e, int refine)
     double best[NBEST * d > 0 ? NBEST * d : 1];
     for (size_t i = 0; i < nb; i++)
         memcpy(best + i * d, e->obs_u + idx[i] * d, d * sizeof(double));
-    kb__space_refresh_pool(e->space, &e->rng, best, nb, e->kernel.lengthscales);
-    if (e->fit_on && refine)
+    kb__space_refresh_pool(e->space, &e->rng, nb ? best : NULL, nb, e->kernel.lengthscales);
+    if (e->fit_on && refine && nb)
         refine_pool(e, best, nb);
     memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);
     memset(e->cand_told, 0, e->space->n * sizeof *e->cand_told);
