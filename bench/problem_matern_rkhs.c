@@ -60,7 +60,7 @@ int bench_make_matern_rkhs(const bench_args *a, bench_problem *p, char *msg, siz
     double ls[MAX_D];
     for (size_t j = 0; j < d; j++)
         ls[j] = LENGTHSCALE;
-    kb_kernel k = {KB_KERNEL_MATERN32, d, 1.0, ls};
+    kb_kernel k = {KB_KERNEL_MATERN32, d, 1.0, ls, NULL};
     double *C = malloc(m * d * sizeof *C), *w = malloc(m * sizeof *w);
     double *K = malloc(m * m * sizeof *K), *Kw = malloc(m * sizeof *Kw);
     double *Kx = malloc(A * m * sizeof *Kx);

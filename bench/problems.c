@@ -295,7 +295,7 @@ static int make_rkhs(const bench_args *a, bench_problem *p, char *msg, size_t le
 {
     enum { M = 20 };
     size_t d = a->d ? a->d : 2, A = a->A ? a->A : 1000;
-    kb_kernel k = {KB_KERNEL_RBF, d, 1.0, malloc(d * sizeof(double))};
+    kb_kernel k = {KB_KERNEL_RBF, d, 1.0, malloc(d * sizeof(double)), NULL};
     if (!k.lengthscales || alloc_problem(p, A, d)) {
         free(k.lengthscales);
         return -1;

@@ -978,6 +978,18 @@ static double value_of(const param_spec *p, double u)
     return fmin(p->high, fmax(p->low, v));
 }
 
+void proto_box_levels(const study_spec *s, size_t *levels, unsigned char *categorical)
+{
+    for (size_t i = 0; i < s->n_params; i++) {
+        const param_spec *p = &s->params[i];
+        double n = p->type == PARAM_CATEGORICAL ? (double)json_array_size(p->choices)
+                   : p->type == PARAM_INT && !p->log ? p->high - p->low + 1.0
+                                                     : 0.0;
+        levels[i] = n >= 2.0 && n <= 1e15 ? (size_t)n : 0; /* beyond: a continuum */
+        categorical[i] = p->type == PARAM_CATEGORICAL && levels[i] >= 2;
+    }
+}
+
 json_t *proto_params_from_x(const study_spec *s, const double *x)
 {
     json_t *o = json_object();

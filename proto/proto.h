@@ -142,6 +142,10 @@ int proto_candidates_csv_parse(const char *text, size_t len, double **rows, size
 
 /* Maps unit-cube coordinates to {"name": value} (new object). */
 json_t *proto_params_from_x(const study_spec *s, const double *x);
+/* The box's coordinates that take few values, for kb_space_set_levels (n_params entries
+ * each): a categorical's choices (unordered), an integer's values on a linear scale (the
+ * bins of unit_of); 0 for floats, log-scale integers and ranges beyond 1e15 values. */
+void proto_box_levels(const study_spec *s, size_t *levels, unsigned char *categorical);
 /* Maps a params object to unit-cube coordinates (dim entries); field prefix in errors. */
 int proto_params_to_x(const study_spec *s, json_t *params, const char *path, double *x,
                       api_error *err);

@@ -210,12 +210,33 @@ static int fail_engine(api_error *err, const kb_error *kerr)
     return api_fail_kb(err, kerr, prefix);
 }
 
+/* Integer and categorical parameters: pool points on their values, choices unordered. */
+static int set_levels(const study_spec *sp, kb_space *space, kb_error *kerr)
+{
+    size_t *levels = malloc(sp->dim * sizeof *levels);
+    unsigned char *cat = malloc(sp->dim);
+    int rc = KB_ENOMEM;
+    if (levels && cat) {
+        proto_box_levels(sp, levels, cat);
+        rc = kb_space_set_levels(space, levels, cat, kerr);
+    } else {
+        *kerr = (kb_error){.code = KB_ENOMEM, .message = "out of memory"};
+    }
+    free(levels);
+    free(cat);
+    return rc;
+}
+
 static kb_engine *engine_new(const study_spec *sp, api_error *err)
 {
     kb_error kerr = {0};
     kb_space *space = sp->space == SPACE_BOX
                           ? kb_space_new_box(sp->dim, (size_t)kb_config_number(sp->cfg, "pool_size"), &kerr)
                           : kb_space_new_finite(sp->candidates, sp->rows, sp->dim, &kerr);
+    if (space && sp->space == SPACE_BOX && set_levels(sp, space, &kerr)) {
+        kb_space_free(space);
+        space = NULL;
+    }
     if (!space) {
         fail_engine(err, &kerr);
         return NULL;

@@ -169,10 +169,8 @@ static void rebuild_candidates(kb_engine *e, gp_ts *st)
 static void update_mean(kb_engine *e, gp_ts *st)
 {
     size_t A = e->space->n, n = st->n;
-    double ym, ys;
-    kb__output_stats(e, &ym, &ys);
     for (size_t i = 0; i < n; i++)
-        st->beta[i] = (e->obs_y[i] - ym) / ys;
+        st->beta[i] = kb__output_y(e, e->obs_y[i]);
     memset(st->mu, 0, A * sizeof *st->mu);
     if (!n)
         return;

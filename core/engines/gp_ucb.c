@@ -339,10 +339,8 @@ static int refresh_alpha(kb_engine *e, gp_state *s)
     if (!a)
         return KB_ENOMEM;
     s->alpha = a;
-    double mu, sd;
-    kb__output_stats(e, &mu, &sd);
     for (size_t i = 0; i < m; i++)
-        a[i] = (e->obs_y[i] - mu) / sd;
+        a[i] = kb__output_y(e, e->obs_y[i]);
     if (m) {
         cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)m, s->LT,
                     (int)s->capt, a, 1);

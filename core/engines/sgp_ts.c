@@ -214,10 +214,8 @@ static int fit_titsias(kb_engine *e, sgp_ts *st, sgp_model *md)
                 K, (int)m);
     if (kb__ts_cholesky(K, m, m, md->LB, NULL))
         goto done;
-    double ym, ys;
-    kb__output_stats(e, &ym, &ys);
     for (size_t i = 0; i < n; i++)
-        y[i] = (e->obs_y[i] - ym) / ys;
+        y[i] = kb__output_y(e, e->obs_y[i]);
     cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)n, 1.0 / sqrt(st->lambda), Ax,
                 (int)n, y, 1, 0.0, md->beta, 1);
     cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)m, md->LB, (int)m,

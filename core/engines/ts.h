@@ -19,10 +19,12 @@
  * from the kernel's normalized spectral density and b_j ~ U[0, 2 pi), so that
  * E[phi(x) . phi(y)] = k(x, y) (Rahimi and Recht 2007). Owned arrays. */
 typedef struct ts_features {
-    size_t M, dim;
+    size_t M, dim;  /* dim: of the kernel's embedding (kb__kernel_embed) */
     double amp;     /* sqrt(2 variance / M) */
     double *omega;  /* M x dim */
     double *b;      /* M */
+    kb_kernel shape;/* kind, input dim and choices (borrowed from the engine's kernel, which
+                     * outlives the features) when a coordinate is categorical */
 } ts_features;
 
 /* Draws M features for k from rng. Gaussian spectral density for RBF, multivariate
@@ -31,7 +33,8 @@ typedef struct ts_features {
 int kb__ts_features_draw(ts_features *f, const kb_kernel *k, kb_rng *rng, size_t M,
                          kb_error *err);
 void kb__ts_features_free(ts_features *f);
-/* Phi (n x M, row-major) = phi(X) for X (n x dim). One dgemm plus n M cosines. */
+/* Phi (n x M, row-major) = phi(X) for X (n x input dim). One dgemm plus n M cosines
+ * (and an embedding of X when a coordinate is categorical). */
 void kb__ts_features_eval(const ts_features *f, const double *X, size_t n, double *Phi);
 
 /* ----------------------------------------------------------- linear algebra */

@@ -41,9 +41,11 @@ int kb__ts_features_draw(ts_features *f, const kb_kernel *k, kb_rng *rng, size_t
                         "the linear kernel has no spectral density for random features; "
                         "use rbf or a matern kernel");
     f->M = M;
-    f->dim = k->dim;
+    f->dim = kb__kernel_embed_dim(k);
+    if (k->choices)
+        f->shape = (kb_kernel){.kind = k->kind, .dim = k->dim, .choices = k->choices};
     f->amp = sqrt(2.0 * k->variance / (double)M);
-    f->omega = malloc(M * k->dim * sizeof *f->omega);
+    f->omega = malloc(M * f->dim * sizeof *f->omega);
     f->b = malloc(M * sizeof *f->b);
     if (!f->omega || !f->b) {
         kb__ts_features_free(f);
@@ -60,8 +62,11 @@ int kb__ts_features_draw(ts_features *f, const kb_kernel *k, kb_rng *rng, size_t
             }
             t = sqrt(dof / g);
         }
+        /* the unscaled embedding's coordinates, each with its dimension's lengthscale */
+        double *w = f->omega + j * f->dim;
         for (size_t i = 0; i < k->dim; i++)
-            f->omega[j * k->dim + i] = kb_rng_normal(rng) * t / k->lengthscales[i];
+            for (size_t c = k->choices && k->choices[i] ? k->choices[i] : 1; c > 0; c--)
+                *w++ = kb_rng_normal(rng) * t / k->lengthscales[i];
         f->b[j] = 2.0 * M_PI * kb_rng_uniform(rng);
     }
     return KB_OK;
@@ -74,13 +79,36 @@ void kb__ts_features_free(ts_features *f)
     f->omega = f->b = NULL;
 }
 
+/* Phi = embed(X) omega^T without building the embedding (nothing to allocate, so that
+ * evaluation cannot fail): a categorical coordinate picks its choice's column, times the
+ * one-hot height 1 / sqrt 2 (kb__kernel_embed). O(n M dim). */
+static void embedded_products(const ts_features *f, const double *X, size_t n, double *Phi)
+{
+    const kb_kernel *k = &f->shape;
+    for (size_t i = 0; i < n; i++)
+        for (size_t m = 0; m < f->M; m++) {
+            const double *w = f->omega + m * f->dim;
+            double s = 0.0;
+            for (size_t j = 0; j < k->dim; j++) {
+                double x = X[i * k->dim + j];
+                size_t c = k->choices[j];
+                s += c ? w[kb__category(x, c)] / sqrt(2.0) : w[0] * x;
+                w += c ? c : 1;
+            }
+            Phi[i * f->M + m] = s;
+        }
+}
+
 void kb__ts_features_eval(const ts_features *f, const double *X, size_t n, double *Phi)
 {
     if (n == 0)
         return;
     size_t M = f->M;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)M, (int)f->dim, 1.0,
-                X, (int)f->dim, f->omega, (int)f->dim, 0.0, Phi, (int)M);
+    if (f->shape.choices)
+        embedded_products(f, X, n, Phi);
+    else
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)M, (int)f->dim, 1.0,
+                    X, (int)f->dim, f->omega, (int)f->dim, 0.0, Phi, (int)M);
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < M; j++)
             Phi[i * M + j] = f->amp * cos(Phi[i * M + j] + f->b[j]);

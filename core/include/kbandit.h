@@ -79,12 +79,18 @@ typedef enum kb_kernel_kind {
     KB_KERNEL_LINEAR,      /* x . y / l^2 (per-dimension l allowed) */
 } kb_kernel_kind;
 
-/* Every kernel is variance * base(x, y). Owned by whoever created it. */
+/* Every kernel is variance * base(x, y). Owned by whoever created it.
+ * A categorical coordinate (choices[j] = c >= 2) codes choice i as any value in the bin
+ * [i / c, (i + 1) / c) and enters r^2 as 0 (same choice) or 1 / l_j^2 (different
+ * choices): an exchangeable kernel, the same as a one-hot coding whose c coordinates
+ * share one lengthscale, so the order of the choices does not matter. */
 typedef struct kb_kernel {
     kb_kernel_kind kind;
     size_t dim;
     double variance;       /* > 0, k(x, x) for stationary kernels */
     double *lengthscales;  /* dim entries, each > 0 (owned) */
+    size_t *choices;       /* NULL (all ordered), or dim entries: 0 = ordered, c >= 2 =
+                            * categorical with c choices (owned) */
 } kb_kernel;
 
 /* Parses "rbf" (alias "gaussian"), "matern12", "matern32", "matern52", "linear". */
@@ -127,6 +133,17 @@ kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, kb_error
  * refreshed by the engines at each resparsification. 1 <= pool_size <= KB_MAX_POOL. */
 kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
 
+/* Box only: coordinates that take a few values. levels[j] = 0: continuous; L >= 2: the
+ * coordinate takes the L values (i + 1/2) / L, the centres of L equal bins (an integer
+ * parameter, or a categorical's choices), and pool points are placed on them;
+ * categorical[j] != 0 (with L >= 2): the values are unordered choices, compared by
+ * identity in the kernel (kb_kernel.choices), so their order changes nothing. NULL
+ * arrays mean all 0. Copies the arrays and redraws the pool. KB_EINVAL (field
+ * "levels[j]") for a categorical with fewer than 2 values, KB_EUNSUPPORTED for a finite
+ * set. */
+int kb_space_set_levels(kb_space *space, const size_t *levels, const unsigned char *categorical,
+                        kb_error *err);
+
 void kb_space_free(kb_space *space);
 size_t kb_space_dim(const kb_space *space);
 int kb_space_is_finite(const kb_space *space);
@@ -141,7 +158,8 @@ size_t kb_space_size(const kb_space *space);
  *   seed (int, 0), kernel ("rbf"), lengthscale (>0, 1.0), lengthscales (vector, one per
  *   dimension; overrides lengthscale), kernel_variance (>0, 1.0),
  *   input_scaling ("unit" | "standardize" | "none"; "unit"),
- *   output_scaling ("standardize" | "none"; "standardize"),
+ *   output_scaling ("warp" | "standardize" | "none"; "warp": standardize, and where
+ *   hyperparameters are fitted also compress the tail of the worse half of the values),
  *   repeats ("allow" | "no_pending" | "never"; "allow"),
  *   pool_size (box spaces only, >= 1; 2048).
  * Engine-specific options are listed by kb_engine_options(). */

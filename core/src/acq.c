@@ -14,7 +14,8 @@
  *
  * The GP is built once per call on at most 256 rows (kb__pick_rows, RNG seeded from n so
  * that the engine's streams do not move), in O(256^3 / 3); each run is capped at 40
- * evaluations. Stationary kernels only (the linear kernel has no use for it).
+ * evaluations. Stationary kernels only (the linear kernel has no use for it). A categorical
+ * coordinate keeps its choice (its gradient is left at 0).
  */
 #include "internal.h"
 
@@ -82,10 +83,9 @@ static double acq_eval(acq_gp *g, const double *x, double *grad)
     double mu = 0.0;
     for (size_t i = 0; i < n; i++) {
         double r2 = 0.0;
-        for (size_t j = 0; j < d; j++) {
-            double t = (x[j] - g->X[i * d + j]) / k->lengthscales[j];
-            r2 += t * t;
-        }
+        for (size_t j = 0; j < d; j++)
+            r2 += kb__coord_d2(k->choices, j, x[j], g->X[i * d + j]) /
+                  (k->lengthscales[j] * k->lengthscales[j]);
         double slope;
         g->kx[i] = k->variance * kb__kernel_profile(k->kind, r2, &slope);
         g->sl[i] = k->variance * slope;
@@ -107,7 +107,8 @@ static double acq_eval(acq_gp *g, const double *x, double *grad)
             double c = (g->a[i] - g->width * g->q[i] / s) * g->sl[i] * 2.0;
             for (size_t j = 0; j < d; j++) {
                 double l = k->lengthscales[j];
-                grad[j] += c * (x[j] - g->X[i * d + j]) / (l * l);
+                if (!k->choices || !k->choices[j]) /* a choice does not move by gradient */
+                    grad[j] += c * (x[j] - g->X[i * d + j]) / (l * l);
             }
         }
     }

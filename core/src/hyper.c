@@ -61,15 +61,17 @@ static double lognormal(double theta, double mu, double sd, double *dtheta)
 /* Work space of one objective: the data and four n x n matrices. */
 typedef struct lml_work {
     kb_kernel_kind kind;
+    const size_t *choices; /* the kernel's categorical coordinates (kb__coord_d2) */
     size_t n, d;
     const double *U, *y;
     double *K, *dK, *L, *a;
 } lml_work;
 
-static int work_init(lml_work *w, kb_kernel_kind kind, const double *U, const double *y,
-                     size_t n, size_t d)
+static int work_init(lml_work *w, const kb_kernel *k, const double *U, const double *y,
+                     size_t n)
 {
-    *w = (lml_work){.kind = kind, .n = n, .d = d, .U = U, .y = y};
+    *w = (lml_work){.kind = k->kind, .choices = k->choices, .n = n, .d = k->dim, .U = U,
+                    .y = y};
     w->K = malloc(n * n * sizeof *w->K);
     w->dK = malloc(n * n * sizeof *w->dK);
     w->L = malloc(n * n * sizeof *w->L);
@@ -95,10 +97,8 @@ static void kernel_and_slope(lml_work *w, const double *theta)
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j <= i; j++) {
             double r2 = 0.0, slope;
-            for (size_t k = 0; k < d; k++) {
-                double t = w->U[i * d + k] - w->U[j * d + k];
-                r2 += t * t * inv_l2[k];
-            }
+            for (size_t k = 0; k < d; k++)
+                r2 += kb__coord_d2(w->choices, k, w->U[i * d + k], w->U[j * d + k]) * inv_l2[k];
             w->K[i * n + j] = s2 * kb__kernel_profile(w->kind, r2, &slope);
             w->dK[i * n + j] = s2 * slope;
         }
@@ -140,10 +140,8 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
                 continue;
             }
             double g = -2.0 * Wij * w->dK[i * n + j];
-            for (size_t k = 0; k < d; k++) {
-                double t = w->U[i * d + k] - w->U[j * d + k];
-                grad[k] += g * t * t;
-            }
+            for (size_t k = 0; k < d; k++)
+                grad[k] += g * kb__coord_d2(w->choices, k, w->U[i * d + k], w->U[j * d + k]);
         }
     for (size_t k = 0; k < d; k++)
         grad[k] *= exp(-2.0 * theta[k]);
@@ -167,15 +165,15 @@ static double log_prior(size_t d, const double *theta, double *grad)
     return lp;
 }
 
-double kb__hyper_objective(kb_kernel_kind kind, size_t dim, const double *U, const double *y,
-                           size_t n, const double *theta, double *grad, int with_prior)
+double kb__hyper_objective(const kb_kernel *shape, const double *U, const double *y, size_t n,
+                           const double *theta, double *grad, int with_prior)
 {
     lml_work w;
     double v = -HUGE_VAL;
-    if (work_init(&w, kind, U, y, n, dim) == KB_OK) {
+    if (work_init(&w, shape, U, y, n) == KB_OK) {
         v = log_marginal(&w, theta, grad);
         if (with_prior && v > -HUGE_VAL)
-            v += log_prior(dim, theta, grad);
+            v += log_prior(shape->dim, theta, grad);
     }
     work_free(&w);
     return v;
@@ -323,7 +321,7 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
             memcpy(Us + i * d, U + idx[i] * d, d * sizeof *Us);
             ys[i] = y[idx[i]];
         }
-        rc = work_init(&c.w, k->kind, Us, ys, m, d);
+        rc = work_init(&c.w, k, Us, ys, m);
     }
     for (size_t j = 0; j < d; j++) {
         theta[j] = log(k->lengthscales[j]);

@@ -20,6 +20,7 @@
 
 #include "kbandit.h"
 
+#include <math.h>
 #include <stdarg.h>
 
 /* ------------------------------------------------------------ errors */
@@ -46,6 +47,8 @@ struct kb_space {
     double *rows;          /* n x dim, input coordinates (owned) */
     double *u;             /* n x dim, internal coordinates (owned) */
     double *norm, *shift, *scale; /* dim each (owned); identity for boxes */
+    size_t *levels;        /* box: NULL, or dim entries (kb_space_set_levels; owned) */
+    unsigned char *categorical; /* box: NULL, or dim flags (owned) */
 };
 
 kb_space *kb__space_copy(const kb_space *s);
@@ -60,6 +63,8 @@ void kb__space_to_internal(const kb_space *s, const double *x, double *u);
  * space.c local_points); all quasi-random when nbest == 0. */
 void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest,
                             const double *lengthscales);
+/* Moves each of the n rows (internal coordinates) onto the box's levels (no-op without). */
+void kb__space_snap(const kb_space *s, double *rows, size_t n);
 
 /* ---------------------------------------------- hyperparameters (hyper.c) */
 
@@ -96,10 +101,11 @@ double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const d
                       size_t n, double width, const double *x, double *grad);
 
 /* log p(y | theta) (+ the log prior when with_prior) and its gradient (dim + 2 entries,
- * when grad is not NULL) at theta = (log l_1..log l_dim, log variance, log noise). For
- * tests; -HUGE_VAL when the covariance is not positive definite. */
-double kb__hyper_objective(kb_kernel_kind kind, size_t dim, const double *U, const double *y,
-                           size_t n, const double *theta, double *grad, int with_prior);
+ * when grad is not NULL) at theta = (log l_1..log l_dim, log variance, log noise), for a
+ * kernel of shape's kind, dim and choices (its values are not used). For tests;
+ * -HUGE_VAL when the covariance is not positive definite. */
+double kb__hyper_objective(const kb_kernel *shape, const double *U, const double *y, size_t n,
+                           const double *theta, double *grad, int with_prior);
 
 /* -------------------------------------------------------- config */
 
@@ -111,6 +117,27 @@ void kb__kernel_release(kb_kernel *k);
  * not NULL): the one place the gradients of hyperparameter fitting and acquisition
  * refinement come from. Matern 1/2 reports 0 at r = 0, where it has no derivative. */
 double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2);
+/* Width of a kernel's embedding: dim, plus c - 1 per categorical coordinate. */
+size_t kb__kernel_embed_dim(const kb_kernel *k);
+/* X (n x dim) embedded (n x kb__kernel_embed_dim, owned; NULL on OOM): ordered
+ * coordinates as they are, categorical ones one-hot with height 1 / sqrt 2; `scaled`
+ * divides each by its lengthscale. Squared distances of scaled rows are r^2. */
+double *kb__kernel_embed(const kb_kernel *k, const double *X, size_t n, int scaled);
+
+/* The choice a categorical coordinate u codes (kb_kernel.choices), 0..c-1. */
+static inline size_t kb__category(double u, size_t c)
+{
+    double v = floor(u * (double)c);
+    return v <= 0.0 ? 0 : v >= (double)(c - 1) ? c - 1 : (size_t)v;
+}
+/* Coordinate j's contribution to r^2 before the lengthscale: (a - b)^2 when ordered,
+ * 0 or 1 (same or different choice) when categorical. */
+static inline double kb__coord_d2(const size_t *choices, size_t j, double a, double b)
+{
+    if (choices && choices[j])
+        return kb__category(a, choices[j]) != kb__category(b, choices[j]) ? 1.0 : 0.0;
+    return (a - b) * (a - b);
+}
 /* For serialization: the i-th option of a config (common options first). */
 size_t kb__config_count(const kb_config *cfg);
 const kb_option_spec *kb__config_spec(const kb_config *cfg, size_t i);
@@ -184,8 +211,12 @@ struct kb_engine {
     size_t n_heads;
     double undo_ymean;   /* the last observation's group mean before it joined */
     int standardize;     /* output_scaling != "none" */
-    int out_valid;       /* out_mean / out_sd are kb__output_stats of the current data */
-    double out_mean, out_sd;
+    int warp;            /* output_scaling == "warp" and hyperparameters fitted */
+    int out_valid;       /* the out_ fields below describe the current data */
+    double out_mean, out_sd;     /* of the (warped) group means */
+    double *out_sorted;  /* n_groups group means, ascending (warp only) */
+    size_t cap_sorted;
+    double out_median, out_spread; /* the warp's centre and the better half's spread */
 
     int repeats;         /* 0 allow, 1 no_pending, 2 never */
     uint32_t *cand_pending;  /* per candidate: pending trials on it */
@@ -239,6 +270,10 @@ static inline int kb__excluded(const kb_engine *e, size_t i)
  * standardized gaps to the other arms and locks the run onto that arm (bbkb.c, on
  * abalone). O(distinct points) after a new observation, O(1) otherwise (cached). */
 void kb__output_stats(kb_engine *e, double *mean, double *sd);
+/* The value y as a GP engine models it: standardized as above, after the half-rank warp
+ * when e->warp (engine.c, warp_tail). Engines whose model is affine in y and that never
+ * warp (pi-gp-ucb: fits_hyper = 0) may use kb__output_stats instead. */
+double kb__output_y(kb_engine *e, double y);
 
 /* Whether a hyperparameter refit is due (fitting on and enough new observations). */
 static inline int kb__hyper_due(const kb_engine *e)

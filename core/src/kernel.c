@@ -4,6 +4,9 @@
  * Each kernel is variance * base(x, y) on inputs divided by per-dimension lengthscales.
  * Kernel matrices go through one dgemm for the inner products (stationary kernels use
  * ||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b), which is where embedding time is spent.
+ * A categorical coordinate with c choices becomes c one-hot coordinates of height
+ * 1 / (sqrt 2 l) there (kb__kernel_embed), so that different choices are 1 / l^2 apart in
+ * r^2 as in kb_kernel_eval (kb__coord_d2).
  */
 #include "internal.h"
 
@@ -78,12 +81,13 @@ double kb_kernel_eval(const kb_kernel *k, const double *x, const double *y)
     double acc = 0.0;
     for (size_t j = 0; j < k->dim; j++) {
         double l = k->lengthscales[j];
-        if (k->kind == KB_KERNEL_LINEAR) {
+        size_t c = k->choices ? k->choices[j] : 0;
+        if (k->kind != KB_KERNEL_LINEAR)
+            acc += kb__coord_d2(k->choices, j, x[j], y[j]) / (l * l);
+        else if (c)
+            acc += kb__category(x[j], c) == kb__category(y[j], c) ? 0.5 / (l * l) : 0.0;
+        else
             acc += (x[j] / l) * (y[j] / l);
-        } else {
-            double t = (x[j] - y[j]) / l;
-            acc += t * t;
-        }
     }
     return k->variance * (k->kind == KB_KERNEL_LINEAR ? acc : stationary(k->kind, acc));
 }
@@ -95,15 +99,33 @@ void kb_kernel_diag(const kb_kernel *k, const double *X, size_t n, double *out)
                                              : k->variance;
 }
 
-/* Copy of X (n x dim) with each column divided by its lengthscale; NULL on OOM. */
-static double *scaled_copy(const kb_kernel *k, const double *X, size_t n)
+size_t kb__kernel_embed_dim(const kb_kernel *k)
 {
-    double *S = malloc((n * k->dim > 0 ? n * k->dim : 1) * sizeof *S);
+    size_t e = 0;
+    for (size_t j = 0; j < k->dim; j++)
+        e += k->choices && k->choices[j] ? k->choices[j] : 1;
+    return e;
+}
+
+double *kb__kernel_embed(const kb_kernel *k, const double *X, size_t n, int scaled)
+{
+    size_t e = kb__kernel_embed_dim(k), d = k->dim;
+    double *S = calloc(n * e > 0 ? n * e : 1, sizeof *S);
     if (!S)
         return NULL;
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < k->dim; j++)
-            S[i * k->dim + j] = X[i * k->dim + j] / k->lengthscales[j];
+    for (size_t i = 0; i < n; i++) {
+        double *row = S + i * e;
+        for (size_t j = 0; j < d; j++) {
+            double l = scaled ? k->lengthscales[j] : 1.0;
+            size_t c = k->choices ? k->choices[j] : 0;
+            if (c) {
+                row[kb__category(X[i * d + j], c)] = 1.0 / (sqrt(2.0) * l);
+                row += c;
+            } else {
+                *row++ = X[i * d + j] / l;
+            }
+        }
+    }
     return S;
 }
 
@@ -118,8 +140,9 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
 {
     if (n == 0 || m == 0)
         return;
-    double *SX = scaled_copy(k, X, n);
-    double *SY = scaled_copy(k, Y, m);
+    size_t e = kb__kernel_embed_dim(k);
+    double *SX = kb__kernel_embed(k, X, n, 1);
+    double *SY = kb__kernel_embed(k, Y, m, 1);
     double *nx = malloc(n * sizeof *nx), *ny = malloc(m * sizeof *ny);
     if (!SX || !SY || !nx || !ny) {
         /* Allocation failed: fall back to the pairwise formula (no extra memory). */
@@ -129,12 +152,11 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
         goto done;
     }
     int linear = k->kind == KB_KERNEL_LINEAR;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)k->dim,
-                linear ? k->variance : -2.0, SX, (int)k->dim, SY, (int)k->dim, 0.0, out,
-                (int)m);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)e,
+                linear ? k->variance : -2.0, SX, (int)e, SY, (int)e, 0.0, out, (int)m);
     if (!linear) {
-        sq_norms(SX, n, k->dim, nx);
-        sq_norms(SY, m, k->dim, ny);
+        sq_norms(SX, n, e, nx);
+        sq_norms(SY, m, e, ny);
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < m; j++) {
                 /* Cancellation leaves ~eps (|a|^2 + |b|^2) for a == b, which Matern 1/2's
@@ -155,5 +177,7 @@ done:
 void kb__kernel_release(kb_kernel *k)
 {
     free(k->lengthscales);
+    free(k->choices);
     k->lengthscales = NULL;
+    k->choices = NULL;
 }

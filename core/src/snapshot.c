@@ -9,10 +9,11 @@
  * choices the original would have made. Restore costs as much as the calls it replays.
  *
  * Format (all integers little-endian, doubles IEEE-754 binary64 little-endian):
- *   "KBSNAP01"  u32 version(1)
+ *   "KBSNAP01"  u32 version(2; 1 is read too)
  *   str engine; u32 n_options; n_options x (str name, u8 type, value)
  *     value: NUMBER/INTEGER f64 | STRING str | VECTOR u32 n, n x f64
  *   u8 finite; u64 n; u64 dim; finite: n*dim x f64 rows (input coordinates)
+ *     box (version 2): u8 has_levels; has_levels: dim x (u64 levels, u8 categorical)
  *   u64 n_events; events: u8 kind, then ASK: - | TELL: u64 handle, f64 y |
  *     ABANDON: u64 handle | OBSERVE: dim x f64 x, f64 y
  *   str := u32 length, bytes (no terminator)
@@ -28,7 +29,7 @@
 
 enum { EV_ASK = 1, EV_TELL = 2, EV_ABANDON = 3, EV_OBSERVE = 4 };
 #define MAGIC "KBSNAP01"
-#define VERSION 1u
+#define VERSION 2u
 
 typedef struct buf {
     unsigned char *p;
@@ -163,6 +164,12 @@ int kb_engine_snapshot(const kb_engine *e, unsigned char **bytes, size_t *len, k
     put_u64(&b, s->dim);
     if (s->finite)
         put(&b, s->rows, s->n * s->dim * sizeof(double));
+    else
+        put_u8(&b, s->levels != NULL);
+    for (size_t j = 0; !s->finite && s->levels && j < s->dim; j++) {
+        put_u64(&b, s->levels[j]);
+        put_u8(&b, s->categorical[j]);
+    }
     put_u64(&b, e->log->n_events);
     put(&b, e->log->b.p, e->log->b.len);
     if (b.oom) {
@@ -263,14 +270,42 @@ static kb_config *read_config(reader *r, kb_error *err)
     return cfg;
 }
 
-static kb_space *read_space(reader *r, kb_error *err)
+/* A box's levels (version 2), applied to s; -1 when malformed. */
+static int read_levels(reader *r, kb_space *s, kb_error *err)
+{
+    if (!get_u8(r))
+        return r->bad ? -1 : 0;
+    size_t d = s->dim;
+    if (d > (r->len - r->pos) / 9)
+        return -1;
+    size_t *lv = malloc(d * sizeof *lv);
+    unsigned char *cat = malloc(d);
+    int rc = lv && cat ? 0 : -1;
+    for (size_t j = 0; rc == 0 && j < d; j++) {
+        lv[j] = (size_t)get_u64(r);
+        cat[j] = get_u8(r);
+    }
+    if (rc == 0 && (r->bad || kb_space_set_levels(s, lv, cat, err)))
+        rc = -1;
+    free(lv);
+    free(cat);
+    return rc;
+}
+
+static kb_space *read_space(reader *r, uint32_t version, kb_error *err)
 {
     uint8_t finite = get_u8(r);
     uint64_t n = get_u64(r), dim = get_u64(r);
     if (r->bad || dim == 0 || n == 0)
         return NULL;
-    if (!finite)
-        return kb_space_new_box(dim, n, err);
+    if (!finite) {
+        kb_space *s = kb_space_new_box(dim, n, err);
+        if (s && version >= 2 && read_levels(r, s, err)) {
+            kb_space_free(s);
+            return NULL;
+        }
+        return s;
+    }
     if (n > (r->len - r->pos) / 8 / dim)
         return NULL;
     double *rows = malloc(n * dim * sizeof *rows); /* the bytes may be misaligned */
@@ -320,9 +355,10 @@ kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *e
     kb_space *space = NULL;
     kb_engine *e = NULL;
     get(&r, magic, 8);
-    if (r.bad || memcmp(magic, MAGIC, 8) != 0 || get_u32(&r) != VERSION)
+    uint32_t version = r.bad ? 0 : get_u32(&r);
+    if (r.bad || memcmp(magic, MAGIC, 8) != 0 || version < 1 || version > VERSION)
         goto corrupt;
-    if (!(cfg = read_config(&r, err)) || !(space = read_space(&r, err)))
+    if (!(cfg = read_config(&r, err)) || !(space = read_space(&r, version, err)))
         goto corrupt;
     if (!(e = kb_engine_create(cfg, space, err)))
         goto corrupt;

@@ -6,7 +6,9 @@
  * return) and `u` in the engine's internal coordinates (what kernels see). For finite
  * sets `u` is the column-wise affine map of kb_scaling; for boxes both are the pool,
  * already in [0,1]^dim. The pool is refreshed by kb__space_refresh_pool, which bumps
- * `generation` so trials can tell which pool their index refers to.
+ * `generation` so trials can tell which pool their index refers to. A box's coordinates
+ * may take only the centres of a few equal bins (`levels`: integer parameters, and
+ * categorical ones, whose values are unordered); every pool point lies on them.
  */
 #include "internal.h"
 
@@ -120,6 +122,8 @@ void kb_space_free(kb_space *s)
     free(s->norm);
     free(s->shift);
     free(s->scale);
+    free(s->levels);
+    free(s->categorical);
     free(s);
 }
 
@@ -139,7 +143,59 @@ kb_space *kb__space_copy(const kb_space *src)
     memcpy(s->norm, src->norm, src->dim * sizeof *s->norm);
     memcpy(s->shift, src->shift, src->dim * sizeof *s->shift);
     memcpy(s->scale, src->scale, src->dim * sizeof *s->scale);
+    if (src->levels) {
+        s->levels = malloc(src->dim * sizeof *s->levels);
+        s->categorical = malloc(src->dim);
+        if (!s->levels || !s->categorical) {
+            kb_space_free(s);
+            return NULL;
+        }
+        memcpy(s->levels, src->levels, src->dim * sizeof *s->levels);
+        memcpy(s->categorical, src->categorical, src->dim);
+    }
     return s;
+}
+
+int kb_space_set_levels(kb_space *s, const size_t *levels, const unsigned char *categorical,
+                        kb_error *err)
+{
+    if (s->finite)
+        return kb__fail(err, KB_EUNSUPPORTED, "levels", "levels are for boxes");
+    for (size_t j = 0; categorical && j < s->dim; j++)
+        if (categorical[j] && (!levels || levels[j] < 2)) {
+            char field[KB_ERROR_FIELD_MAX];
+            snprintf(field, sizeof field, "levels[%zu]", j);
+            return kb__fail(err, KB_EINVAL, field, "a categorical needs at least 2 choices");
+        }
+    size_t *lv = calloc(s->dim, sizeof *lv);
+    unsigned char *cat = calloc(s->dim, 1);
+    if (!lv || !cat) {
+        free(lv);
+        free(cat);
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    }
+    for (size_t j = 0; j < s->dim; j++) {
+        lv[j] = levels && levels[j] >= 2 ? levels[j] : 0;
+        cat[j] = categorical && categorical[j];
+    }
+    free(s->levels);
+    free(s->categorical);
+    s->levels = lv;
+    s->categorical = cat;
+    kb_rng rng;
+    kb_rng_seed(&rng, 0);
+    kb__space_refresh_pool(s, &rng, NULL, 0, NULL);
+    s->generation = 0;
+    return KB_OK;
+}
+
+void kb__space_snap(const kb_space *s, double *rows, size_t n)
+{
+    for (size_t j = 0; s->levels && j < s->dim; j++) {
+        size_t L = s->levels[j];
+        for (size_t i = 0; L && i < n; i++)
+            rows[i * s->dim + j] = ((double)kb__category(rows[i * s->dim + j], L) + 0.5) / (double)L;
+    }
 }
 
 /* Column j's norm, shift and scale for the chosen scaling; constant columns keep scale 1.
@@ -235,7 +291,10 @@ static void relative_scales(const double *ls, size_t d, double *w)
  * L = 0.4, 0.2, ..., 0.4 / 2^6): point k perturbs its center by N(0, (L w_j / 2)^2) in
  * each dimension, each dimension with probability min(1, 20 / d) (TuRBO's rule for large
  * d; at least one), clipped to the cube. Three points in four are centered on the best
- * observation, the fourth cycles over the next best. */
+ * observation, the fourth cycles over the next best. A categorical coordinate picked for
+ * a move takes a uniformly drawn choice with probability L / 0.8 (a Hamming-distance trust
+ * region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021): its choices have no
+ * order for a normal step to follow. */
 static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *best,
                          size_t nbest, const double *w)
 {
@@ -250,8 +309,13 @@ static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *b
         size_t forced = (size_t)kb_rng_below(rng, d);
         for (size_t j = 0; j < d; j++) {
             double v = c[j];
-            if (j == forced || kb_rng_uniform(rng) < p_dim)
+            int move = j == forced || kb_rng_uniform(rng) < p_dim;
+            if (move && s->categorical && s->categorical[j]) {
+                if (kb_rng_uniform(rng) < L / 0.8)
+                    v = ((double)kb_rng_below(rng, s->levels[j]) + 0.5) / (double)s->levels[j];
+            } else if (move) {
                 v += 0.5 * L * w[j] * kb_rng_normal(rng);
+            }
             x[j] = v < 0.0 ? 0.0 : v > 1.0 ? 1.0 : v;
         }
     }
@@ -278,6 +342,7 @@ void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t
         relative_scales(lengthscales, s->dim, w);
         local_points(s, rng, n_qmc, best, nbest, w);
     }
+    kb__space_snap(s, s->rows, s->n);
     memcpy(s->u, s->rows, s->n * s->dim * sizeof *s->u);
     s->generation++;
 }

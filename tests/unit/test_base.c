@@ -224,6 +224,58 @@ static void output_stats_count_distinct_points(void **state)
     kb_engine_free(e);
 }
 
+/* kb__output_y with the warp on (as engines that fit hyperparameters have it) against
+ * tu_output_y, on a heavy lower tail (y = -exp(2 z)), repeated arms and observes, at every
+ * observation and at probes between, below and above them; monotone in y. */
+static void output_warp_matches_reference(void **state)
+{
+    (void)state;
+    enum { N = 60, STEPS = 150 };
+    kb_error err;
+    kb_rng drv;
+    kb_rng_seed(&drv, 12);
+    kb_engine *e = random_engine(N, "allow", 5);
+    e->warp = 1; /* the random engine never fits; the base's warp is tested on its own */
+    double X[(STEPS + 10) * 2], y[STEPS + 10];
+    size_t n = 0;
+    for (int s = 0; s < STEPS; s++) {
+        kb_point p;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+        memcpy(X + 2 * n, p.x, 2 * sizeof *X);
+        y[n] = -exp(2.0 * kb_rng_normal(&drv));
+        assert_int_equal(kb_engine_tell(e, p.handle, y[n++], &err), KB_OK);
+        if (s % 20 == 0) {
+            X[2 * n] = 0.5;
+            X[2 * n + 1] = (double)s;
+            y[n] = -100.0 * kb_rng_uniform(&drv);
+            assert_int_equal(kb_engine_observe(e, X + 2 * n, y[n], &err), KB_OK);
+            n++;
+        }
+        if (s < 2 || s % 37 != 36)
+            continue;
+        double prev = -INFINITY, lo = 0.0, hi = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double got = kb__output_y(e, y[i]);
+            assert_true(fabs(got - tu_output_y(X, y, n, 2, 1, y[i])) < 1e-9);
+            lo = fmin(lo, y[i]);
+            hi = fmax(hi, y[i]);
+        }
+        for (int k = 0; k <= 200; k++) {
+            double v = lo - 10.0 + (hi - lo + 20.0) * k / 200.0;
+            double got = kb__output_y(e, v);
+            assert_true(fabs(got - tu_output_y(X, y, n, 2, 1, v)) < 1e-9);
+            assert_true(got >= prev);
+            prev = got;
+        }
+    }
+    double m, sd;
+    kb__output_stats(e, &m, &sd);
+    assert_true(e->out_spread > 0.0); /* the warp was active */
+    assert_true(fabs(kb__output_y(e, 0.0) * sd + m) < 1e-12); /* upper half kept */
+    kb_engine_free(e);
+}
+
 static void base_checks_handles_and_values(void **state)
 {
     (void)state;
@@ -425,6 +477,7 @@ int main(void)
         cmocka_unit_test(repeats_policy_is_enforced),
         cmocka_unit_test(snapshot_restore_continues_identically),
         cmocka_unit_test(output_stats_count_distinct_points),
+        cmocka_unit_test(output_warp_matches_reference),
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
         cmocka_unit_test(scaling_survives_extreme_columns),
     };

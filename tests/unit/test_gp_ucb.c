@@ -35,6 +35,7 @@ typedef struct model {
     size_t n_rows;
     uint64_t epoch;
     double tol;                       /* relative tolerance against the reference */
+    int warp;                         /* fitted: outputs warped (kb__output_y) */
 } model;
 
 /* hyper: "fit" (the default: here only the kernel variance is fitted, lengthscale and
@@ -72,6 +73,9 @@ static void model_init(model *m, const char *name, kb_kernel_kind kind, double C
     free(c);
     m->k = tu_kernel(kind, D, 0.5);
     m->e = make_engine(name, kind, m->cand, C, seed, hyper);
+    kb_hyperparameters hp;
+    assert_int_equal(kb_engine_hyperparameters(m->e, &hp), KB_OK);
+    m->warp = hp.fitting; /* the linear kernel is never fitted */
     /* Matern-1/2 is not differentiable at r = 0: kb_kernel_matrix gets r^2 from
      * |a|^2 + |b|^2 - 2 a.b, whose rounding (1e-16) becomes 1e-8 in r = sqrt(r^2) when a
      * candidate coincides with a chosen point, against the reference's pairwise exact 0,
@@ -121,17 +125,16 @@ static void sync_kernel(model *m)
     m->k.variance = hp.kernel_variance;
 }
 
-/* Reference mean (over obs[0..n_mean), standardized over distinct points as the base
- * does) and variance (over every row) at the candidates. */
+/* Reference mean (over obs[0..n_mean), standardized over distinct points and warped as
+ * the base does) and variance (over every row) at the candidates. */
 static void reference(model *m, double *mean, double *var)
 {
     sync_kernel(m);
     size_t n = m->n_mean;
-    double mu, sd, ys[MAXP] = {0}, dummy[A]; /* LAPACKE rejects NaN inputs */
+    double ys[MAXP] = {0}, dummy[A]; /* LAPACKE rejects NaN inputs */
     /* gp-bucb froze its mean, output standardization included, at the batch start */
-    tu_distinct_stats(m->obs_x, m->obs_y, n, D, &mu, &sd);
     for (size_t i = 0; i < n; i++)
-        ys[i] = (m->obs_y[i] - mu) / sd;
+        ys[i] = tu_output_y(m->obs_x, m->obs_y, n, D, m->warp, m->obs_y[i]);
     if (n == 0)
         memset(mean, 0, A * sizeof *mean);
     else

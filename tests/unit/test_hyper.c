@@ -2,7 +2,9 @@
  * test_hyper.c - unit tests of core/src/hyper.c, the type-II MAP fit of kernel
  * hyperparameters: the log marginal likelihood against an independent dense computation
  * (LU solve and LU determinant), its gradient against central finite differences for every
- * hyperparameter of every stationary kernel with ARD lengthscales, recovery of known ARD
+ * hyperparameter of every stationary kernel with ARD lengthscales, with and without a
+ * categorical coordinate (indicator distance against the kernel's one-hot embedding),
+ * recovery of known ARD
  * lengthscales and noise from a GP draw, fixed parameters held, determinism.
  */
 #include <setjmp.h>
@@ -27,13 +29,15 @@ static void random_points(kb_rng *rng, size_t n, double *U)
 }
 
 /* log N(y; 0, K + sn2 I) by LU factorization (no Cholesky), from kb_kernel_matrix. */
-static double dense_log_marginal(kb_kernel_kind kind, const double *theta, const double *U,
+static double dense_log_marginal(const kb_kernel *shape, const double *theta, const double *U,
                                  const double *y, size_t n)
 {
     double ls[D];
     for (size_t k = 0; k < D; k++)
         ls[k] = exp(theta[k]);
-    kb_kernel ker = {.kind = kind, .dim = D, .variance = exp(theta[D]), .lengthscales = ls};
+    kb_kernel ker = *shape;
+    ker.variance = exp(theta[D]);
+    ker.lengthscales = ls;
     double *A = malloc(n * n * sizeof *A), *b = malloc(n * sizeof *b);
     lapack_int *piv = malloc(n * sizeof *piv);
     kb_kernel_matrix(&ker, U, n, U, n, A);
@@ -65,12 +69,14 @@ static void likelihood_matches_dense_and_gradient_matches_differences(void **sta
     for (size_t i = 0; i < N; i++)
         y[i] = sin(6 * U[i * D]) + U[i * D + 1] * U[i * D + 2] + 0.1 * kb_rng_normal(&rng);
     double theta[D + 2] = {log(0.3), log(0.7), log(1.9), log(1.3), log(0.02)};
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    size_t choices[D] = {0, 0, 3}; /* the third coordinate: 3 unordered choices */
+    for (size_t k = 0; k < 2 * sizeof kinds / sizeof kinds[0]; k++) {
+        kb_kernel shape = {.kind = kinds[k / 2], .dim = D, .choices = k % 2 ? choices : NULL};
         for (int prior = 0; prior <= 1; prior++) {
             double g[D + 2];
-            double v = kb__hyper_objective(kinds[k], D, U, y, N, theta, g, prior);
+            double v = kb__hyper_objective(&shape, U, y, N, theta, g, prior);
             if (!prior) {
-                double ref = dense_log_marginal(kinds[k], theta, U, y, N);
+                double ref = dense_log_marginal(&shape, theta, U, y, N);
                 assert_true(fabs(v - ref) <= 1e-9 * fabs(ref));
             }
             for (size_t j = 0; j < D + 2; j++) {
@@ -79,8 +85,8 @@ static void likelihood_matches_dense_and_gradient_matches_differences(void **sta
                 memcpy(tm, theta, sizeof tm);
                 tp[j] += h;
                 tm[j] -= h;
-                double fd = (kb__hyper_objective(kinds[k], D, U, y, N, tp, NULL, prior) -
-                             kb__hyper_objective(kinds[k], D, U, y, N, tm, NULL, prior)) /
+                double fd = (kb__hyper_objective(&shape, U, y, N, tp, NULL, prior) -
+                             kb__hyper_objective(&shape, U, y, N, tm, NULL, prior)) /
                             (2 * h);
                 if (fabs(fd - g[j]) > 1e-5 * (1.0 + fabs(fd)))
                     fail_msg("kernel %zu prior %d theta[%zu]: gradient %.10g, differences %.10g",
@@ -169,13 +175,13 @@ static void fixed_values_held_and_fit_deterministic(void **state)
     assert_true(a[0] != 1.0 && na != 0.1);
     /* The fit maximizes the posterior: no start of the optimizer found a better point. */
     double theta[D + 2] = {log(a[0]), log(a[1]), log(a[2]), log(ka.variance), log(na)};
-    double best = kb__hyper_objective(KB_KERNEL_MATERN52, D, U, y, N, theta, NULL, 1);
+    double best = kb__hyper_objective(&ka, U, y, N, theta, NULL, 1);
     for (size_t j = 0; j < D + 2; j++)
         for (int s = -1; s <= 1; s += 2) {
             double t[D + 2];
             memcpy(t, theta, sizeof t);
             t[j] += s * 0.05;
-            assert_true(kb__hyper_objective(KB_KERNEL_MATERN52, D, U, y, N, t, NULL, 1) <=
+            assert_true(kb__hyper_objective(&ka, U, y, N, t, NULL, 1) <=
                         best + 1e-6);
         }
     kb_hyper_opts hold = {.fix_lengthscales = 1, .fix_noise = 1};

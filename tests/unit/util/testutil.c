@@ -69,11 +69,12 @@ static int same_row(const double *a, const double *b, size_t d)
     return 1;
 }
 
-void tu_distinct_stats(const double *X, const double *y, size_t n, size_t d, double *mean,
-                       double *sd)
+/* The average y of each distinct row of X, in order of first occurrence; *k of them. */
+static double *distinct_averages(const double *X, const double *y, size_t n, size_t d,
+                                 size_t *k)
 {
-    double *avg = malloc((n ? n : 1) * sizeof *avg), s = 0.0, s2 = 0.0;
-    size_t k = 0;
+    double *avg = malloc((n ? n : 1) * sizeof *avg);
+    *k = 0;
     for (size_t i = 0; i < n; i++) {
         size_t first = 0, cnt = 0;
         double sum = 0.0;
@@ -86,17 +87,90 @@ void tu_distinct_stats(const double *X, const double *y, size_t n, size_t d, dou
                 sum += y[j];
                 cnt++;
             }
-        avg[k++] = sum / (double)cnt;
+        avg[(*k)++] = sum / (double)cnt;
     }
+    return avg;
+}
+
+static void mean_sd(const double *v, size_t k, double *mean, double *sd)
+{
+    double s = 0.0, s2 = 0.0;
     for (size_t g = 0; g < k; g++)
-        s += avg[g];
+        s += v[g];
     *mean = k ? s / (double)k : 0.0;
     for (size_t g = 0; g < k; g++)
-        s2 += (avg[g] - *mean) * (avg[g] - *mean);
+        s2 += (v[g] - *mean) * (v[g] - *mean);
     *sd = k > 1 ? sqrt(s2 / (double)(k - 1)) : 1.0;
     if (!(*sd > 1e-12))
         *sd = 1.0;
+}
+
+void tu_distinct_stats(const double *X, const double *y, size_t n, size_t d, double *mean,
+                       double *sd)
+{
+    size_t k;
+    double *avg = distinct_averages(X, y, n, d, &k);
+    mean_sd(avg, k, mean, sd);
     free(avg);
+}
+
+/* Phi^{-1}(q) by bisection on erfc (the engine uses Newton's method). */
+static double quantile_bisect(double q)
+{
+    double lo = -40.0, hi = 40.0;
+    for (int i = 0; i < 200; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < q)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The warp of v among the k averages: median by sorting a copy, ranks by counting. */
+static double warp_ref(const double *avg, size_t k, double v)
+{
+    if (k < 3)
+        return v;
+    double *s = malloc(k * sizeof *s), m, s2 = 0.0, below = 0.0;
+    memcpy(s, avg, k * sizeof *s);
+    qsort(s, k, sizeof *s, cmp_dbl);
+    m = k % 2 ? s[k / 2] : 0.5 * (s[k / 2 - 1] + s[k / 2]);
+    size_t above = 0;
+    for (size_t g = 0; g < k; g++) {
+        if (avg[g] > m) {
+            s2 += (avg[g] - m) * (avg[g] - m);
+            above++;
+        }
+        below += avg[g] < v ? 1.0 : avg[g] == v ? 0.5 : 0.0;
+    }
+    free(s);
+    double spread = above ? sqrt(s2 / (double)above) : 0.0;
+    if (!(v < m) || !(spread > 0.0))
+        return v;
+    double w = m + spread * quantile_bisect((below + 0.5) / (double)(k + 1));
+    return w > v ? w : v;
+}
+
+double tu_output_y(const double *X, const double *y, size_t n, size_t d, int warp, double v)
+{
+    size_t k;
+    double *avg = distinct_averages(X, y, n, d, &k), mean, sd;
+    double *w = malloc((k ? k : 1) * sizeof *w);
+    for (size_t g = 0; g < k; g++)
+        w[g] = warp ? warp_ref(avg, k, avg[g]) : avg[g];
+    mean_sd(w, k, &mean, &sd);
+    double out = ((warp ? warp_ref(avg, k, v) : v) - mean) / sd;
+    free(w);
+    free(avg);
+    return out;
 }
 
 double tu_max_rel_err(const double *a, const double *b, size_t n, double floor)
@@ -115,7 +189,7 @@ double tu_max_rel_err(const double *a, const double *b, size_t n, double floor)
 
 kb_kernel tu_kernel(kb_kernel_kind kind, size_t d, double l)
 {
-    kb_kernel k = {kind, d, 1.0, malloc(d * sizeof(double))};
+    kb_kernel k = {kind, d, 1.0, malloc(d * sizeof(double)), NULL};
     for (size_t j = 0; j < d; j++)
         k.lengthscales[j] = l;
     return k;
