@@ -8,8 +8,16 @@ on seeds 1 / 2, Hartmann-3 5.8e-06 / 9.2e-06; Optuna TPE on the same budget: 0.0
 0.01 (medians of seeds 1-5). Seed 3 of Branin stays at 1.55 (an early fit locks the model:
 docs/BENCHMARKS.md), so seeds 1 and 2 are asserted, with a margin of 30x on the worse of
 them. A broken fit, pool or width (fixed lengthscale 1 gave 1.5 on Branin) fails this.
+
+The mixed function (two floats, an integer, a categorical of three colours whose cost is
+by name) checks the categorical kernel and the levels of integer / categorical
+parameters. Median simple regret over seeds 1-8 (4 x 50): 8.2e-06 (worst 5.8e-04); with
+the categorical as one ordered axis and no levels (the code before, warped outputs) 2.8e-04
+(worst 0.024); before the warp the held-out median was 1.25, TPE's 0.029. Asserted: median
+< 5e-05.
 """
 import os
+import statistics
 import sys
 
 import pytest
@@ -40,3 +48,13 @@ def test_default_engine_reaches_the_minimum(daemon, function, seed):
     assert hp["fitted"] and hp["fits"] >= 5, hp
     if not SANITIZED:  # ASan slows the daemon ~10x: another interleaving of the workers
         assert regret < 1e-3, (regret, hp)
+
+
+def test_default_engine_handles_categorical_and_integer(daemon):
+    regrets = []
+    for seed in range(1, 9):
+        values, _, progress = run.run_kbandit(daemon.port, "mixed", "default", {}, seed, 4, 200)
+        assert len(values) == 200 and progress["hyperparameters"]["fitted"]
+        regrets.append(min(values) - run.FUNCTIONS["mixed"]["fmin"])
+    if not SANITIZED:
+        assert statistics.median(regrets) < 5e-5, regrets

@@ -148,10 +148,14 @@ static void random_features_match_kernel(void **state)
     kb_rng_seed(&rng, 3);
     double *X = tu_uniform_matrix(&rng, NP, D, 0, 1);
     double *Phi = malloc((size_t)NP * M * sizeof *Phi);
-    for (size_t t = 0; t < sizeof kinds / sizeof kinds[0]; t++) {
-        kb_kernel k = tu_kernel(kinds[t], D, 0.6);
+    size_t choices[D] = {0, 4, 0}; /* odd t: coordinate 1 is a categorical of 4 choices */
+    for (size_t a = 0; a < NP; a++)
+        X[a * D + 1] = ((double)(a % 3) + 0.3) / 4.0; /* points 0, 3 and 1, 4 share one */
+    for (size_t t = 0; t < 2 * sizeof kinds / sizeof kinds[0]; t++) {
+        kb_kernel k = tu_kernel(kinds[t / 2], D, 0.6);
         k.lengthscales[2] = 1.5;
         k.variance = 1.3;
+        k.choices = t % 2 ? choices : NULL;
         ts_features f;
         assert_int_equal(kb__ts_features_draw(&f, &k, &rng, M, NULL), 0);
         kb__ts_features_eval(&f, X, NP, Phi);
@@ -168,6 +172,7 @@ static void random_features_match_kernel(void **state)
                 assert_true(fabs(mean - exact) < 5 * sd / sqrt((double)M));
             }
         kb__ts_features_free(&f);
+        k.choices = NULL;
         tu_kernel_free(&k);
     }
     kb_kernel lin = tu_kernel(KB_KERNEL_LINEAR, D, 1.0);
