@@ -6,6 +6,7 @@ daemon over HTTP, as ../shared/docs/quality.md prescribes.
     bench/quality/run.py [--functions branin,hartmann6] [--engines default,gp-ucb,optuna-tpe]
                          [--seeds 1,2,3 | --set tuning|held-out] [--budgets 4x50,8x125]
                          [--out results.json] [--settings '{"beta_scale": 0.5}']
+                         [--eval-ms 20]
 
 Engine "default" is a study created with nothing but its space (the daemon's default engine
 and settings); other names create that engine with its defaults plus --settings. For each
@@ -15,7 +16,11 @@ processes sharing one SQLite storage (TPESampler(constant_liar=True) / RandomSam
 Per run it records simple regret (best value - known minimum), regret ratio (cumulative
 regret / (T (mean f - min f)), mean f over 20,000 uniform points: 1 = random search),
 wall time and trials/s; the summary gives median and worst over seeds per function, budget
-and engine. Nothing is tuned here: functions.py says which functions and seeds are for
+and engine. --eval-ms M makes every evaluation take an exponentially distributed time of
+mean M ms (seeded per worker; instant by default), as real objectives do: the pending
+trials then overlap, and kbandit's runs also record the fraction of worker time spent
+waiting in ask (idle_fraction: an engine that holds workers back until feedback arrives
+shows it here). Nothing is tuned here: functions.py says which functions and seeds are for
 tuning and which are held out.
 """
 import argparse
@@ -122,7 +127,13 @@ def summarize_values(values, fn, fmean):
             "regret_ratio": cum / (len(values) * gap) if gap > 0 else None}
 
 
-def run_kbandit(port, fname, engine, settings, seed, workers, budget):
+def evaluate(fn, params, delay_rng, eval_ms):
+    if eval_ms > 0:
+        time.sleep(delay_rng.expovariate(1.0 / eval_ms) / 1000.0)
+    return fn["f"](params)
+
+
+def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.0):
     fn = FUNCTIONS[fname]
     api = Http(port)
     doc = {"name": f"{fname}-{engine}-{seed}-{workers}x{budget}-{time.monotonic_ns()}",
@@ -133,23 +144,27 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget):
         doc["engine"] = {"settings": {"seed": seed}}
     sid = api.call("POST", "/v1/studies", doc)["id"]
     lock = threading.Lock()
-    state = {"claimed": 0, "values": [], "error": None}
+    state = {"claimed": 0, "values": [], "error": None, "ask_s": 0.0}
 
     def worker(w):
         http_ = Http(port)
+        delay_rng = random.Random(seed * 1000 + w)
         try:
             while True:
                 with lock:
                     if state["claimed"] >= budget or state["error"]:
                         return
                     state["claimed"] += 1
+                t_ask = time.monotonic()
                 while True:
                     res = http_.call("POST", f"/v1/studies/{sid}/ask",
                                      {"worker": f"w{w}", "count": 1, "wait_ms": 5000})
                     if res["trials"]:
                         break
+                with lock:
+                    state["ask_s"] += time.monotonic() - t_ask
                 t = res["trials"][0]
-                v = fn["f"](t["params"])
+                v = evaluate(fn, t["params"], delay_rng, eval_ms)
                 http_.call("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell", {"value": v})
                 with lock:
                     state["values"].append(v)
@@ -169,7 +184,8 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget):
     api = Http(port)  # the first connection sat idle through the run: the daemon closed it
     info = api.call("GET", f"/v1/studies/{sid}")
     api.call("DELETE", f"/v1/studies/{sid}")
-    return state["values"], wall, info.get("progress", {})
+    progress = dict(info.get("progress", {}), idle_fraction=state["ask_s"] / (workers * wall))
+    return state["values"], wall, progress
 
 
 def optuna_suggest(trial, params):
@@ -184,17 +200,19 @@ def optuna_suggest(trial, params):
     return p
 
 
-def optuna_worker(url, name, fname, sampler, seed, n_trials):
+def optuna_worker(url, name, fname, sampler, seed, n_trials, eval_ms):
     import optuna
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     fn = FUNCTIONS[fname]
     s = (optuna.samplers.TPESampler(constant_liar=True, seed=seed) if sampler == "tpe"
          else optuna.samplers.RandomSampler(seed=seed))
     study = optuna.load_study(study_name=name, storage=url, sampler=s)
-    study.optimize(lambda t: fn["f"](optuna_suggest(t, fn["params"])), n_trials=n_trials)
+    delay_rng = random.Random(seed)
+    study.optimize(lambda t: evaluate(fn, optuna_suggest(t, fn["params"]), delay_rng, eval_ms),
+                   n_trials=n_trials)
 
 
-def run_optuna(fname, sampler, seed, workers, budget):
+def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0):
     import optuna
     with tempfile.TemporaryDirectory(prefix="kb-optuna-") as tmp:
         url = f"sqlite:///{tmp}/o.db"
@@ -203,7 +221,7 @@ def run_optuna(fname, sampler, seed, workers, budget):
         per = [budget // workers + (1 if w < budget % workers else 0) for w in range(workers)]
         t0 = time.monotonic()
         procs = [mp.Process(target=optuna_worker,
-                            args=(url, name, fname, sampler, seed * 1000 + w, per[w]))
+                            args=(url, name, fname, sampler, seed * 1000 + w, per[w], eval_ms))
                  for w in range(workers)]
         for p in procs:
             p.start()
@@ -238,6 +256,8 @@ def main():
     ap.add_argument("--settings", default="{}", help="JSON engine settings (not 'default')")
     ap.add_argument("--daemon", default=str(ROOT / "build" / "kbanditd"))
     ap.add_argument("--out", default=None, help="append one JSON line per run here")
+    ap.add_argument("--eval-ms", type=float, default=0.0,
+                    help="mean evaluation time (exponential), ms; 0 = instant")
     args = ap.parse_args()
     settings = json.loads(args.settings)
     daemon = None
@@ -258,11 +278,13 @@ def main():
                     for seed in seeds:
                         progress = {}
                         if engine.startswith("optuna-"):
-                            values, wall = run_optuna(fname, engine[7:], seed, workers, budget)
+                            values, wall = run_optuna(fname, engine[7:], seed, workers, budget,
+                                                      args.eval_ms)
                         else:
                             daemon = daemon or Daemon(args.daemon)
                             values, wall, progress = run_kbandit(daemon.port, fname, engine,
-                                                                 settings, seed, workers, budget)
+                                                                 settings, seed, workers, budget,
+                                                                 args.eval_ms)
                         row = dict(function=fname, group=group, engine=engine, seed=seed,
                                    workers=workers, budget=budget, trials=len(values),
                                    wall_s=round(wall, 3),
@@ -271,6 +293,8 @@ def main():
                                    hyperparameters=progress.get("hyperparameters"),
                                    epochs=progress.get("epoch"),
                                    dictionary_size=progress.get("dictionary_size"),
+                                   eval_ms=args.eval_ms,
+                                   idle_fraction=progress.get("idle_fraction"),
                                    **summarize_values(values, fn, fmean))
                         rows.append(row)
                         print(json.dumps(row), flush=True)
@@ -287,16 +311,19 @@ def print_table(rows):
     keys = sorted({(r["function"], r["workers"], r["budget"], r["engine"]) for r in rows},
                   key=lambda k: (k[0], k[2], k[3]))
     print("\n| function | budget | engine | median simple regret | worst | median regret ratio "
-          "| trials/s | seeds |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| trials/s | idle | seeds |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for f, w, b, e in keys:
         rs = [r for r in rows if (r["function"], r["workers"], r["budget"], r["engine"]) ==
               (f, w, b, e)]
         sr = [r["simple_regret"] for r in rs]
         rr = [r["regret_ratio"] for r in rs if r["regret_ratio"] is not None]
         tps = statistics.median(r["trials_per_s"] for r in rs)
+        idle = [r["idle_fraction"] for r in rs if r.get("idle_fraction") is not None]
+        idle_s = f"{statistics.median(idle):.2f}" if idle else "-"
         print(f"| {f} | {w}x{b // w} | {e} | {statistics.median(sr):.4g} | {max(sr):.4g} | "
-              f"{statistics.median(rr) if rr else math.nan:.3f} | {tps:.0f} | {len(rs)} |")
+              f"{statistics.median(rr) if rr else math.nan:.3f} | {tps:.0f} | {idle_s} | "
+              f"{len(rs)} |")
 
 
 if __name__ == "__main__":
