@@ -149,23 +149,23 @@ static entry *find(const kb_config *cfg, const char *name)
 }
 
 /* The option or an error naming it. */
-static entry *find_typed(const kb_config *cfg, const char *name, kb_option_type type,
-                         kb_error *err)
+/* The entry `name` of `type` into *out; the code, filling err, when there is none. */
+static int find_typed(const kb_config *cfg, const char *name, kb_option_type type, entry **out,
+                      kb_error *err)
 {
     entry *e = find(cfg, name);
-    if (!e) {
-        kb__fail(err, KB_ENOTFOUND, name, "unknown option '%s' for engine %s", name,
-                 cfg->ops->name);
-        return NULL;
-    }
+    if (!e)
+        return kb__fail(err, KB_ENOTFOUND, name, "unknown option '%s' for engine %s", name,
+                        cfg->ops->name);
     int numeric = type == KB_OPT_NUMBER || type == KB_OPT_INTEGER;
     int want_numeric = e->spec->type == KB_OPT_NUMBER || e->spec->type == KB_OPT_INTEGER;
     if (numeric ? !want_numeric : e->spec->type != type) {
         static const char *const tn[] = {"a number", "an integer", "a string", "an array"};
-        kb__fail(err, KB_EINVAL, name, "option '%s' must be %s", name, tn[e->spec->type]);
-        return NULL;
+        return kb__fail(err, KB_EINVAL, name, "option '%s' must be %s", name,
+                        tn[e->spec->type]);
     }
-    return e;
+    *out = e;
+    return KB_OK;
 }
 
 static int check_range(const kb_option_spec *s, double v, kb_error *err)
@@ -184,11 +184,11 @@ static int check_range(const kb_option_spec *s, double v, kb_error *err)
 
 int kb_config_set_number(kb_config *cfg, const char *name, double value, kb_error *err)
 {
-    entry *e = find_typed(cfg, name, KB_OPT_NUMBER, err);
-    if (!e)
-        return err ? err->code : KB_EINVAL;
-    int rc = check_range(e->spec, value, err);
+    entry *e;
+    int rc = find_typed(cfg, name, KB_OPT_NUMBER, &e, err);
     if (rc)
+        return rc;
+    if ((rc = check_range(e->spec, value, err)))
         return rc;
     e->number = value;
     e->set = 1;
@@ -197,9 +197,10 @@ int kb_config_set_number(kb_config *cfg, const char *name, double value, kb_erro
 
 int kb_config_set_string(kb_config *cfg, const char *name, const char *value, kb_error *err)
 {
-    entry *e = find_typed(cfg, name, KB_OPT_STRING, err);
-    if (!e)
-        return err ? err->code : KB_EINVAL;
+    entry *e;
+    int rc = find_typed(cfg, name, KB_OPT_STRING, &e, err);
+    if (rc)
+        return rc;
     if (!value)
         return kb__fail(err, KB_EINVAL, name, "'%s' must be a string", name);
     if (e->spec->choices) {
@@ -222,16 +223,15 @@ int kb_config_set_string(kb_config *cfg, const char *name, const char *value, kb
 int kb_config_set_vector(kb_config *cfg, const char *name, const double *v, size_t n,
                          kb_error *err)
 {
-    entry *e = find_typed(cfg, name, KB_OPT_VECTOR, err);
-    if (!e)
-        return err ? err->code : KB_EINVAL;
+    entry *e;
+    int rc = find_typed(cfg, name, KB_OPT_VECTOR, &e, err);
+    if (rc)
+        return rc;
     if (n == 0)
         return kb__fail(err, KB_EINVAL, name, "'%s' must not be empty", name);
-    for (size_t i = 0; i < n; i++) {
-        int rc = check_range(e->spec, v[i], err);
-        if (rc)
+    for (size_t i = 0; i < n; i++)
+        if ((rc = check_range(e->spec, v[i], err)))
             return rc;
-    }
     double *copy = malloc(n * sizeof *copy);
     if (!copy)
         return kb__fail(err, KB_ENOMEM, name, "out of memory");

@@ -339,11 +339,12 @@ static int hand_out(kb_engine *e, size_t index, kb_point *pt, kb_error *err)
     e->n_pending++;
     e->cand_pending[index]++;
     uint64_t h = e->n_trials;
-    if (e->ops->handed && e->ops->handed(e, h, err)) {
+    int rc = e->ops->handed ? e->ops->handed(e, h, err) : KB_OK;
+    if (rc) {
         e->n_trials--;
         e->n_pending--;
         e->cand_pending[index]--;
-        return err ? err->code : KB_ENUMERIC;
+        return rc;
     }
     pt->handle = h;
     pt->index = index;
@@ -377,20 +378,19 @@ int kb_engine_ask(kb_engine *e, size_t n, kb_point *out, kb_ask_result *res, kb_
 }
 
 /* The trial of a handle that must still be pending. */
-static kb_trial *pending_trial(kb_engine *e, uint64_t handle, kb_error *err)
+/* The pending trial `handle` into *out; the code, filling err, when there is none. */
+static int pending_trial(kb_engine *e, uint64_t handle, kb_trial **out, kb_error *err)
 {
-    if (handle == 0 || handle > e->n_trials) {
-        kb__fail(err, KB_ENOTFOUND, "handle", "no point was handed out with handle %llu",
-                 (unsigned long long)handle);
-        return NULL;
-    }
+    if (handle == 0 || handle > e->n_trials)
+        return kb__fail(err, KB_ENOTFOUND, "handle", "no point was handed out with handle %llu",
+                        (unsigned long long)handle);
     kb_trial *t = &e->trials[handle - 1];
-    if (t->state != KB_TRIAL_PENDING) {
-        kb__fail(err, KB_ESTATE, "handle", "point %llu was already %s",
-                 (unsigned long long)handle, t->state == KB_TRIAL_TOLD ? "told" : "abandoned");
-        return NULL;
-    }
-    return t;
+    if (t->state != KB_TRIAL_PENDING)
+        return kb__fail(err, KB_ESTATE, "handle", "point %llu was already %s",
+                        (unsigned long long)handle,
+                        t->state == KB_TRIAL_TOLD ? "told" : "abandoned");
+    *out = t;
+    return KB_OK;
 }
 
 /* ----------------------------------------------- distinct observed points */
@@ -542,16 +542,17 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
 {
     if (!isfinite(y))
         return kb__fail(err, KB_EINVAL, "value", "the value must be a finite number");
-    kb_trial *t = pending_trial(e, handle, err);
-    if (!t)
-        return err ? err->code : KB_ESTATE;
+    kb_trial *t;
+    int rc = pending_trial(e, handle, &t, err);
+    if (rc)
+        return rc;
     unsigned char was_told = e->cand_told[t->index];
     if (push_obs(e, kb__trial_u(e, handle), y, handle))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     t->y = y;
     settle(e, t, 1, 0);
     e->n_tells++;
-    int rc = e->ops->tell ? e->ops->tell(e, handle, err) : KB_OK;
+    rc = e->ops->tell ? e->ops->tell(e, handle, err) : KB_OK;
     if (!rc && (rc = kb__log_tell(e->log, handle, y)))
         kb__fail(err, rc, NULL, "out of memory");
     if (rc) {
@@ -567,12 +568,13 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
 
 int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err)
 {
-    kb_trial *t = pending_trial(e, handle, err);
-    if (!t)
-        return err ? err->code : KB_ESTATE;
+    kb_trial *t;
+    int rc = pending_trial(e, handle, &t, err);
+    if (rc)
+        return rc;
     settle(e, t, 0, 0);
     e->n_abandons++;
-    int rc = e->ops->abandon ? e->ops->abandon(e, handle, err) : KB_OK;
+    rc = e->ops->abandon ? e->ops->abandon(e, handle, err) : KB_OK;
     if (!rc && (rc = kb__log_abandon(e->log, handle)))
         kb__fail(err, rc, NULL, "out of memory");
     if (rc) {

@@ -366,6 +366,44 @@ static void categorical_order_does_not_matter(void **state)
     kb_engine_free(b);
 }
 
+/* Issue 15 item 2: every public function returns its own code on each error path when the
+ * caller passes no kb_error (the codes were read back from err, so NULL gave the wrong one). */
+static void codes_without_error_struct(void **state)
+{
+    (void)state;
+    kb_config *cfg = kb_config_new("gp-ucb", NULL);
+    assert_non_null(cfg);
+    double v[2] = {1.0, -1.0};
+    assert_int_equal(kb_config_set_number(cfg, "no_such_option", 1, NULL), KB_ENOTFOUND);
+    assert_int_equal(kb_config_set_string(cfg, "no_such_option", "x", NULL), KB_ENOTFOUND);
+    assert_int_equal(kb_config_set_vector(cfg, "no_such_option", v, 2, NULL), KB_ENOTFOUND);
+    assert_int_equal(kb_config_set_number(cfg, "kernel", 1, NULL), KB_EINVAL);
+    assert_int_equal(kb_config_set_string(cfg, "seed", "x", NULL), KB_EINVAL);
+    assert_int_equal(kb_config_set_number(cfg, "lengthscale", -1, NULL), KB_ERANGE);
+    assert_int_equal(kb_config_set_vector(cfg, "lengthscales", v, 2, NULL), KB_ERANGE);
+    assert_int_equal(kb_config_set_string(cfg, "kernel", "nope", NULL), KB_ENOTFOUND);
+    kb_space *box = kb_space_new_box(2, 16, NULL);
+    size_t one[2] = {1, 0};
+    unsigned char cat[2] = {1, 0};
+    assert_int_equal(kb_space_set_levels(box, one, cat, NULL), KB_EINVAL);
+    kb_engine *e = kb_engine_create(cfg, box, NULL);
+    assert_non_null(e);
+    double x[2] = {NAN, 0.5};
+    assert_int_equal(kb_engine_tell(e, 7, 1.0, NULL), KB_ENOTFOUND);
+    assert_int_equal(kb_engine_abandon(e, 7, NULL), KB_ENOTFOUND);
+    assert_int_equal(kb_engine_observe(e, x, 1.0, NULL), KB_EINVAL);
+    kb_point p;
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 1, &p, &res, NULL), KB_OK);
+    assert_int_equal(kb_engine_tell(e, p.handle, INFINITY, NULL), KB_EINVAL);
+    assert_int_equal(kb_engine_tell(e, p.handle, 1.0, NULL), KB_OK);
+    assert_int_equal(kb_engine_tell(e, p.handle, 1.0, NULL), KB_ESTATE);
+    assert_int_equal(kb_engine_abandon(e, p.handle, NULL), KB_ESTATE);
+    kb_engine_free(e);
+    kb_space_free(box);
+    kb_config_free(cfg);
+}
+
 static void base_checks_handles_and_values(void **state)
 {
     (void)state;
@@ -569,6 +607,7 @@ int main(void)
         cmocka_unit_test(output_stats_count_distinct_points),
         cmocka_unit_test(output_warp_matches_reference),
         cmocka_unit_test(categorical_order_does_not_matter),
+        cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
         cmocka_unit_test(scaling_survives_extreme_columns),
     };
