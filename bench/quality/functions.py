@@ -34,6 +34,23 @@ def styblinski_tang(xs):
     return sum(x ** 4 - 16 * x ** 2 + 5 * x for x in xs) / 2
 
 
+SHEKEL_C = [[4, 1, 8, 6, 3, 2, 5, 8, 6, 7], [4, 1, 8, 6, 7, 9, 3, 1, 2, 3.6],
+            [4, 1, 8, 6, 3, 2, 5, 8, 6, 7], [4, 1, 8, 6, 7, 9, 3, 1, 2, 3.6]]
+SHEKEL_BETA = [0.1 * b for b in (1, 2, 2, 4, 4, 6, 3, 7, 5, 5)]
+
+
+def shekel10(x):
+    return -sum(1.0 / (sum((x[j] - SHEKEL_C[j][i]) ** 2 for j in range(4)) + SHEKEL_BETA[i])
+                for i in range(10))
+
+
+def levy(xs):
+    w = [1 + (x - 1) / 4 for x in xs]
+    body = sum((wi - 1) ** 2 * (1 + 10 * math.sin(math.pi * wi + 1) ** 2) for wi in w[:-1])
+    return (math.sin(math.pi * w[0]) ** 2 + body
+            + (w[-1] - 1) ** 2 * (1 + math.sin(2 * math.pi * w[-1]) ** 2))
+
+
 def floats(names, low, high):
     return [{"name": n, "type": "float", "low": low, "high": high} for n in names]
 
@@ -77,6 +94,12 @@ FUNCTIONS = {
            {"name": "c", "type": "categorical", "choices": ["blue", "red", "green"]}],
         f=lambda p: branin(p["x1"], p["x2"]) + 2.0 * abs(p["k"] - 3) + 3.0 * CHOICE_COST[p["c"]],
         fmin=0.397887357729738),
+    # Added in session 7 as fresh held-out functions, when Styblinski-Tang-8 moved to the
+    # tuning set (it had been examined while choosing the output warping).
+    "levy6": dict(params=floats([f"x{i}" for i in range(6)], -10.0, 10.0),
+                  f=lambda p: levy(vec(p, 6)), fmin=0.0),
+    "shekel4": dict(params=floats([f"x{i}" for i in range(4)], 0.0, 10.0),
+                    f=lambda p: shekel10(vec(p, 4)), fmin=-10.53644315348353),
     "hartmann6_in20": dict(
         params=unit(20), f=lambda p: hartmann([p[f"x{i}"] for i in (3, 7, 11, 12, 16, 19)],
                                               HARTMANN6_A, HARTMANN6_P),
@@ -87,8 +110,8 @@ FUNCTIONS = {
         fmin=-3.32236801141551),
 }
 
-TUNING = ["branin", "hartmann3", "rosenbrock4"]
+TUNING = ["branin", "hartmann3", "rosenbrock4", "styblinski8"]
 TUNING_SEEDS = [1, 2, 3, 4, 5]
-HELD_OUT = ["hartmann6", "styblinski8", "inactive10", "mixed", "hartmann6_in20",
+HELD_OUT = ["hartmann6", "inactive10", "mixed", "levy6", "shekel4", "hartmann6_in20",
             "hartmann6_in50"]
 HELD_OUT_SEEDS = [101, 102, 103, 104, 105]
