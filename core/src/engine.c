@@ -275,7 +275,11 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
         goto fail;
     }
     setup_fitting(e);
-    e->warp = e->fit_on && strcmp(kb_config_string(cfg, "output_scaling"), "warp") == 0;
+    /* Warping trades cumulative regret for simple regret (docs/BENCHMARKS.md, session 7):
+     * a box study wants the best point found; a finite catalogue is judged by regret. */
+    const char *out = kb_config_string(cfg, "output_scaling");
+    e->warp = e->fit_on && (strcmp(out, "warp") == 0 ||
+                            (strcmp(out, "auto") == 0 && !space->finite));
     if (e->ops->create(e, err))
         goto fail;
     return e;

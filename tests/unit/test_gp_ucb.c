@@ -39,7 +39,8 @@ typedef struct model {
 } model;
 
 /* hyper: "fit" (the default: here only the kernel variance is fitted, lengthscale and
- * lambda being set) or "fixed". */
+ * lambda being set) or "fixed". Outputs are warped (explicitly: a finite set's default is
+ * "standardize") so that the reference checks the warp the engine applies. */
 static kb_engine *make_engine(const char *name, kb_kernel_kind kind, const double *cand,
                               double C, uint64_t seed, const char *hyper)
 {
@@ -53,6 +54,7 @@ static kb_engine *make_engine(const char *name, kb_kernel_kind kind, const doubl
     assert_int_equal(kb_config_set_number(cfg, "lambda", LAMBDA, &err), 0);
     assert_int_equal(kb_config_set_number(cfg, "seed", (double)seed, &err), 0);
     assert_int_equal(kb_config_set_string(cfg, "hyperparameters", hyper, &err), 0);
+    assert_int_equal(kb_config_set_string(cfg, "output_scaling", "warp", &err), 0);
     if (strcmp(name, "gp-bucb") == 0)
         assert_int_equal(kb_config_set_number(cfg, "C", C, &err), 0);
     kb_engine *e = kb_engine_create(cfg, sp, &err);
