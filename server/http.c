@@ -86,8 +86,9 @@ static struct {
 } waits = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static struct {
-    pthread_mutex_t lock; /* protects head */
+    pthread_mutex_t lock; /* protects head, stopping */
     request *head;        /* connections suspended until their commit ended */
+    int stopping;         /* http_stop began: answers wait for their commit in place */
 } commits = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* ------------------------------------------------------------ replies */
@@ -123,7 +124,10 @@ static int queue(request *rq, int status, struct MHD_Response *resp)
     if (!study_defer_end(&p))
         return queue_now(rq, status, resp);
     pthread_mutex_lock(&commits.lock);
-    if (study_pending_ready(&p)) { /* checked under the lock: see http_commits_done */
+    /* checked under the lock: see http_commits_done. Once stopping, nothing may be
+     * suspended any more (MHD_stop_daemon aborts on a suspended connection): a request
+     * still arriving on a kept-alive connection blocks its thread until its commit ends. */
+    if (commits.stopping || study_pending_ready(&p)) {
         pthread_mutex_unlock(&commits.lock);
         return send_kept(rq, status, resp, &p);
     }
@@ -676,8 +680,18 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_json(LOG_WARN, "microhttpd", json_pack("{s:s}", "detail", msg));
 }
 
+/* libmicrohttpd's fatal errors abort the process; say why first, in the log. */
+static void mhd_panic(void *cls, const char *file, unsigned int line, const char *reason)
+{
+    (void)cls;
+    log_json_always("microhttpd panic", json_pack("{s:s,s:i,s:s}", "file", file ? file : "",
+                                                  "line", (int)line, "reason", reason ? reason : ""));
+    abort();
+}
+
 int http_start(const http_config *cfg)
 {
+    MHD_set_panic_func(mhd_panic, NULL);
     srv.cfg = *cfg;
     srv.quiesced_fd = -1;
     atomic_store(&srv.quiescing, 0);
@@ -722,7 +736,11 @@ void http_quiesce(void)
 
 void http_stop(void)
 {
-    /* Commits end within a batch; MHD must not stop with suspended connections. */
+    /* Commits end within a batch; MHD must not stop with suspended connections, and
+     * after stopping is set none is added (see queue). */
+    pthread_mutex_lock(&commits.lock);
+    commits.stopping = 1;
+    pthread_mutex_unlock(&commits.lock);
     for (int i = 0; i < 10000; i++) {
         pthread_mutex_lock(&commits.lock);
         int busy = commits.head != NULL;

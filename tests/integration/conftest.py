@@ -224,7 +224,8 @@ def shutdown_and_check(started):
         if d.running:
             rc = d.stop()
             if rc not in (0, -signal.SIGTERM):
-                problems.append(f"{d.workdir.name}: exit status {rc} after SIGTERM")
+                problems.append(f"{d.workdir.name}: exit status {rc} after SIGTERM; "
+                                f"stderr ends:\n{d.stderr()[-4000:]}")
         reports = d.sanitizer_reports()
         if reports:
             problems.append(f"{d.workdir.name}: sanitizer report {reports}:\n{d.stderr()[-8000:]}")
