@@ -42,16 +42,6 @@ def daemon_binary():
     return p.resolve()
 
 
-def pytest_collection_modifyitems(config, items):
-    if daemon_binary().is_file():
-        return
-    skip = pytest.mark.skip(reason=f"daemon binary {daemon_binary()} not built "
-                            "(make build/kbanditd, or set KB_DAEMON)")
-    for item in items:
-        if "needs_no_daemon" not in item.keywords:
-            item.add_marker(skip)
-
-
 def pytest_terminal_summary(terminalreporter):
     """List the documented (operation, status) pairs no test response exercised."""
     spec = load_spec()
@@ -70,10 +60,6 @@ def pytest_terminal_summary(terminalreporter):
                                 "(500/503 not counted)")
     if missing and terminalreporter.config.getoption("verbose") > 0:
         terminalreporter.write_line("  not exercised: " + ", ".join(missing))
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "needs_no_daemon: runs without a kbanditd binary")
 
 
 # ------------------------------------------------------------------------ HTTP client

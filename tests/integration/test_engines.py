@@ -1,8 +1,8 @@
 """This file contains the full ask/tell loop over HTTP for every engine the daemon knows.
 
 Engines are discovered by name: a study is created with each name of conftest.ENGINES
-and the test skips when the daemon answers 400 with field "engine.name", so the suite
-grows as engines land. Each engine runs on a finite candidate set and on a box space with
+and a name the daemon does not know fails the test (conftest.try_create_engine_study), so
+an engine dropped from the registry cannot lose its tests silently. Each engine runs on a finite candidate set and on a box space with
 float (linear and log), int and categorical parameters.
 """
 import csv

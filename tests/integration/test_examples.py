@@ -2,7 +2,6 @@
 worker loop, each run against a real daemon."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -23,7 +22,6 @@ def engine_available(api, engine):
     return True
 
 
-@pytest.mark.skipif(not shutil.which("curl") or not shutil.which("jq"), reason="needs curl and jq")
 @pytest.mark.parametrize("auth", [False, True])
 def test_quickstart_script(daemons, auth):
     d = daemons(token="quick-token-0123456" if auth else None)

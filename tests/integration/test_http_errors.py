@@ -270,7 +270,8 @@ def test_connection_limits_and_idle_timeout(daemons):
     assert not bad.running and "invalid --max-connections" in bad.stderr()
 
 
-def raw_exchange(port, request_bytes):
+def raw_error_reply(port, request_bytes):
+    """Sends request bytes and reads until a JSON error body ended (or EOF, or 5 s)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(request_bytes)
         reply = b""
@@ -298,7 +299,7 @@ def test_untrustworthy_framing_refused_in_json(daemons):
     for extra in (b"Content-Length: %d\r\nContent-Length: 3\r\n" % len(body),
                   b"Transfer-Encoding: gzip\r\nContent-Length: %d\r\n" % len(body)):
         t0 = time.monotonic()
-        reply = raw_exchange(d.port, b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n"
+        reply = raw_error_reply(d.port, b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n"
                              b"Content-Type: application/json\r\n" + extra + b"\r\n" + body)
         assert time.monotonic() - t0 < 3, reply
         assert reply.startswith(b"HTTP/1.1 400"), reply[:300]
