@@ -1213,7 +1213,7 @@ static void update_alpha(const kb_engine *e, bbkb *st)
                   : st->beta_mode == 1 ? st->beta_scale * theory
                                        : st->beta_fixed;
     /* sigma~ = sd / sqrt(lambda): the common width (a multiplier of sd) times sqrt(lambda) */
-    st->alpha = sqrt(st->lambda) * kb__width(e, st->C * beta / sqrt(st->lambda), kb__ucb_width(e));
+    st->alpha = sqrt(st->lambda) * kb__width(e, st->C * beta / sqrt(st->lambda), KB_WIDTH_UCB);
 }
 
 /* H (u x k, column-major) and sign with D = H diag(sign) H^T + a remainder R, from the

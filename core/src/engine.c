@@ -191,8 +191,6 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
     return KB_OK; /* a numerical failure keeps the previous values */
 }
 
-double kb__ucb_width(const kb_engine *e) { return e->space->finite ? 1.0 : 2.0; }
-
 double kb__width(const kb_engine *e, double theory, double fitted)
 {
     double w = kb_config_number(e->cfg, "width");
@@ -815,7 +813,7 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
         return;
     double *P = s->rows + (s->n - k) * d;
     memcpy(P, best, k * d * sizeof *P);
-    kb__acq_refine(&e->kernel, e->noise, e->obs_u, y, e->n_obs, kb__ucb_width(e), P, k);
+    kb__acq_refine(&e->kernel, e->noise, e->obs_u, y, e->n_obs, KB_WIDTH_UCB, P, k);
     kb__space_snap(s, P, k);
     memcpy(s->u + (s->n - k) * d, P, k * d * sizeof *P);
     free(y);

@@ -287,15 +287,11 @@ static inline int kb__hyper_due(const kb_engine *e)
 int kb__hyper_refit(kb_engine *e, kb_error *err);
 /* The exploration width an engine uses, in one meaning for every engine (the multiplier
  * of the Bayesian posterior sd in a UCB, of the sample's spread in Thompson sampling): the
- * `width` option when set; else, with fitted hyperparameters, `fitted` (kb__ucb_width for
+ * `width` option when set; else, with fitted hyperparameters, `fitted` (KB_WIDTH_UCB for
  * UCB engines, 1 for Thompson sampling: a plain posterior sample); else the engine's
  * theoretical width `theory` (the paper's, converted to that meaning by the engine). */
 double kb__width(const kb_engine *e, double theory, double fitted);
-/* A UCB's width with fitted hyperparameters: 2 on a box, 1 on a finite set. Each was
- * chosen on its tuning set (docs/BENCHMARKS.md): boxes by simple regret (0.5 / 1 / 2 / 3
- * tried, 2 had the best worst case), finite sets by regret ratio (1 halved bbkb's on
- * Hartmann-3, Branin and an RKHS function against 2). */
-double kb__ucb_width(const kb_engine *e);
+#define KB_WIDTH_UCB 2.0
 
 /* Box spaces with fitting on: the initial design (before the first fit) hands out the
  * pool's quasi-random rows in order. Sets *index and returns 1 while it applies. */
