@@ -227,7 +227,8 @@ def test_pip_install_into_a_venv(tmp_path):
     r = subprocess.run([str(venv / "bin" / "kbandit"), "--help"], capture_output=True,
                        text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 0 and "exit status:" in r.stdout
-    r = subprocess.run([str(venv / "bin" / "python"), "-c", "import kbandit; print(kbandit.__file__)"],
+    r = subprocess.run([str(venv / "bin" / "python"), "-c",
+                        "import kbandit; print(kbandit.__file__)"],
                        capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert str(venv) in r.stdout, r.stdout + r.stderr
 

@@ -140,7 +140,8 @@ def _ask_options(p):
 
 
 def _watch_options(p):
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    p.add_argument("--interval", type=float, default=2.0,
+                   help="seconds between refreshes (default 2)")
     p.add_argument("--once", action="store_true", help="print one summary and exit")
 
 
@@ -151,7 +152,8 @@ def parse_param(text):
     if not name or not spec:
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=TYPE:...")
     if kind in ("cat", "categorical"):
-        return {"name": name, "type": "categorical", "choices": [_scalar(c) for c in spec.split(",")]}
+        choices = [_scalar(c) for c in spec.split(",")]
+        return {"name": name, "type": "categorical", "choices": choices}
     parts = spec.split(":")
     if kind not in ("float", "int") or len(parts) not in (2, 3) or parts[2:] not in ([], ["log"]):
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=float:LOW:HIGH[:log], "
@@ -337,8 +339,7 @@ def cmd_watch(client, args):
     try:
         while True:
             now = (time.monotonic(), _told(study))
-            rate = None if before is None else 60.0 * (now[1] - before[1]) / max(1e-9, now[0] - before[0])
-            _watch_frame(study, args, rate, in_place)
+            _watch_frame(study, args, _rate(before, now), in_place)
             if args.once or _finished(study):
                 return
             before = now
@@ -357,6 +358,13 @@ def _watch_frame(study, args, rate, in_place):
         f"{time.strftime('%H:%M:%S')}  every {render.num(args.interval)} s, Ctrl-C to stop\n"
     sys.stdout.write(f"{clear}{render.study_text(study, rate)}\n{footer}\n")
     sys.stdout.flush()
+
+
+def _rate(before, now):
+    """Trials told per minute between two (time, told) samples; None for the first."""
+    if before is None:
+        return None
+    return 60.0 * (now[1] - before[1]) / max(1e-9, now[0] - before[0])
 
 
 def _told(study):

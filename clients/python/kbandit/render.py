@@ -72,16 +72,17 @@ def study_text(study, rate=None):
              f"trials    {_counts(p['trials'], d['max_trials'])}"]
     if rate is not None:
         lines.append(f"rate      {rate:.1f} told/min")
-    best = p.get("best")
-    lines.append(f"best      {num(best['value'])} (trial {best['id']}) {params_text(study_params(study, best))}"
-                 if best else "best      - (no completed trial yet)")
+    lines.append(_best_line(study, p.get("best")))
     lines += _engine_lines(p)
     lines.append(f"lease     {d['lease_seconds']} s; created {d['created_at']}")
     return "\n".join(lines)
 
 
-def study_params(study, trial_json):
-    return Trial(study, trial_json).params
+def _best_line(study, best):
+    if not best:
+        return "best      - (no completed trial yet)"
+    params = params_text(Trial(study, best).params)
+    return f"best      {num(best['value'])} (trial {best['id']}) {params}"
 
 
 def _settings(settings):

@@ -50,6 +50,7 @@ def candidate_rows(candidates):
 
 
 def is_path(candidates):
+    """Whether candidates names a file (a CSV file to read) rather than holding rows."""
     return isinstance(candidates, (str, os.PathLike))
 
 

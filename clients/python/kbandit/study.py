@@ -123,7 +123,8 @@ class Study:
     def _tell_result(self, r):
         if r["status"] == 200:
             return TellResult(r["trial_id"], 200, Trial(self, r["trial"]), None)
-        return TellResult(r["trial_id"], r["status"], None, error_from_json(r["status"], r["error"]))
+        error = error_from_json(r["status"], r["error"])
+        return TellResult(r["trial_id"], r["status"], None, error)
 
     def add_observations(self, observations):
         """Warm start: (point, value) pairs evaluated outside the study. A point is a dict

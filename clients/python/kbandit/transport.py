@@ -22,9 +22,10 @@ import threading
 import time
 from urllib.parse import urlencode, urlsplit
 
+from ._version import __version__
 from .errors import ConnectionFailed
 
-USER_AGENT = "kbandit-python/0.1.0"
+USER_AGENT = f"kbandit-python/{__version__}"
 MAX_RETRY_AFTER = 60.0  # seconds: a longer Retry-After is capped, not obeyed blindly
 
 

@@ -62,7 +62,8 @@ class Trial:
             self.data = data
 
     def __repr__(self):
-        return f"Trial(study={self.study.id}, id={self.id}, state={self.state!r}, params={self.params!r})"
+        return (f"Trial(study={self.study.id}, id={self.id}, state={self.state!r}, "
+                f"params={self.params!r})")
 
 
 class AskResult(list):
