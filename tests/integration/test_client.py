@@ -221,6 +221,11 @@ def test_ask_awaiting_feedback_and_long_poll(kb):
     t0 = time.monotonic()
     (second,) = s.ask(wait=20)  # held by the daemon until the tell closes the batch
     assert time.monotonic() - t0 < 15 and second.id == first.id + 1
+    with pytest.raises(TimeoutError):
+        with s.trial(wait=0.5):
+            pass
+    second.tell(numpy.float32(0.5))  # numpy scalars are numbers too
+    assert s.get_trial(second.id).value == 0.5
 
 
 def test_ask_reports_max_trials(kb):

@@ -76,7 +76,7 @@ class Study:
         the wait ends."""
         return TrialScope(self, wait, worker)
 
-    def _next_trial(self, wait, worker, stop=None, poll=10.0):
+    def _next_trial(self, wait, worker, stop=None, poll=5.0):
         """One trial, waiting in long-polls of `poll` seconds. None when `stop` (an
         Event) is set; NoTrialAvailable when no trial will come."""
         deadline = None if wait is None else time.monotonic() + wait
@@ -102,7 +102,7 @@ class Study:
 
     def tell(self, trial, value):
         """Tells a trial's value (a Trial or a trial id); returns the completed Trial."""
-        return Trial(self, self._post_trial(_trial_id(trial), "tell", {"value": value}))
+        return Trial(self, self._post_trial(_trial_id(trial), "tell", {"value": float(value)}))
 
     def fail(self, trial, reason=None):
         """Marks a trial (a Trial or an id) failed; returns the failed Trial."""
@@ -115,7 +115,8 @@ class Study:
         items = list(results.items() if isinstance(results, dict) else results)
         out = []
         for i in range(0, len(items), BATCH_TELL_MAX):
-            chunk = [{"trial_id": _trial_id(t), "value": v} for t, v in items[i:i + BATCH_TELL_MAX]]
+            chunk = [{"trial_id": _trial_id(t), "value": float(v)}
+                     for t, v in items[i:i + BATCH_TELL_MAX]]
             body = self._call("POST", "/tell", {"results": chunk}, replayable=True).json()
             out += [self._tell_result(r) for r in body["results"]]
         return out

@@ -34,9 +34,10 @@ class Trial:
         return dict(zip(self.study.param_names(), self.data["x"]))
 
     def tell(self, value):
-        """Tells the trial's value (in the study's direction, as measured). Telling the
-        same value again is harmless (exactly-once); a different one raises Conflict."""
-        self._update(self.study._post_trial(self.id, "tell", {"value": value}))
+        """Tells the trial's value (in the study's direction, as measured; any number
+        float() accepts, numpy's included). Telling the same value again is harmless
+        (exactly-once); a different one raises Conflict."""
+        self._update(self.study._post_trial(self.id, "tell", {"value": float(value)}))
         return self
 
     def fail(self, reason=None):
