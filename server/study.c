@@ -828,26 +828,30 @@ json_t *study_json(study *s, api_error *err)
     return unlock_settle(s, o, err);
 }
 
-json_t *study_list(int64_t after, size_t limit)
+json_t *study_list(int64_t after, size_t limit, const char *name)
 {
     size_t n;
     study **v = reg_all(&n);
     json_t *arr = json_array(), *next = json_null();
     size_t taken = 0;
+    int64_t last = 0;
     for (size_t i = 0; i < n; i++) {
-        if (v[i]->id <= after)
-            continue;
-        if (taken == limit) {
+        if (v[i]->id <= after || (name && strcmp(v[i]->spec.name, name)))
+            continue; /* the name is immutable: compared without the lock */
+        pthread_mutex_lock(&v[i]->mu);
+        int listed = !v[i]->deleted;
+        if (listed && taken == limit) { /* a further study exists: a next page */
+            pthread_mutex_unlock(&v[i]->mu);
             char c[32];
-            snprintf(c, sizeof c, "%lld", (long long)v[i - 1]->id);
+            snprintf(c, sizeof c, "%lld", (long long)last);
             json_decref(next);
             next = json_string(c);
             break;
         }
-        pthread_mutex_lock(&v[i]->mu);
-        if (!v[i]->deleted) {
+        if (listed) {
             json_array_append_new(arr, study_json_locked(v[i], 1));
             taken++;
+            last = v[i]->id;
         }
         pthread_mutex_unlock(&v[i]->mu);
     }
