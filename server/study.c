@@ -29,6 +29,7 @@
 #include "study.h"
 
 #include "log.h"
+#include "../proto/csv.h"
 #include "../proto/numfmt.h"
 
 #include <errno.h>
@@ -1229,13 +1230,7 @@ static void csv_put(FILE *f, json_t *v)
 {
     char num[KB_DOUBLE_BUF];
     if (json_is_string(v)) {
-        fputc('"', f);
-        for (const char *p = json_string_value(v); *p; p++) {
-            if (*p == '"')
-                fputc('"', f);
-            fputc(*p, f);
-        }
-        fputc('"', f);
+        csv_put_string(f, json_string_value(v));
     } else if (json_is_integer(v)) {
         fprintf(f, "%lld", (long long)json_integer_value(v));
     } else if (json_is_number(v)) {
@@ -1261,10 +1256,8 @@ char *study_export_csv(study *s, size_t *len, api_error *err)
     fputs("id,state,worker,value", f);
     for (size_t j = 0; j < sp->dim; j++) {
         if (sp->space == SPACE_BOX) {
-            json_t *nm = json_string(sp->params[j].name);
             fputc(',', f);
-            csv_put(f, nm);
-            json_decref(nm);
+            csv_put_string(f, sp->params[j].name);
         } else {
             fprintf(f, ",x%zu", j);
         }
@@ -1272,10 +1265,9 @@ char *study_export_csv(study *s, size_t *len, api_error *err)
     fputc('\n', f);
     for (size_t i = 0; i < s->n_trials; i++) {
         const trial_rec *t = &s->trials[i];
-        json_t *w = json_string(t->worker);
         fprintf(f, "%lld,%s,", (long long)t->id, proto_trial_state_name(t->state));
-        csv_put(f, w);
-        json_decref(w);
+        if (t->worker)
+            csv_put_string(f, t->worker);
         fputc(',', f);
         if (t->state == TRIAL_COMPLETED)
             fputs(kb_format_double(num, t->value), f);
