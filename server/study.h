@@ -94,6 +94,8 @@ int study_pending_finish(study_pending *p, api_error *err);
 /* Expires the leases that ended before now_ms in every study. Returns how many. */
 size_t registry_sweep(int64_t now_ms);
 
+/* Gauges (studies, trials) cover the live studies; the counters (resparsifications,
+ * engine seconds) also keep what deleted studies had, so they never go down. */
 typedef struct registry_stats {
     size_t studies;
     size_t trials[TRIAL__STATES];
