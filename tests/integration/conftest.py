@@ -135,7 +135,11 @@ class Daemon:
         log = self.workdir / f"stderr.{len(self.logs)}.log"
         self.logs.append(log)
         env = dict(os.environ)
-        env.update(self.env or {})
+        for k, v in (self.env or {}).items():  # None: unset
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
         with open(log, "wb") as err:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                          stdout=err, stderr=err, env=env)
