@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# This file walks through the kbandit REST API with curl: create a study, ask for a point,
-# tell its value, read the best trial. Run it against a live daemon:
+# This file walks through the kbandit REST API with curl: find or create a study, ask for
+# points, tell their values, read the best trial. Run it against a live daemon (again and
+# again: a second run finds the study by name and adds trials):
 #   make run &                       # kbanditd on 127.0.0.1:8080
 #   examples/quickstart.sh
 # Environment: KB_URL (default http://127.0.0.1:8080), KB_TOKEN (bearer token, when the
@@ -12,27 +13,44 @@ NAME=${KB_STUDY:-quickstart}
 AUTH=()
 [ -n "${KB_TOKEN:-}" ] && AUTH=(-H "Authorization: Bearer $KB_TOKEN")
 
-# api METHOD PATH [JSON BODY]: prints the response body; fails on an HTTP error.
+# api METHOD PATH [JSON BODY]: prints the response body. On an HTTP error it prints the
+# method, path, status and the daemon's error body ({"error": {"code", "message",
+# "field"}}) on stderr and exits 1; curl alone would only say "error: 409".
 api() {
-  curl -sS --fail-with-body -X "$1" "${AUTH[@]}" -H 'Content-Type: application/json' \
-    ${3:+--data "$3"} "$URL$2"
+  local out status
+  out=$(curl -sS -X "$1" "${AUTH[@]}" -H 'Content-Type: application/json' \
+    ${3:+--data "$3"} -w '\n%{http_code}' "$URL$2") || exit 1
+  status=${out##*$'\n'}
+  out=${out%$'\n'*}
+  if [ "$status" -ge 400 ]; then
+    echo "quickstart.sh: $1 $2 -> HTTP $status: $out" >&2
+    exit 1
+  fi
+  printf '%s\n' "$out"
 }
 
 curl -sS --fail "$URL/healthz"; echo
 
-# 1. A study over a box: a log-scale float, an int and a categorical parameter.
-study=$(api POST /v1/studies '{
-  "name": "'"$NAME"'",
-  "direction": "maximize",
-  "space": {"type": "box", "params": [
-    {"name": "lr",     "type": "float", "low": 1e-5, "high": 1, "log": true},
-    {"name": "layers", "type": "int",   "low": 1,    "high": 8},
-    {"name": "opt",    "type": "categorical", "choices": ["adam", "sgd"]}]},
-  "engine": {"name": "random", "settings": {"seed": 1}},
-  "lease_seconds": 600
-}')
-sid=$(jq -r .id <<<"$study")
-echo "study $sid"
+# 1. The study named $NAME: found by name when it exists (so the script can be run
+#    again: each run adds two trials), else created over a box of a log-scale float,
+#    an int and a categorical parameter.
+sid=$(api GET "/v1/studies?name=$(jq -rn --arg n "$NAME" '$n | @uri')" | jq -r '.studies[0].id // empty')
+if [ -n "$sid" ]; then
+  echo "study $sid (exists: adding trials to it)"
+else
+  study=$(api POST /v1/studies '{
+    "name": '"$(jq -n --arg n "$NAME" '$n')"',
+    "direction": "maximize",
+    "space": {"type": "box", "params": [
+      {"name": "lr",     "type": "float", "low": 1e-5, "high": 1, "log": true},
+      {"name": "layers", "type": "int",   "low": 1,    "high": 8},
+      {"name": "opt",    "type": "categorical", "choices": ["adam", "sgd"]}]},
+    "engine": {"name": "random", "settings": {"seed": 1}},
+    "lease_seconds": 600
+  }')
+  sid=$(jq -r .id <<<"$study")
+  echo "study $sid (created)"
+fi
 
 # 2. Ask for two points (a worker name identifies who holds each trial).
 asked=$(api POST "/v1/studies/$sid/ask" '{"worker": "quickstart", "count": 2}')

@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 SPACE = {"type": "box", "params": [
@@ -63,18 +64,11 @@ class Client:
 
 
 def find_or_create(client, name, engine):
-    cursor = None
-    while True:
-        path = "/v1/studies?limit=200" + (f"&cursor={cursor}" if cursor else "")
-        status, page = client.call("GET", path)
-        if status != 200:
-            raise RuntimeError(f"list studies: {status} {page}")
-        for s in page["studies"]:
-            if s["name"] == name:
-                return s
-        cursor = page.get("next_cursor")
-        if not cursor:
-            break
+    status, page = client.call("GET", "/v1/studies?name=" + urllib.parse.quote(name, safe=""))
+    if status != 200:
+        raise RuntimeError(f"find study: {status} {page}")
+    if page["studies"]:
+        return page["studies"][0]
     status, s = client.call("POST", "/v1/studies", {
         "name": name, "direction": "maximize", "space": SPACE,
         "engine": {"name": engine, "settings": {"seed": 1}}})

@@ -131,8 +131,9 @@ int proto_heartbeat_parse(json_t *doc, api_error *err);
 int proto_observations_parse(json_t *doc, const study_spec *spec, double **xs,
                              double **values, size_t *n, api_error *err);
 
-/* Candidate sets: JSON {"rows": [[...]], "names": [...]?} or CSV text. *names is a new
- * JSON array or NULL; *rows owned by the caller (free()). */
+/* Candidate sets: JSON {"rows": [[...]], "names": [...]?} or RFC 4180 CSV text (csv.c:
+ * quoted fields, an optional header of names). *names is a new JSON array or NULL; *rows
+ * owned by the caller (free()). CSV errors name the line ("line 3: ..."). */
 int proto_candidates_json_parse(json_t *doc, double **rows, size_t *n, size_t *dim,
                                 json_t **names, api_error *err);
 int proto_candidates_csv_parse(const char *text, size_t len, double **rows, size_t *n,

@@ -139,13 +139,21 @@ static int h_study_create(request *rq)
     return answer(rq, 201, study_create(&spec, &err), &err);
 }
 
+/* ?name=: a study name as POST /v1/studies accepts it (1 to 200 bytes), so that a
+ * mistyped filter is told apart from "no such study". */
 static int h_study_list(request *rq)
 {
     int64_t limit, cursor;
     if (query_int(rq, "limit", 1, 1000, 50, &limit) ||
         query_int(rq, "cursor", 0, INT64_MAX, 0, &cursor))
         return MHD_YES;
-    return reply_json(rq, 200, study_list(cursor, (size_t)limit));
+    const char *name = rq_arg(rq, "name");
+    if (name && (!*name || strlen(name) > 200)) {
+        api_error err;
+        api_fail(&err, API_INVALID, "name", "must have 1 to 200 characters");
+        return reply_error(rq, &err);
+    }
+    return reply_json(rq, 200, study_list(cursor, (size_t)limit, name));
 }
 
 /* Looks the path's study up; NULL after answering 404. */

@@ -6,7 +6,11 @@
  *
  * Threads: SIGTERM/SIGINT are blocked in every thread and taken by sigwait() in main,
  * so no handler runs in async-signal context.
+ *
+ * Start-up may execute the daemon once more, right after the options are parsed, to set
+ * OPENBLAS_CORETYPE (blas.c); nothing is opened or started before that point.
  */
+#include "blas.h"
 #include "handlers.h"
 #include "http.h"
 #include "log.h"
@@ -26,12 +30,6 @@
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-/* OpenBLAS has no portable header declaration of these; engines must be single-threaded
- * inside BLAS so that concurrent studies are safe and results deterministic. The kernel
- * family (OPENBLAS_CORETYPE, see scripts/openblas-coretype) is logged at start-up. */
-extern void openblas_set_num_threads(int num_threads);
-extern char *openblas_get_corename(void);
 
 typedef struct options {
     const char *listen, *db, *token_file, *log_level;
@@ -320,7 +318,8 @@ int main(int argc, char **argv)
     options o;
     if (parse_options(argc, argv, &o))
         return 2;
-    openblas_set_num_threads(1);
+    blas_choose_core(argv);
+    blas_single_thread();
     signal(SIGPIPE, SIG_IGN);
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -378,9 +377,10 @@ int main(int argc, char **argv)
     pthread_t sweep_thread;
     pthread_create(&sweep_thread, NULL, sweeper_main, NULL);
     log_json_always("listening",
-             json_pack("{s:i,s:s,s:s,s:i,s:b,s:s,s:s}", "port", port, "listen", o.listen, "db",
-                       o.db, "threads", (int)o.threads, "auth", token != NULL, "version",
-                       KB_VERSION_STRING, "blas_core", openblas_get_corename()));
+             json_pack("{s:i,s:s,s:s,s:i,s:b,s:s,s:s,s:s?}", "port", port, "listen", o.listen,
+                       "db", o.db, "threads", (int)o.threads, "auth", token != NULL, "version",
+                       KB_VERSION_STRING, "blas_core", blas_core(), "openblas_coretype",
+                       getenv("OPENBLAS_CORETYPE")));
 
     int sig = 0;
     sigwait(&sigs, &sig);

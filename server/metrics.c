@@ -1,17 +1,26 @@
 /*
  * metrics.c - This file contains the request counters and latency histograms, kept in
  * fixed arrays of atomics indexed by route (so recording never takes a lock), and the
- * Prometheus text rendering.
+ * Prometheus text rendering: those, the registry's figures, the standard process_*
+ * metrics (read from /proc at scrape time) and kbandit_build_info.
+ *
+ * Invariant: every *_total is a counter that never goes down while the process lives
+ * (the registry keeps the totals of deleted studies); gauges may.
  */
 #include "metrics.h"
 
 #include "http.h"
 #include "study.h"
+#include "../proto/numfmt.h"
 
+#include <dirent.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #define MAX_ROUTES 64
 #define N_STATUS 600
@@ -51,12 +60,109 @@ static void route_label(FILE *f, size_t r)
         fprintf(f, "method=\"%s\",route=\"%s\"", kb_routes[r].method, kb_routes[r].pattern);
 }
 
+/* ------------------------------------------------------------ process metrics */
+
+/* Fields of /proc/self/stat used below (man 5 proc numbers them from 1). */
+typedef struct proc_stat {
+    unsigned long long utime, stime, starttime; /* clock ticks */
+    unsigned long long vsize, rss;              /* bytes, pages */
+} proc_stat;
+
+static int read_proc_stat(proc_stat *ps)
+{
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* The command name (field 2) is in parentheses and may hold spaces or ')'. */
+    const char *p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    /* fields 3-13 skipped, 14 utime, 15 stime, 16-21 skipped, 22 starttime, 23 vsize, 24 rss */
+    return sscanf(p + 1, "%*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu %llu %*s %*s %*s %*s "
+                         "%*s %*s %llu %llu %llu", &ps->utime, &ps->stime, &ps->starttime,
+                  &ps->vsize, &ps->rss) == 5 ? 0 : -1;
+}
+
+/* Seconds since the epoch at boot (the btime line of /proc/stat); -1 when unknown. */
+static long long boot_time(void)
+{
+    char line[256];
+    long long bt = -1;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return -1;
+    while (bt < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "btime %lld", &bt) != 1)
+            bt = -1;
+    fclose(f);
+    return bt;
+}
+
+/* Entries of /proc/self/fd, the directory's own descriptor not counted; -1 if unreadable. */
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1;
+}
+
+/* One metric without labels, its value at its shortest round-trip form. */
+static void metric(FILE *f, const char *name, const char *type, const char *help, double v)
+{
+    char num[KB_DOUBLE_BUF];
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %s\n", name, help, name, type, name,
+            kb_format_double(num, v));
+}
+
+/* The process_* metrics of the Prometheus client libraries; each only when readable. */
+static void render_process(FILE *f)
+{
+    proc_stat ps;
+    long ticks = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    long long bt = boot_time();
+    if (read_proc_stat(&ps) == 0 && ticks > 0 && page > 0) {
+        metric(f, "process_cpu_seconds_total", "counter",
+               "Total user and system CPU time spent in seconds.",
+               (double)(ps.utime + ps.stime) / (double)ticks);
+        metric(f, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+               (double)ps.rss * (double)page);
+        metric(f, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.",
+               (double)ps.vsize);
+        if (bt >= 0)
+            metric(f, "process_start_time_seconds", "gauge",
+                   "Start time of the process since unix epoch in seconds.",
+                   (double)bt + (double)ps.starttime / (double)ticks);
+    }
+    long fds = open_fds();
+    if (fds >= 0)
+        metric(f, "process_open_fds", "gauge", "Number of open file descriptors.", (double)fds);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        metric(f, "process_max_fds", "gauge", "Maximum number of open file descriptors.",
+               (double)rl.rlim_cur);
+}
+
+/* ------------------------------------------------------------ rendering */
+
 char *metrics_render(size_t *len)
 {
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f)
         return NULL;
+    fputs("# HELP kbandit_build_info The daemon's version (value 1).\n"
+          "# TYPE kbandit_build_info gauge\n"
+          "kbandit_build_info{version=\"" KB_VERSION_STRING "\"} 1\n", f);
     fputs("# HELP kbandit_http_requests_total HTTP requests by route and status.\n"
           "# TYPE kbandit_http_requests_total counter\n", f);
     for (size_t r = 0; r < MAX_ROUTES; r++)
@@ -101,10 +207,10 @@ char *metrics_render(size_t *len)
     for (int k = 0; k < TRIAL__STATES; k++)
         fprintf(f, "kbandit_trials{state=\"%s\"} %zu\n", proto_trial_state_name((trial_state)k),
                 st.trials[k]);
-    fprintf(f, "# HELP kbandit_resparsifications_total Engine epochs over live studies.\n"
+    fprintf(f, "# HELP kbandit_resparsifications_total Engine epochs of all studies, deleted ones included.\n"
                "# TYPE kbandit_resparsifications_total counter\n"
                "kbandit_resparsifications_total %llu\n"
-               "# HELP kbandit_engine_seconds_total Time spent in engine calls.\n"
+               "# HELP kbandit_engine_seconds_total Time spent in engine calls, deleted studies included.\n"
                "# TYPE kbandit_engine_seconds_total counter\n"
                "kbandit_engine_seconds_total %.6f\n"
                "# HELP kbandit_store_batches_total Write batches (transactions) of the group commit.\n"
@@ -119,6 +225,7 @@ char *metrics_render(size_t *len)
             (unsigned long long)st.resparsifications, st.engine_sec,
             (unsigned long long)st.store_batches, (unsigned long long)st.store_ops,
             (unsigned long long)st.store_syncs);
+    render_process(f);
     fclose(f);
     return buf;
 }

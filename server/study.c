@@ -29,6 +29,7 @@
 #include "study.h"
 
 #include "log.h"
+#include "../proto/csv.h"
 #include "../proto/numfmt.h"
 
 #include <errno.h>
@@ -58,6 +59,7 @@ struct study {
     int64_t seq;        /* last event seq written */
     int64_t snap_seq;   /* seq of the stored snapshot */
     uint64_t epoch;     /* engine epoch at the last dictionary row */
+    uint64_t epoch_high; /* highest epoch seen: a rebuild to an older one does not lower it */
     uint64_t ticket;    /* store ticket of the last write (0: none since the rebuild) */
     uint64_t durable;   /* ticket of the last durable write (0: none since the rebuild) */
     int writing_durable; /* the write being recorded (begin_write .. finish_txn) */
@@ -67,10 +69,20 @@ struct study {
 
 /* ------------------------------------------------------------ registry */
 
+/* The counters of /metrics that are sums over studies. */
+typedef struct counter_totals {
+    uint64_t resparsifications;
+    double engine_sec;
+} counter_totals;
+
 static struct {
-    pthread_rwlock_t lock; /* protects v, n, cap (not the studies themselves) */
+    pthread_rwlock_t lock; /* protects v, n, cap and retired (not the studies themselves) */
     study **v;             /* sorted by id */
     size_t n, cap;
+    /* Counters of the studies removed from v, folded in by the removal itself, so that a
+     * scrape sees each study exactly once (live in its copy of v, or here) and the totals
+     * never go down when a study is deleted. */
+    counter_totals retired;
     registry_config cfg;   /* set once in registry_open */
     atomic_int closing;
 } reg = {.lock = PTHREAD_RWLOCK_INITIALIZER};
@@ -145,6 +157,8 @@ static int reg_insert(study *s)
     return 0;
 }
 
+/* Removes s (s->mu held, s out of service: deleted, offline or closing, so its counters
+ * are final) and folds its counters into the retired totals. */
 static void reg_remove(study *s)
 {
     pthread_rwlock_wrlock(&reg.lock);
@@ -152,14 +166,19 @@ static void reg_remove(study *s)
     if (i < reg.n && reg.v[i] == s) {
         memmove(reg.v + i, reg.v + i + 1, (reg.n - i - 1) * sizeof *reg.v);
         reg.n--;
+        reg.retired.resparsifications += s->epoch_high;
+        reg.retired.engine_sec += s->engine_sec;
     }
     pthread_rwlock_unlock(&reg.lock);
 }
 
-/* References to every live study (caller puts each and frees the array). */
-static study **reg_all(size_t *n)
+/* References to every live study (caller puts each and frees the array), and when
+ * retired is not NULL the retired totals at the same instant. */
+static study **reg_all(size_t *n, counter_totals *retired)
 {
     pthread_rwlock_rdlock(&reg.lock);
+    if (retired)
+        *retired = reg.retired;
     study **v = malloc((reg.n ? reg.n : 1) * sizeof *v);
     *n = 0;
     if (v) {
@@ -385,6 +404,8 @@ static int study_rebuild(study *s)
     kb_stats st;
     kb_engine_stats(s->engine, &st);
     s->epoch = st.epoch;
+    if (st.epoch > s->epoch_high)
+        s->epoch_high = st.epoch;
     return 0;
 }
 
@@ -451,7 +472,7 @@ void registry_shutting_down(void)
 {
     atomic_store(&reg.closing, 1);
     size_t n;
-    study **v = reg_all(&n);
+    study **v = reg_all(&n, NULL);
     for (size_t i = 0; i < n; i++) {
         pthread_mutex_lock(&v[i]->mu);
         wake(v[i]);
@@ -500,6 +521,8 @@ static int finish_txn(study *s)
     if (s->writing_durable)
         s->durable = ticket;
     s->epoch = st.epoch;
+    if (st.epoch > s->epoch_high)
+        s->epoch_high = st.epoch;
     return 0;
 }
 
@@ -770,8 +793,8 @@ int study_delete(int64_t id, api_error *err)
     }
     s->deleted = 1;
     wake(s);
-    pthread_mutex_unlock(&s->mu);
     reg_remove(s);
+    pthread_mutex_unlock(&s->mu);
     study_put(s); /* the registry's reference */
     study_put(s);
     log_json(LOG_INFO, "study deleted", json_pack("{s:I}", "study", (json_int_t)id));
@@ -828,26 +851,30 @@ json_t *study_json(study *s, api_error *err)
     return unlock_settle(s, o, err);
 }
 
-json_t *study_list(int64_t after, size_t limit)
+json_t *study_list(int64_t after, size_t limit, const char *name)
 {
     size_t n;
-    study **v = reg_all(&n);
+    study **v = reg_all(&n, NULL);
     json_t *arr = json_array(), *next = json_null();
     size_t taken = 0;
+    int64_t last = 0;
     for (size_t i = 0; i < n; i++) {
-        if (v[i]->id <= after)
-            continue;
-        if (taken == limit) {
+        if (v[i]->id <= after || (name && strcmp(v[i]->spec.name, name)))
+            continue; /* the name is immutable: compared without the lock */
+        pthread_mutex_lock(&v[i]->mu);
+        int listed = !v[i]->deleted;
+        if (listed && taken == limit) { /* a further study exists: a next page */
+            pthread_mutex_unlock(&v[i]->mu);
             char c[32];
-            snprintf(c, sizeof c, "%lld", (long long)v[i - 1]->id);
+            snprintf(c, sizeof c, "%lld", (long long)last);
             json_decref(next);
             next = json_string(c);
             break;
         }
-        pthread_mutex_lock(&v[i]->mu);
-        if (!v[i]->deleted) {
+        if (listed) {
             json_array_append_new(arr, study_json_locked(v[i], 1));
             taken++;
+            last = v[i]->id;
         }
         pthread_mutex_unlock(&v[i]->mu);
     }
@@ -1225,13 +1252,7 @@ static void csv_put(FILE *f, json_t *v)
 {
     char num[KB_DOUBLE_BUF];
     if (json_is_string(v)) {
-        fputc('"', f);
-        for (const char *p = json_string_value(v); *p; p++) {
-            if (*p == '"')
-                fputc('"', f);
-            fputc(*p, f);
-        }
-        fputc('"', f);
+        csv_put_string(f, json_string_value(v));
     } else if (json_is_integer(v)) {
         fprintf(f, "%lld", (long long)json_integer_value(v));
     } else if (json_is_number(v)) {
@@ -1257,10 +1278,8 @@ char *study_export_csv(study *s, size_t *len, api_error *err)
     fputs("id,state,worker,value", f);
     for (size_t j = 0; j < sp->dim; j++) {
         if (sp->space == SPACE_BOX) {
-            json_t *nm = json_string(sp->params[j].name);
             fputc(',', f);
-            csv_put(f, nm);
-            json_decref(nm);
+            csv_put_string(f, sp->params[j].name);
         } else {
             fprintf(f, ",x%zu", j);
         }
@@ -1268,10 +1287,9 @@ char *study_export_csv(study *s, size_t *len, api_error *err)
     fputc('\n', f);
     for (size_t i = 0; i < s->n_trials; i++) {
         const trial_rec *t = &s->trials[i];
-        json_t *w = json_string(t->worker);
         fprintf(f, "%lld,%s,", (long long)t->id, proto_trial_state_name(t->state));
-        csv_put(f, w);
-        json_decref(w);
+        if (t->worker)
+            csv_put_string(f, t->worker);
         fputc(',', f);
         if (t->state == TRIAL_COMPLETED)
             fputs(kb_format_double(num, t->value), f);
@@ -1348,7 +1366,7 @@ static size_t sweep_study(study *s, int64_t now)
 size_t registry_sweep(int64_t now)
 {
     size_t n, total = 0;
-    study **v = reg_all(&n);
+    study **v = reg_all(&n, NULL);
     for (size_t i = 0; i < n; i++)
         total += sweep_study(v[i], now);
     put_all(v, n);
@@ -1359,15 +1377,17 @@ void registry_stats_get(registry_stats *out)
 {
     memset(out, 0, sizeof *out);
     size_t n;
-    study **v = reg_all(&n);
+    counter_totals retired;
+    study **v = reg_all(&n, &retired);
     out->studies = n;
+    out->resparsifications = retired.resparsifications;
+    out->engine_sec = retired.engine_sec;
+    /* A study deleted since reg_all is counted here: retired was copied before it was. */
     for (size_t i = 0; i < n; i++) {
-        kb_stats st;
         pthread_mutex_lock(&v[i]->mu);
         for (int k = 0; k < TRIAL__STATES; k++)
             out->trials[k] += v[i]->counts[k];
-        kb_engine_stats(v[i]->engine, &st);
-        out->resparsifications += st.epoch;
+        out->resparsifications += v[i]->epoch_high;
         out->engine_sec += v[i]->engine_sec;
         pthread_mutex_unlock(&v[i]->mu);
     }
@@ -1378,7 +1398,7 @@ void registry_stats_get(registry_stats *out)
 void registry_close(void)
 {
     size_t n;
-    study **v = reg_all(&n);
+    study **v = reg_all(&n, NULL);
     for (size_t i = 0; i < n; i++) {
         study *s = v[i];
         pthread_mutex_lock(&s->mu);
@@ -1388,8 +1408,8 @@ void registry_close(void)
             if (store_begin(reg.cfg.db) || write_snapshot(s) || store_commit(reg.cfg.db))
                 store_rollback(reg.cfg.db);
         }
-        pthread_mutex_unlock(&s->mu);
         reg_remove(s);
+        pthread_mutex_unlock(&s->mu);
         study_put(s); /* the registry's */
     }
     put_all(v, n);

@@ -49,8 +49,9 @@ void study_put(study *s);
 /* POST /v1/studies: takes ownership of *spec (cleared on return). */
 json_t *study_create(study_spec *spec, api_error *err);
 int study_delete(int64_t id, api_error *err);
-/* {"studies": [...], "next_cursor"} for ids > after. */
-json_t *study_list(int64_t after, size_t limit);
+/* {"studies": [...], "next_cursor"} for ids > after, only the study of that exact name
+ * when name is not NULL; next_cursor is non-null only when a further study matches. */
+json_t *study_list(int64_t after, size_t limit, const char *name);
 
 json_t *study_json(study *s, api_error *err);
 /* One ask attempt, never blocking. *retry_after_ms > 0 when no trial was handed out;
@@ -93,6 +94,8 @@ int study_pending_finish(study_pending *p, api_error *err);
 /* Expires the leases that ended before now_ms in every study. Returns how many. */
 size_t registry_sweep(int64_t now_ms);
 
+/* Gauges (studies, trials) cover the live studies; the counters (resparsifications,
+ * engine seconds) also keep what deleted studies had, so they never go down. */
 typedef struct registry_stats {
     size_t studies;
     size_t trials[TRIAL__STATES];

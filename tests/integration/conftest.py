@@ -15,6 +15,7 @@ Invariants enforced for every test:
 """
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -120,7 +121,11 @@ class Daemon:
         log = self.workdir / f"stderr.{len(self.logs)}.log"
         self.logs.append(log)
         env = dict(os.environ)
-        env.update(self.env or {})
+        for k, v in (self.env or {}).items():  # None: unset
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
         with open(log, "wb") as err:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                          stdout=err, stderr=err, env=env)
@@ -335,3 +340,18 @@ def db_integrity(path):
         return con.execute("PRAGMA integrity_check").fetchall()
     finally:
         con.close()
+
+
+def metrics(api):
+    """Prometheus text exposition -> {(name, labels): value} (labels as a sorted tuple)."""
+    r = api.get("/metrics")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+    out = {}
+    for line in r.text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?', line)
+        assert m, f"not Prometheus text format: {line!r}"
+        labels = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or "")))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out

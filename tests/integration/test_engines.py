@@ -9,12 +9,11 @@ import csv
 import io
 import json
 import math
-import re
 import sqlite3
 
 import pytest
 
-from conftest import (ENGINES, ask, create_study, error_of, grid, tell, toy,
+from conftest import (ENGINES, ask, create_study, error_of, grid, metrics, tell, toy,
                       try_create_engine_study)
 
 BOX = {"type": "box", "params": [
@@ -212,21 +211,6 @@ def test_list_studies_pagination(api):
         if cursor is None:
             break
     assert set(seen) == ids and len(seen) == len(ids)
-
-
-def metrics(api):
-    """Prometheus text exposition -> {(name, labels): value} (labels as a sorted tuple)."""
-    r = api.get("/metrics")
-    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
-    out = {}
-    for line in r.text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?', line)
-        assert m, f"not Prometheus text format: {line!r}"
-        labels = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or "")))
-        out[(m.group(1), labels)] = float(m.group(3))
-    return out
 
 
 def test_healthz_and_metrics(daemon):

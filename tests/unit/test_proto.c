@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../proto/csv.h"
 #include "../../proto/numfmt.h"
 #include "../../proto/proto.h"
 
@@ -317,6 +318,103 @@ static void csv_parses_and_rejects(void **state)
     }
 }
 
+/* Parses text that must succeed; checks the shape and returns the names (caller frees). */
+static json_t *csv_ok(const char *text, size_t rows, size_t dim, double **out)
+{
+    size_t n, d;
+    json_t *names;
+    api_error err;
+    int rc = proto_candidates_csv_parse(text, strlen(text), out, &n, &d, &names, &err);
+    if (rc)
+        fail_msg("%s: %s", text, err.message);
+    assert_int_equal(n, rows);
+    assert_int_equal(d, dim);
+    return names;
+}
+
+static void csv_rfc4180_quotes(void **state)
+{
+    (void)state;
+    double *rows;
+    /* issue 14: "a,b" is one name; quoted names keep their blanks, quotes and line breaks */
+    json_t *names = csv_ok("\"a,b\",c\r\n1,2\r\n", 1, 2, &rows);
+    assert_string_equal(json_string_value(json_array_get(names, 0)), "a,b");
+    assert_string_equal(json_string_value(json_array_get(names, 1)), "c");
+    free(rows);
+    json_decref(names);
+    names = csv_ok("\"say \"\"hi\"\"\" , \" x \",\"two\r\nlines\",\"\"\"\"\n"
+                   "\"1.5\", 2 ,\"3\",-0\n", 1, 4, &rows);
+    assert_string_equal(json_string_value(json_array_get(names, 0)), "say \"hi\"");
+    assert_string_equal(json_string_value(json_array_get(names, 1)), " x ");
+    assert_string_equal(json_string_value(json_array_get(names, 2)), "two\r\nlines");
+    assert_string_equal(json_string_value(json_array_get(names, 3)), "\"");
+    assert_true(rows[0] == 1.5 && rows[1] == 2 && rows[2] == 3 && rows[3] == 0 && signbit(rows[3]));
+    free(rows);
+    json_decref(names);
+    /* no final line break, a final CR, blank lines between records */
+    assert_null(csv_ok("1,2\n\n  \n3,4", 2, 2, &rows));
+    free(rows);
+    assert_null(csv_ok("1,2\r\n3,4\r", 2, 2, &rows));
+    free(rows);
+}
+
+static void csv_malformed_quotes_name_the_line(void **state)
+{
+    (void)state;
+    static const struct { const char *text, *field, *message; } bad[] = {
+        {"\"a,b,c\n1,2,3\n", "", "line 1: the quote that opens column 1 is never closed"},
+        /* the header spans lines 1-2, so the open quote is on line 4 */
+        {"\"x\ny\",b\n1,2\n3,\"q\n", "", "line 4: the quote that opens column 2 is never closed"},
+        {"a,b\"c\n1,2\n", "", "line 1 column 2: a quote inside an unquoted field"},
+        {"a,b\n1,2\n\"3\"x,4\n", "", "line 3 column 1: text after the closing quote"},
+        {"a,b\n1,2\n\"3\n4\",5\n", "rows[1][0]", "line 3 column 1 is not a finite number"},
+        {"\"\",b\n1,2\n", "names[0]", "line 1: header names must have 1 to 200 characters"},
+        {"a,\"b\nc\",d\n1,2\n", "rows[0]", "line 3 has 2 columns, expected 3"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        double *rows = NULL;
+        size_t n, d;
+        json_t *names = NULL;
+        api_error err;
+        int rc = proto_candidates_csv_parse(bad[i].text, strlen(bad[i].text), &rows, &n, &d,
+                                            &names, &err);
+        assert_int_equal(rc, -1);
+        assert_null(rows);
+        assert_null(names);
+        assert_int_equal(err.code, API_INVALID);
+        assert_string_equal(err.field, bad[i].field);
+        if (strncmp(err.message, bad[i].message, strlen(bad[i].message)))
+            fail_msg("%s: got '%s', expected '%s...'", bad[i].text, err.message, bad[i].message);
+    }
+}
+
+/* What the export writes (csv_put_string) reads back byte for byte as a header name. */
+static void csv_writer_round_trips(void **state)
+{
+    (void)state;
+    static const char *const odd[] = {"a,b", "say \"hi\"", "\"", " lead", "two\nlines",
+                                      "cr\r\nlf", "plain", "ü,\"ß\""};
+    size_t k = sizeof odd / sizeof odd[0];
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    for (size_t j = 0; j < k; j++) {
+        fputs(j ? "," : "", f);
+        csv_put_string(f, odd[j]);
+    }
+    fputc('\n', f);
+    for (size_t j = 0; j < k; j++)
+        fputs(j ? ",1" : "1", f);
+    fclose(f);
+    double *rows;
+    json_t *names = csv_ok(text, 1, k, &rows);
+    for (size_t j = 0; j < k; j++)
+        assert_string_equal(json_string_value(json_array_get(names, j)), odd[j]);
+    free(rows);
+    json_decref(names);
+    free(text);
+}
+
 static void csv_bom_and_wide_box(void **state)
 {
     (void)state;
@@ -538,6 +636,9 @@ int main(void)
         cmocka_unit_test(engine_settings_are_typed),
         cmocka_unit_test(stored_spec_round_trips),
         cmocka_unit_test(csv_parses_and_rejects),
+        cmocka_unit_test(csv_rfc4180_quotes),
+        cmocka_unit_test(csv_malformed_quotes_name_the_line),
+        cmocka_unit_test(csv_writer_round_trips),
         cmocka_unit_test(csv_bom_and_wide_box),
         cmocka_unit_test(csv_20000_by_8),
         cmocka_unit_test(box_mapping),

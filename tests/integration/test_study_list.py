@@ -1,0 +1,73 @@
+"""This file contains the tests of GET /v1/studies: pages by cursor, and the ?name= filter
+that finds a study by its exact name (issue 14 item 3; worker.py used to page through
+every study for it). Studies have no state of their own, so name is the only filter.
+"""
+from conftest import create_study, error_of
+
+
+def names_of(page):
+    return [s["name"] for s in page["studies"]]
+
+
+def list_studies(api, **params):
+    r = api.get("/v1/studies", params=params)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_name_finds_exactly_that_study(api):
+    ids = {n: create_study(api, n)["id"] for n in ["alpha", "alpha-2", "Alpha", "a b+c,d", "ünï"]}
+    for n, sid in ids.items():
+        page = list_studies(api, name=n)  # requests encodes spaces as '+', '+' as %2B
+        assert [s["id"] for s in page["studies"]] == [sid], (n, page)
+        assert page["studies"][0]["name"] == n
+        assert page["next_cursor"] is None
+    assert list_studies(api, name="alph") == {"studies": [], "next_cursor": None}
+    assert list_studies(api, name="ALPHA") == {"studies": [], "next_cursor": None}
+
+
+def test_name_after_delete_and_recreate(api):
+    old = create_study(api, "again")["id"]
+    assert api.delete(f"/v1/studies/{old}").status_code == 204
+    assert list_studies(api, name="again")["studies"] == []
+    new = create_study(api, "again")["id"]
+    assert new != old
+    assert [s["id"] for s in list_studies(api, name="again")["studies"]] == [new]
+
+
+def test_name_with_cursor_and_limit(api):
+    sid = create_study(api, "target")["id"]
+    for i in range(3):
+        create_study(api, f"other-{i}")
+    assert names_of(list_studies(api, name="target", limit=1)) == ["target"]
+    assert list_studies(api, name="target", cursor=str(sid)) == {"studies": [], "next_cursor": None}
+    assert names_of(list_studies(api, name="target", cursor=str(sid - 1))) == ["target"]
+
+
+def test_bad_name_is_400(api):
+    create_study(api, "x" * 200)
+    assert names_of(list_studies(api, name="x" * 200)) == ["x" * 200]
+    for bad in ["", "x" * 201]:
+        r = api.get("/v1/studies", params={"name": bad})
+        assert r.status_code == 400, r.text
+        err = error_of(r)
+        assert (err["code"], err["field"]) == ("invalid", "name")
+
+
+def test_pages_end_with_a_null_cursor(api):
+    made = [create_study(api, f"s{i}")["id"] for i in range(4)]
+    assert api.delete(f"/v1/studies/{made[1]}").status_code == 204
+    live = [made[0], made[2], made[3]]
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = list_studies(api, limit=2, **({"cursor": cursor} if cursor else {}))
+        seen += [s["id"] for s in page["studies"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == live
+    assert pages == 2  # no trailing empty page
+    # A page that ends exactly at the last study says so.
+    page = list_studies(api, limit=3)
+    assert [s["id"] for s in page["studies"]] == live and page["next_cursor"] is None
