@@ -25,9 +25,13 @@ endif
 
 PKG_CORE := openblas lapacke nlopt
 PKG_SERVER := libmicrohttpd jansson sqlite3
+VERSION := $(shell sed -n 's/^\#define KB_VERSION_STRING "\([^"]*\)".*/\1/p' core/include/kbandit.h)
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
-	-Werror=implicit-function-declaration -fPIC -pthread -Icore/include
+	-Werror=implicit-function-declaration -fPIC -pthread -Icore/include -MMD -MP
+# The core sees only its own dependencies and exports only KB_API (kbandit.h); the
+# daemon, tools and tests may use everything.
 CFLAGS_PKG = $(shell pkg-config --cflags $(PKG_CORE) $(PKG_SERVER) cmocka 2>/dev/null)
+$(BUILD)/core/%.o: CFLAGS_PKG = $(shell pkg-config --cflags $(PKG_CORE) 2>/dev/null) -fvisibility=hidden
 ALL_CFLAGS = $(CFLAGS_BASE) $(OPT) $(SAN) $(CFLAGS_PKG) $(CFLAGS)
 LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE) 2>/dev/null) -lm -pthread
 LIBS_SERVER = $(shell pkg-config --libs $(PKG_SERVER) 2>/dev/null)
@@ -55,9 +59,12 @@ all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(UNIT_BIN)
 deps:
 	@scripts/install-deps
 
-$(BUILD)/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/engines/*.h server/*.h proto/*.h tests/unit/util/*.h bench/*.h)
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# Header dependencies, written by the compiler (-MMD) next to each object.
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # The migrations are embedded in storage.o (.incbin).
 $(BUILD)/server/storage.o: $(wildcard migrations/*.sql)
@@ -127,7 +134,7 @@ fuzz: deps
 
 $(BUILD)/kbandit.pc: core/kbandit.pc.in
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 install: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BUILD)/kbandit.pc
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin

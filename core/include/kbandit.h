@@ -25,7 +25,15 @@
 extern "C" {
 #endif
 
-#define KB_VERSION_STRING "0.1.0"
+#define KB_VERSION_STRING "0.1.0" /* the one place: the Makefile and the daemon read it */
+
+/* What libkbandit exports: it is built with -fvisibility=hidden, so everything else
+ * (internal.h's kb__ functions, the engine vtables) stays inside the library. */
+#if defined(__GNUC__)
+#define KB_API __attribute__((visibility("default")))
+#else
+#define KB_API
+#endif
 
 /* ------------------------------------------------------------------ errors */
 
@@ -53,7 +61,7 @@ typedef struct kb_error {
 } kb_error;
 
 /* Stable lower-case name of a code ("invalid", "not_found", ...). Never NULL. */
-const char *kb_strerror(int code);
+KB_API const char *kb_strerror(int code);
 
 /* --------------------------------------------------------------------- RNG */
 
@@ -63,11 +71,11 @@ typedef struct kb_rng {
     uint64_t s[4];
 } kb_rng;
 
-void kb_rng_seed(kb_rng *rng, uint64_t seed);
-uint64_t kb_rng_u64(kb_rng *rng);
-double kb_rng_uniform(kb_rng *rng);           /* in [0, 1), 53 random bits */
-uint64_t kb_rng_below(kb_rng *rng, uint64_t n); /* uniform in [0, n), n > 0, unbiased */
-double kb_rng_normal(kb_rng *rng);            /* standard normal */
+KB_API void kb_rng_seed(kb_rng *rng, uint64_t seed);
+KB_API uint64_t kb_rng_u64(kb_rng *rng);
+KB_API double kb_rng_uniform(kb_rng *rng);           /* in [0, 1), 53 random bits */
+KB_API uint64_t kb_rng_below(kb_rng *rng, uint64_t n); /* uniform in [0, n), n > 0, unbiased */
+KB_API double kb_rng_normal(kb_rng *rng);            /* standard normal */
 
 /* ----------------------------------------------------------------- kernels */
 
@@ -94,16 +102,16 @@ typedef struct kb_kernel {
 } kb_kernel;
 
 /* Parses "rbf" (alias "gaussian"), "matern12", "matern32", "matern52", "linear". */
-int kb_kernel_kind_parse(const char *name, kb_kernel_kind *out);
-const char *kb_kernel_kind_name(kb_kernel_kind kind);
+KB_API int kb_kernel_kind_parse(const char *name, kb_kernel_kind *out);
+KB_API const char *kb_kernel_kind_name(kb_kernel_kind kind);
 
 /* out[i * m + j] = k(X[i], Y[j]) for X (n x dim) and Y (m x dim), both row-major.
  * Uses BLAS gemm for the inner products. */
-void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n,
+KB_API void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n,
                       const double *Y, size_t m, double *out);
-double kb_kernel_eval(const kb_kernel *k, const double *x, const double *y);
+KB_API double kb_kernel_eval(const kb_kernel *k, const double *x, const double *y);
 /* k(x, x) for each row of X. */
-void kb_kernel_diag(const kb_kernel *k, const double *X, size_t n, double *out);
+KB_API void kb_kernel_diag(const kb_kernel *k, const double *X, size_t n, double *out);
 
 /* ------------------------------------------------------------ search space */
 
@@ -115,7 +123,7 @@ typedef enum kb_scaling {
     KB_SCALE_NONE,         /* used as given */
 } kb_scaling;
 
-int kb_scaling_parse(const char *name, kb_scaling *out);
+KB_API int kb_scaling_parse(const char *name, kb_scaling *out);
 
 /* Size limits of a space, far above real use, so that no input can ask for an absurd
  * allocation (BLAS also indexes with int). */
@@ -126,12 +134,12 @@ int kb_scaling_parse(const char *name, kb_scaling *out);
 /* A finite candidate set: n rows of dim numbers (row-major, copied). Rejects n == 0,
  * dim == 0, dim > KB_MAX_DIM, n * dim > KB_MAX_POINTS and non-finite entries (field
  * "candidates[i][j]"). */
-kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, kb_error *err);
+KB_API kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, kb_error *err);
 
 /* The unit cube [0,1]^dim searched through a candidate pool of pool_size points
  * (quasi-random points plus local perturbations around the best observed points),
  * refreshed by the engines at each resparsification. 1 <= pool_size <= KB_MAX_POOL. */
-kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
+KB_API kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
 
 /* Box only: coordinates that take a few values. levels[j] = 0: continuous; L >= 2: the
  * coordinate takes the L values (i + 1/2) / L, the centres of L equal bins (an integer
@@ -141,14 +149,14 @@ kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
  * arrays mean all 0. Copies the arrays and redraws the pool. KB_EINVAL (field
  * "levels[j]") for a categorical with fewer than 2 values, KB_EUNSUPPORTED for a finite
  * set. */
-int kb_space_set_levels(kb_space *space, const size_t *levels, const unsigned char *categorical,
+KB_API int kb_space_set_levels(kb_space *space, const size_t *levels, const unsigned char *categorical,
                         kb_error *err);
 
-void kb_space_free(kb_space *space);
-size_t kb_space_dim(const kb_space *space);
-int kb_space_is_finite(const kb_space *space);
+KB_API void kb_space_free(kb_space *space);
+KB_API size_t kb_space_dim(const kb_space *space);
+KB_API int kb_space_is_finite(const kb_space *space);
 /* Number of rows of the finite set, or the pool size of a box. */
-size_t kb_space_size(const kb_space *space);
+KB_API size_t kb_space_size(const kb_space *space);
 
 /* --------------------------------------------------------- configuration */
 
@@ -184,43 +192,43 @@ typedef struct kb_option_spec {
     const char *help;
 } kb_option_spec;
 
-kb_config *kb_config_new(const char *engine, kb_error *err);
-kb_config *kb_config_copy(const kb_config *cfg);
-void kb_config_free(kb_config *cfg);
-const char *kb_config_engine(const kb_config *cfg);
-int kb_config_set_number(kb_config *cfg, const char *name, double value, kb_error *err);
-int kb_config_set_string(kb_config *cfg, const char *name, const char *value, kb_error *err);
-int kb_config_set_vector(kb_config *cfg, const char *name, const double *v, size_t n,
+KB_API kb_config *kb_config_new(const char *engine, kb_error *err);
+KB_API kb_config *kb_config_copy(const kb_config *cfg);
+KB_API void kb_config_free(kb_config *cfg);
+KB_API const char *kb_config_engine(const kb_config *cfg);
+KB_API int kb_config_set_number(kb_config *cfg, const char *name, double value, kb_error *err);
+KB_API int kb_config_set_string(kb_config *cfg, const char *name, const char *value, kb_error *err);
+KB_API int kb_config_set_vector(kb_config *cfg, const char *name, const double *v, size_t n,
                          kb_error *err);
 /* Getters return the set value or the option's default; unknown names abort in debug
  * builds (they are programming errors inside the library). */
-double kb_config_number(const kb_config *cfg, const char *name);
-const char *kb_config_string(const kb_config *cfg, const char *name);
+KB_API double kb_config_number(const kb_config *cfg, const char *name);
+KB_API const char *kb_config_string(const kb_config *cfg, const char *name);
 /* Borrowed pointer, NULL when unset. */
-const double *kb_config_vector(const kb_config *cfg, const char *name, size_t *n);
+KB_API const double *kb_config_vector(const kb_config *cfg, const char *name, size_t *n);
 /* Whether the option was set explicitly (not defaulted). */
-int kb_config_is_set(const kb_config *cfg, const char *name);
+KB_API int kb_config_is_set(const kb_config *cfg, const char *name);
 
 /* ---------------------------------------------------------------- engines */
 
 typedef struct kb_engine kb_engine;
 
 /* Names of the registered engines, NULL-terminated; and the options of one. */
-const char *const *kb_engine_names(void);
+KB_API const char *const *kb_engine_names(void);
 /* NULL-terminated array (terminated by an entry with name == NULL); NULL if unknown. */
-const kb_option_spec *kb_engine_options(const char *engine);
-const kb_option_spec *kb_common_options(void);
+KB_API const kb_option_spec *kb_engine_options(const char *engine);
+KB_API const kb_option_spec *kb_common_options(void);
 
 /* The largest space dimension the engine serves (KB_MAX_DIM unless the engine's method
  * limits it, e.g. pi-gp-ucb's 2^d-ary cover); 0 for an unknown engine. */
-size_t kb_engine_max_dim(const char *engine);
+KB_API size_t kb_engine_max_dim(const char *engine);
 
 /* Creates an engine; takes ownership of neither argument (both are copied). A space wider
  * than kb_engine_max_dim() is refused with KB_ERANGE, field "dim". */
-kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_error *err);
-void kb_engine_free(kb_engine *e);
-const char *kb_engine_name(const kb_engine *e);
-size_t kb_engine_dim(const kb_engine *e);
+KB_API kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_error *err);
+KB_API void kb_engine_free(kb_engine *e);
+KB_API const char *kb_engine_name(const kb_engine *e);
+KB_API size_t kb_engine_dim(const kb_engine *e);
 
 /* One point handed out by ask. `x` points into engine-owned storage that stays valid
  * until the engine is freed; it is in the space's input coordinates (the original row
@@ -245,18 +253,18 @@ typedef struct kb_ask_result {
 
 /* Asks for up to n points, written to out[0..res->n). Returns 0 even when no point can
  * be given now (res->status says why). */
-int kb_engine_ask(kb_engine *e, size_t n, kb_point *out, kb_ask_result *res, kb_error *err);
+KB_API int kb_engine_ask(kb_engine *e, size_t n, kb_point *out, kb_ask_result *res, kb_error *err);
 /* Feedback for a handed-out point. KB_ENOTFOUND for an unknown handle, KB_ESTATE when
  * it was already told or abandoned, KB_EINVAL for a non-finite y. */
-int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err);
+KB_API int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err);
 /* The point's worker failed or its lease expired: forget the hallucinated observation. */
-int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err);
+KB_API int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err);
 /* Pre-existing data (warm start): x in input coordinates, dim entries. */
-int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err);
+KB_API int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err);
 
 /* The handle's point (borrowed) and its state; KB_ENOTFOUND for unknown handles. */
 typedef enum kb_trial_state { KB_TRIAL_PENDING = 0, KB_TRIAL_TOLD, KB_TRIAL_ABANDONED } kb_trial_state;
-int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_state *state);
+KB_API int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_state *state);
 
 typedef struct kb_stats {
     uint64_t asks;          /* points handed out */
@@ -279,13 +287,13 @@ typedef struct kb_stats {
                                * update of the previous ones (epoch_start = auto) */
 } kb_stats;
 
-void kb_engine_stats(const kb_engine *e, kb_stats *out);
+KB_API void kb_engine_stats(const kb_engine *e, kb_stats *out);
 
 /* Posterior mean and standard deviation (in the engine's internal units: scaled
  * inputs, standardized outputs) at n points given in input coordinates, as the engine
  * currently sees them (pending points hallucinated). For tests and diagnostics;
  * KB_EUNSUPPORTED for engines without a posterior (random). */
-int kb_engine_posterior(kb_engine *e, const double *X, size_t n, double *mean,
+KB_API int kb_engine_posterior(kb_engine *e, const double *X, size_t n, double *mean,
                         double *sd, kb_error *err);
 
 /* The kernel's hyperparameters as the engine uses them now. With hyperparameters = "fit"
@@ -300,14 +308,14 @@ typedef struct kb_hyperparameters {
     double noise;               /* noise variance in standardized units (lambda) */
 } kb_hyperparameters;
 
-int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out);
+KB_API int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out);
 
 /* Snapshot: an owned byte buffer (free with free()) from which kb_engine_restore
  * rebuilds an engine that makes exactly the choices the original would have made.
  * Format: versioned, little-endian; see core/src/snapshot.c. */
-int kb_engine_snapshot(const kb_engine *e, unsigned char **bytes, size_t *len,
+KB_API int kb_engine_snapshot(const kb_engine *e, unsigned char **bytes, size_t *len,
                        kb_error *err);
-kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *err);
+KB_API kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *err);
 
 #ifdef __cplusplus
 }
