@@ -9,6 +9,7 @@ from . import render
 from .client import Client
 from .errors import ConnectionFailed, KbanditError, NotFound
 from .space import read_csv
+from .study import Study
 
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_TRIAL = 0, 1, 2, 3, 4
 
@@ -201,7 +202,7 @@ def cmd_create(client, args):
         study = _create(client, args, **_space_kwargs(client, args), direction=args.direction,
                         engine=args.engine, settings=dict(args.settings),
                         lease_seconds=args.lease_seconds, max_trials=args.max_trials)
-    _show(study, args)
+    _print_object(study, args)
 
 
 def _create(client, args, **kw):
@@ -256,13 +257,14 @@ def load_spec(path):
 
 
 def cmd_show(client, args):
-    _show(resolve(client, args.study), args)
+    _print_object(resolve(client, args.study), args)
 
 
-def _show(study, args):
+def _print_object(obj, args):
+    """A study or a trial: its JSON with --json, its human rendering otherwise."""
     if args.json:
-        return _print_json(study.data)
-    print(render.study_text(study))
+        return _print_json(obj.data)
+    print(render.study_text(obj) if isinstance(obj, Study) else render.trial_text(obj))
 
 
 def cmd_ask(client, args):
@@ -280,11 +282,11 @@ def cmd_ask(client, args):
 
 
 def cmd_tell(client, args):
-    _print_trial(resolve(client, args.study).tell(args.trial, args.value), args)
+    _print_object(resolve(client, args.study).tell(args.trial, args.value), args)
 
 
 def cmd_fail(client, args):
-    _print_trial(resolve(client, args.study).fail(args.trial, args.reason), args)
+    _print_object(resolve(client, args.study).fail(args.trial, args.reason), args)
 
 
 def cmd_best(client, args):
@@ -292,13 +294,7 @@ def cmd_best(client, args):
     best = study.best()
     if best is None:
         raise NotFound(404, "not_found", f"study {study.id} has no completed trial yet")
-    _print_trial(best, args)
-
-
-def _print_trial(trial, args):
-    if args.json:
-        return _print_json(trial.data)
-    print(render.trial_text(trial))
+    _print_object(best, args)
 
 
 def cmd_trials(client, args):
