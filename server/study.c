@@ -1012,7 +1012,8 @@ json_t *study_list(int64_t after, size_t limit)
             break;
         }
         /* A study not restored yet is listed without its lock, which its restore may hold
-         * for seconds, and without progress. */
+         * for seconds, and without progress (deleted meanwhile, it may still be listed, as
+         * if deleted just after). */
         int restored = atomic_load(&v[i]->restore) == RESTORED;
         if (restored)
             pthread_mutex_lock(&v[i]->mu);
