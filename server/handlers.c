@@ -56,9 +56,15 @@ static int query_int(request *rq, const char *key, int64_t min, int64_t max, int
 
 /* ------------------------------------------------------------ operational */
 
+/* Answers at once, restore or not: "studies" says how far the restore after a start is. */
 static int h_healthz(request *rq)
 {
-    return reply_json(rq, 200, json_pack("{s:s,s:s}", "status", "ok", "version", KB_VERSION_STRING));
+    size_t restored, restoring, failed;
+    registry_restore_counts(&restored, &restoring, &failed);
+    return reply_json(rq, 200, json_pack("{s:s,s:s,s:{s:I,s:I,s:I}}", "status", "ok", "version",
+                                         KB_VERSION_STRING, "studies", "restored",
+                                         (json_int_t)restored, "restoring", (json_int_t)restoring,
+                                         "failed", (json_int_t)failed));
 }
 
 static int h_metrics(request *rq)

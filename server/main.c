@@ -1,8 +1,9 @@
 /*
  * main.c - This file contains kbanditd's entry point: configuration from flags and
  * KB_* environment variables, the listening socket, start-up (database, migrations,
- * recovery of every study, HTTP threads, lease sweeper) and the orderly shutdown on
- * SIGTERM/SIGINT (stop accepting, finish in-flight requests, snapshot, close the DB).
+ * registry of the studies, whose restore goes on in the background while the HTTP
+ * threads serve; lease sweeper) and the orderly shutdown on SIGTERM/SIGINT (stop
+ * accepting and restoring, finish in-flight requests, snapshot, close the DB).
  *
  * Threads: SIGTERM/SIGINT are blocked in every thread and taken by sigwait() in main,
  * so no handler runs in async-signal context.
@@ -352,13 +353,15 @@ int main(int argc, char **argv)
         free(token);
         return fatal("cannot open database", errbuf);
     }
-    registry_config rc = {.db = db, .on_feedback = http_wake_study, .snapshot_every = 500};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    registry_config rc = {.db = db, .on_feedback = http_wake_study, .snapshot_every = 500,
+                          .restore_threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (size_t)cpus};
     if (registry_open(&rc)) {
         registry_close();
         store_close(db);
         close(fd);
         free(token);
-        return fatal("cannot restore the studies from the database", o.db);
+        return fatal("cannot load the studies from the database", o.db);
     }
     handlers_init(db);
     store_set_batch_hook(db, http_commits_done); /* answers waiting for a commit */

@@ -3,9 +3,20 @@
  *
  * Layers: (1) the registry (array by id under an rwlock); (2) building a study's engine
  * and rebuilding a whole study from the store (recovery, and repair after a failed
- * commit); (3) the write path shared by every mutation; (4) the operations.
+ * commit); (3) start-up: registering the stored studies, and restoring them in the
+ * background or on first use; (4) the write path shared by every mutation; (5) the
+ * operations.
+ *
+ * Start-up (issue 16): registry_open only registers the stored studies (their specs), so
+ * the daemon serves at once; their engines and trials are restored by restore threads in
+ * id order, or by the first operation on a study that is not restored yet, whichever
+ * takes the study's mutex first (so a study is restored exactly once, by the same
+ * study_rebuild as any other time, hence with the same asks).
  *
  * Invariants, for a study s with s->mu held:
+ *   - unless s->restore == RESTORED, nothing but the spec is loaded: only lock_live (which
+ *     restores), delete and shutdown touch such a study, and listings show it without
+ *     progress;
  *   - s->engine is exactly the engine obtained by replaying the study's events 1..s->seq
  *     in the store, and s->trials[i] mirrors the trials row of id i + 1 (trial id ==
  *     engine handle);
@@ -41,6 +52,14 @@
 #include <string.h>
 #include <time.h>
 
+/* Where a study stands in its restore after a start. */
+typedef enum restore_state {
+    RESTORE_PENDING = 0, /* registered from the store; engine and trials not loaded yet */
+    RESTORED,            /* loaded (a study created by this process is born so) */
+    RESTORE_FAILED,      /* its events did not replay exactly (logged): answers 500 */
+    RESTORE__STATES
+} restore_state;
+
 struct study {
     /* Immutable after creation: readable without a lock. */
     int64_t id;
@@ -65,6 +84,9 @@ struct study {
     int writing_durable; /* the write being recorded (begin_write .. finish_txn) */
     double engine_sec;  /* cumulated engine call time */
     int deleted;
+    /* A restore_state, changed under mu; read without it where waiting behind a restore
+     * (seconds) must be avoided: listing, sweeps, statistics. Once RESTORED it stays. */
+    atomic_int restore;
 };
 
 /* ------------------------------------------------------------ registry */
@@ -85,7 +107,30 @@ static struct {
     counter_totals retired;
     registry_config cfg;   /* set once in registry_open */
     atomic_int closing;
-} reg = {.lock = PTHREAD_RWLOCK_INITIALIZER};
+    pthread_mutex_t count_lock;          /* protects by_restore */
+    size_t by_restore[RESTORE__STATES]; /* live studies in each restore state (/healthz) */
+} reg = {.lock = PTHREAD_RWLOCK_INITIALIZER, .count_lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A live study changes restore state: from < 0 when it enters the registry, to < 0 when
+ * it leaves it (s->mu held, so each study's moves are in order). */
+static void count_restore(int from, int to)
+{
+    pthread_mutex_lock(&reg.count_lock);
+    if (from >= 0)
+        reg.by_restore[from]--;
+    if (to >= 0)
+        reg.by_restore[to]++;
+    pthread_mutex_unlock(&reg.count_lock);
+}
+
+void registry_restore_counts(size_t *restored, size_t *restoring, size_t *failed)
+{
+    pthread_mutex_lock(&reg.count_lock);
+    *restored = reg.by_restore[RESTORED];
+    *restoring = reg.by_restore[RESTORE_PENDING];
+    *failed = reg.by_restore[RESTORE_FAILED];
+    pthread_mutex_unlock(&reg.count_lock);
+}
 
 static void study_free(study *s)
 {
@@ -419,6 +464,7 @@ static study *study_alloc(int64_t id, int64_t created_ms, study_spec *spec)
     s->spec = *spec;
     memset(spec, 0, sizeof *spec);
     atomic_init(&s->refs, 1);
+    atomic_init(&s->restore, RESTORE_PENDING);
     pthread_mutex_init(&s->mu, NULL);
     return s;
 }
@@ -446,17 +492,108 @@ static int load_study_cb(void *ud, int64_t id, const char *name, const char *con
         return -1;
     }
     study *s = study_alloc(id, created_ms, &spec);
-    double t0 = mono_sec();
-    if (!s || study_rebuild(s) || reg_insert(s)) {
+    if (!s || reg_insert(s)) {
         if (s)
             study_free(s);
         return -1;
     }
-    log_json(LOG_INFO, "study restored",
-             json_pack("{s:I,s:s,s:I,s:I,s:f}", "study", (json_int_t)id, "name", name,
-                       "events", (json_int_t)s->seq, "snapshot_seq", (json_int_t)s->snap_seq,
-                       "seconds", mono_sec() - t0));
+    count_restore(-1, RESTORE_PENDING);
     return 0;
+}
+
+/* Restores s from the store unless that was done (s->mu held): by a restore thread or
+ * by the first operation on s, whichever locks it first. 0 when s is restored. */
+static int ensure_restored(study *s, const char *by)
+{
+    int state = atomic_load(&s->restore);
+    if (state != RESTORE_PENDING)
+        return state == RESTORED ? 0 : -1;
+    double t0 = mono_sec();
+    state = study_rebuild(s) ? RESTORE_FAILED : RESTORED;
+    atomic_store(&s->restore, state);
+    count_restore(RESTORE_PENDING, state);
+    if (state != RESTORED)
+        return -1;
+    log_json(LOG_INFO, "study restored",
+             json_pack("{s:I,s:s,s:I,s:I,s:f,s:s}", "study", (json_int_t)s->id, "name",
+                       s->spec.name, "events", (json_int_t)s->seq, "snapshot_seq",
+                       (json_int_t)s->snap_seq, "seconds", mono_sec() - t0, "by", by));
+    return 0;
+}
+
+/* Background restore: threads take the studies registered at open in id order. */
+static struct {
+    study **v;            /* references to the registered studies, by id; each taken */
+    size_t n;             /* one is given back by its thread. Set before the threads start */
+    atomic_size_t next;   /* index of the next study to take */
+    atomic_int stop;      /* shutdown: take no more */
+    atomic_size_t running; /* threads not finished: the last one logs the end */
+    pthread_t *threads;   /* started by registry_open, joined by registry_close */
+    size_t n_threads;
+    double t0;            /* mono_sec() at registry_open */
+} restorer;
+
+static void *restore_main(void *arg)
+{
+    (void)arg;
+    size_t i;
+    while (!atomic_load(&restorer.stop) &&
+           (i = atomic_fetch_add(&restorer.next, 1)) < restorer.n) {
+        study *s = restorer.v[i];
+        restorer.v[i] = NULL;
+        pthread_mutex_lock(&s->mu);
+        if (!s->deleted)
+            ensure_restored(s, "background");
+        pthread_mutex_unlock(&s->mu);
+        study_put(s);
+    }
+    if (atomic_fetch_sub(&restorer.running, 1) == 1) {
+        size_t restored, restoring, failed;
+        registry_restore_counts(&restored, &restoring, &failed);
+        log_json(LOG_INFO, atomic_load(&restorer.stop) ? "restore stopped" : "studies restored",
+                 json_pack("{s:I,s:I,s:I,s:f}", "restored", (json_int_t)restored, "restoring",
+                           (json_int_t)restoring, "failed", (json_int_t)failed, "seconds",
+                           mono_sec() - restorer.t0));
+    }
+    return NULL;
+}
+
+/* Starts up to cfg.restore_threads threads over the registered studies; fewer (logged)
+ * when threads cannot be made: first use restores the rest. */
+static void restore_start(void)
+{
+    restorer.v = reg_all(&restorer.n, NULL);
+    atomic_store(&restorer.next, 0);
+    atomic_store(&restorer.stop, 0);
+    restorer.n_threads = 0;
+    size_t want = reg.cfg.restore_threads < restorer.n ? reg.cfg.restore_threads : restorer.n;
+    restorer.threads = want ? malloc(want * sizeof *restorer.threads) : NULL;
+    if (!restorer.threads)
+        want = 0;
+    atomic_store(&restorer.running, want);
+    for (size_t k = 0; k < want; k++) {
+        if (pthread_create(&restorer.threads[k], NULL, restore_main, NULL)) {
+            log_json(LOG_WARN, "fewer restore threads", json_pack("{s:I}", "threads", (json_int_t)k));
+            atomic_fetch_sub(&restorer.running, want - k);
+            break;
+        }
+        restorer.n_threads++;
+    }
+}
+
+/* Stops and joins the restore threads; gives back the studies they did not take. */
+static void restore_stop(void)
+{
+    atomic_store(&restorer.stop, 1);
+    for (size_t k = 0; k < restorer.n_threads; k++)
+        pthread_join(restorer.threads[k], NULL);
+    for (size_t i = 0; i < restorer.n; i++)
+        study_put(restorer.v[i]); /* NULL where taken */
+    free(restorer.v);
+    free(restorer.threads);
+    restorer.v = NULL;
+    restorer.threads = NULL;
+    restorer.n = restorer.n_threads = 0;
 }
 
 int registry_open(const registry_config *cfg)
@@ -465,12 +602,20 @@ int registry_open(const registry_config *cfg)
     if (reg.cfg.snapshot_every <= 0)
         reg.cfg.snapshot_every = 500;
     atomic_store(&reg.closing, 0);
-    return store_studies_each(cfg->db, load_study_cb, NULL);
+    restorer.t0 = mono_sec();
+    if (store_studies_each(cfg->db, load_study_cb, NULL))
+        return -1;
+    log_json(LOG_INFO, "studies registered",
+             json_pack("{s:I,s:f}", "studies", (json_int_t)reg.n, "seconds",
+                       mono_sec() - restorer.t0));
+    restore_start();
+    return 0;
 }
 
 void registry_shutting_down(void)
 {
     atomic_store(&reg.closing, 1);
+    atomic_store(&restorer.stop, 1);
     size_t n;
     study **v = reg_all(&n, NULL);
     for (size_t i = 0; i < n; i++) {
@@ -532,6 +677,7 @@ static void resync(study *s)
     if (study_rebuild(s)) {
         /* The study cannot be trusted any more: take it offline until a restart. */
         s->deleted = 1;
+        count_restore(RESTORED, -1);
         reg_remove(s);
         study_put(s);
     }
@@ -673,14 +819,28 @@ static int append_event(study *s, char kind, int64_t trial_id, double value, con
 static double engine_value(const study *s, double v) { return s->spec.minimize ? -v : v; }
 
 
-/* Locks s and checks it is still live; 0 ok (locked) or -1 (unlocked, 404). */
-static int lock_live(study *s, api_error *err)
+/* Locks s and checks it is not deleted; 0 ok (locked) or -1 (unlocked, 404). */
+static int lock_undeleted(study *s, api_error *err)
 {
     pthread_mutex_lock(&s->mu);
     if (!s->deleted)
         return 0;
     pthread_mutex_unlock(&s->mu);
     return api_fail(err, API_NOT_FOUND, NULL, "study %lld not found", (long long)s->id);
+}
+
+/* Locks s for an operation, restoring it first if it is not yet; 0 ok (locked) or -1
+ * (unlocked: 404 deleted, 500 when it cannot be restored). */
+static int lock_live(study *s, api_error *err)
+{
+    if (lock_undeleted(s, err))
+        return -1;
+    if (ensure_restored(s, "request") == 0)
+        return 0;
+    pthread_mutex_unlock(&s->mu);
+    return api_fail(err, API_INTERNAL, NULL,
+                    "study %lld cannot be restored from the database (see the daemon's log)",
+                    (long long)s->id);
 }
 
 static trial_rec *find_trial(study *s, int64_t id, api_error *err)
@@ -748,12 +908,18 @@ json_t *study_create(study_spec *spec, api_error *err)
         goto fail;
     }
     s = study_alloc(id, created, spec);
-    if (!s || reg_insert(s)) {
+    if (!s) {
         api_fail(err, API_INTERNAL, NULL, "out of memory");
         goto fail;
     }
-    s->engine = e;
+    s->engine = e; /* complete before it is visible */
     e = NULL;
+    atomic_store(&s->restore, RESTORED);
+    if (reg_insert(s)) {
+        api_fail(err, API_INTERNAL, NULL, "out of memory");
+        goto fail;
+    }
+    count_restore(-1, RESTORED);
     json_decref(cfg);
     free(text);
     log_json(LOG_INFO, "study created",
@@ -775,7 +941,7 @@ int study_delete(int64_t id, api_error *err)
     study *s = study_get(id);
     if (!s)
         return api_fail(err, API_NOT_FOUND, NULL, "study %lld not found", (long long)id);
-    if (lock_live(s, err)) {
+    if (lock_undeleted(s, err)) { /* a study not restored yet is deleted as it is */
         study_put(s);
         return -1;
     }
@@ -792,6 +958,7 @@ int study_delete(int64_t id, api_error *err)
         return api_fail(err, API_INTERNAL, NULL, "database error");
     }
     s->deleted = 1;
+    count_restore(atomic_load(&s->restore), -1);
     wake(s);
     reg_remove(s);
     pthread_mutex_unlock(&s->mu);
@@ -830,7 +997,8 @@ static json_t *progress_json(study *s)
                      hyperparameters_json(s->engine));
 }
 
-/* Study document without locking (spec is immutable); progress needs s->mu. */
+/* Study document without locking (spec is immutable); progress (else null) needs s->mu
+ * and a restored study. */
 static json_t *study_json_locked(study *s, int with_progress)
 {
     json_t *o = proto_study_spec_json(&s->spec, 0);
@@ -838,8 +1006,7 @@ static json_t *study_json_locked(study *s, int with_progress)
     proto_time_format(s->created_ms, ts, sizeof ts);
     json_object_set_new(o, "id", json_integer(s->id));
     json_object_set_new(o, "created_at", json_string(ts));
-    if (with_progress)
-        json_object_set_new(o, "progress", progress_json(s));
+    json_object_set_new(o, "progress", with_progress ? progress_json(s) : json_null());
     return o;
 }
 
@@ -861,10 +1028,16 @@ json_t *study_list(int64_t after, size_t limit, const char *name)
     for (size_t i = 0; i < n; i++) {
         if (v[i]->id <= after || (name && strcmp(v[i]->spec.name, name)))
             continue; /* the name is immutable: compared without the lock */
-        pthread_mutex_lock(&v[i]->mu);
-        int listed = !v[i]->deleted;
+        /* A study not restored yet is listed without its lock, which its restore may hold
+         * for seconds, and without progress (deleted meanwhile, it may still be listed, as
+         * if deleted just after). */
+        int restored = atomic_load(&v[i]->restore) == RESTORED;
+        if (restored)
+            pthread_mutex_lock(&v[i]->mu);
+        int listed = !restored || !v[i]->deleted;
         if (listed && taken == limit) { /* a further study exists: a next page */
-            pthread_mutex_unlock(&v[i]->mu);
+            if (restored)
+                pthread_mutex_unlock(&v[i]->mu);
             char c[32];
             snprintf(c, sizeof c, "%lld", (long long)last);
             json_decref(next);
@@ -872,11 +1045,12 @@ json_t *study_list(int64_t after, size_t limit, const char *name)
             break;
         }
         if (listed) {
-            json_array_append_new(arr, study_json_locked(v[i], 1));
+            json_array_append_new(arr, study_json_locked(v[i], restored));
             taken++;
             last = v[i]->id;
         }
-        pthread_mutex_unlock(&v[i]->mu);
+        if (restored)
+            pthread_mutex_unlock(&v[i]->mu);
     }
     put_all(v, n);
     return json_pack("{s:o,s:o}", "studies", arr, "next_cursor", next);
@@ -1316,6 +1490,8 @@ char *study_export_csv(study *s, size_t *len, api_error *err)
 
 static size_t sweep_study(study *s, int64_t now)
 {
+    if (atomic_load(&s->restore) != RESTORED) /* nothing to expire yet; never wait for it */
+        return 0;
     pthread_mutex_lock(&s->mu);
     if (s->deleted || !s->counts[TRIAL_PENDING]) {
         pthread_mutex_unlock(&s->mu);
@@ -1384,6 +1560,8 @@ void registry_stats_get(registry_stats *out)
     out->engine_sec = retired.engine_sec;
     /* A study deleted since reg_all is counted here: retired was copied before it was. */
     for (size_t i = 0; i < n; i++) {
+        if (atomic_load(&v[i]->restore) != RESTORED)
+            continue;
         pthread_mutex_lock(&v[i]->mu);
         for (int k = 0; k < TRIAL__STATES; k++)
             out->trials[k] += v[i]->counts[k];
@@ -1397,6 +1575,7 @@ void registry_stats_get(registry_stats *out)
 
 void registry_close(void)
 {
+    restore_stop();
     size_t n;
     study **v = reg_all(&n, NULL);
     for (size_t i = 0; i < n; i++) {
@@ -1404,7 +1583,8 @@ void registry_close(void)
         pthread_mutex_lock(&s->mu);
         /* After the study's queued writes, unless they failed (then the store is behind
          * memory, and the next start rebuilds from the store anyway). */
-        if (!s->deleted && s->seq > s->snap_seq && store_wait(reg.cfg.db, s->ticket, 0) == 0) {
+        if (!s->deleted && atomic_load(&s->restore) == RESTORED && s->seq > s->snap_seq &&
+            store_wait(reg.cfg.db, s->ticket, 0) == 0) {
             if (store_begin(reg.cfg.db) || write_snapshot(s) || store_commit(reg.cfg.db))
                 store_rollback(reg.cfg.db);
         }
@@ -1418,4 +1598,7 @@ void registry_close(void)
     reg.v = NULL;
     reg.n = reg.cap = 0;
     pthread_rwlock_unlock(&reg.lock);
+    pthread_mutex_lock(&reg.count_lock);
+    memset(reg.by_restore, 0, sizeof reg.by_restore);
+    pthread_mutex_unlock(&reg.count_lock);
 }

@@ -31,15 +31,23 @@ typedef struct registry_config {
      * empty ask answer: tell, fail, expiry, delete, shutdown. */
     void (*on_feedback)(int64_t study_id);
     int snapshot_every; /* events between engine snapshots */
+    size_t restore_threads; /* background restore threads (0: on first use only) */
 } registry_config;
 
-/* Creates the registry and rebuilds every study from the database (snapshot + replay of
- * the events after it). Returns -1 (logged) when a study cannot be rebuilt exactly. */
+/* Creates the registry with every stored study registered (its spec: it can be found,
+ * listed and deleted) and starts the restore threads, which rebuild the studies in id
+ * order (snapshot + replay of the events after it); an operation on a study not restored
+ * yet restores it first. Returns -1 (logged) when a stored study's config cannot be
+ * loaded; a study whose events do not replay exactly is logged and answers 500. */
 int registry_open(const registry_config *cfg);
-/* Wakes long-polls and makes new asks fail with 503. */
+/* Wakes long-polls, makes new asks fail with 503 and stops the restore threads after
+ * the study each is restoring. */
 void registry_shutting_down(void);
-/* Stores a snapshot of every study and frees them all. */
+/* Joins the restore threads, stores a snapshot of every restored study and frees them
+ * all. */
 void registry_close(void);
+/* Live studies restored, still to restore, and that failed to restore. */
+void registry_restore_counts(size_t *restored, size_t *restoring, size_t *failed);
 
 study *study_get(int64_t id);   /* new reference or NULL */
 int64_t study_id(const study *s);
@@ -50,7 +58,8 @@ void study_put(study *s);
 json_t *study_create(study_spec *spec, api_error *err);
 int study_delete(int64_t id, api_error *err);
 /* {"studies": [...], "next_cursor"} for ids > after, only the study of that exact name
- * when name is not NULL; next_cursor is non-null only when a further study matches. */
+ * when name is not NULL; next_cursor is non-null only when a further study matches. A
+ * study not restored yet has "progress": null (listing restores nothing). */
 json_t *study_list(int64_t after, size_t limit, const char *name);
 
 json_t *study_json(study *s, api_error *err);

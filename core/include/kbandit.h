@@ -130,6 +130,12 @@ KB_API int kb_scaling_parse(const char *name, kb_scaling *out);
 #define KB_MAX_DIM 1024
 #define KB_MAX_POINTS ((size_t)1 << 26) /* n * dim: 512 MiB per copy of the points */
 #define KB_MAX_POOL 1000000                     /* pool size of a box */
+/* pool_size x dim of a box. A box holds its pool twice (rows, u) and engines keep more
+ * per pool point, so this caps a box study near 64 MiB plus its engine: 65,536 points of
+ * 1,000 dimensions (within KB_MAX_POINTS) took a daemon from 229 MB to 1.17 GB RSS on
+ * one ask and slowed every restore (issue 16). 2,048 points (the default) x 1,024
+ * dimensions is half of it. */
+#define KB_MAX_POOL_POINTS ((size_t)1 << 22)
 
 /* A finite candidate set: n rows of dim numbers (row-major, copied). Rejects n == 0,
  * dim == 0, dim > KB_MAX_DIM, n * dim > KB_MAX_POINTS and non-finite entries (field
@@ -138,7 +144,8 @@ KB_API kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, k
 
 /* The unit cube [0,1]^dim searched through a candidate pool of pool_size points
  * (quasi-random points plus local perturbations around the best observed points),
- * refreshed by the engines at each resparsification. 1 <= pool_size <= KB_MAX_POOL. */
+ * refreshed by the engines at each resparsification. 1 <= pool_size <= KB_MAX_POOL and
+ * pool_size x dim <= KB_MAX_POOL_POINTS (else KB_ERANGE, field "pool_size"). */
 KB_API kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
 
 /* Box only: coordinates that take a few values. levels[j] = 0: continuous; L >= 2: the

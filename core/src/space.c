@@ -95,9 +95,15 @@ kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err)
         kb__fail(err, KB_EINVAL, "pool_size", "the candidate pool must not be empty");
         return NULL;
     }
-    if (dim > KB_MAX_DIM || pool_size > KB_MAX_POOL || pool_size > KB_MAX_POINTS / dim) {
-        kb__fail(err, KB_ERANGE, dim > KB_MAX_DIM ? "dim" : "pool_size",
-                 "a box of %zu dimensions with a pool of %zu exceeds the limits", dim, pool_size);
+    if (dim > KB_MAX_DIM) {
+        kb__fail(err, KB_ERANGE, "dim", "a box of %zu dimensions exceeds the limit of %d",
+                 dim, KB_MAX_DIM);
+        return NULL;
+    }
+    if (pool_size > KB_MAX_POOL || pool_size > KB_MAX_POOL_POINTS / dim) {
+        kb__fail(err, KB_ERANGE, "pool_size",
+                 "a pool of %zu points in %zu dimensions exceeds the limits (pool_size <= %d, "
+                 "pool_size x dim <= %zu)", pool_size, dim, KB_MAX_POOL, KB_MAX_POOL_POINTS);
         return NULL;
     }
     kb_space *s = space_alloc(0, pool_size, dim);

@@ -32,7 +32,7 @@ SANITIZED = os.environ.get("KB_SANITIZED") == "1"
 START_TIMEOUT = 60 if SANITIZED else 20
 STOP_TIMEOUT = 30 if SANITIZED else 10
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
-                     "ERROR: ThreadSanitizer")
+                     "ERROR: ThreadSanitizer", "WARNING: ThreadSanitizer")  # races are WARNINGs
 ENGINES = ["random", "bbkb", "bkb", "gp-ucb", "gp-bucb", "gp-ts", "sgp-ts", "pi-gp-ucb"]
 
 

@@ -143,7 +143,17 @@ static void space_rejects_bad_candidates(void **state)
     assert_null(kb_space_new_finite(rows, 2, 2, &err));
     assert_null(kb_space_new_box(0, 10, &err));
     assert_null(kb_space_new_box(2, 0, &err));
-    kb_space *box = kb_space_new_box(3, 100, &err);
+    assert_null(kb_space_new_box(KB_MAX_DIM + 1, 10, &err));
+    expect_error(err.code, &err, KB_ERANGE, "dim");
+    /* pool_size x dim: 1,000 x 65,536 passed KB_MAX_POINTS and took 1 GB (issue 16). */
+    assert_null(kb_space_new_box(1000, 65536, &err));
+    expect_error(err.code, &err, KB_ERANGE, "pool_size");
+    assert_null(kb_space_new_box(1, KB_MAX_POOL + 1, &err));
+    expect_error(err.code, &err, KB_ERANGE, "pool_size");
+    kb_space *box = kb_space_new_box(256, KB_MAX_POOL_POINTS / 256, &err);
+    assert_non_null(box);
+    kb_space_free(box);
+    box = kb_space_new_box(3, 100, &err);
     assert_non_null(box);
     assert_int_equal(kb_space_size(box), 100);
     assert_false(kb_space_is_finite(box));

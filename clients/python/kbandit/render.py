@@ -36,6 +36,9 @@ def params_text(params):
 def studies_table(studies):
     rows = []
     for s in studies:
+        if s.progress is None:  # listed while the daemon still restores it after a start
+            rows.append([s.id, s.name, s.direction, s.engine["name"]] + ["restoring"] * 5)
+            continue
         counts, best = s.progress["trials"], s.progress["best"]
         rows.append([s.id, s.name, s.direction, s.engine["name"], counts["pending"],
                      counts["completed"], counts["failed"], counts["expired"],

@@ -1,0 +1,232 @@
+"""This file contains the restart tests of issue 16 item 5, and its box pool memory limit.
+
+The daemon listens before its studies are restored: /healthz answers at once and counts
+the studies restored / still restoring / failed; restore threads rebuild studies in id
+order; an operation on a study not restored yet restores it first (with the same asks as
+a background restore); listing works meanwhile (progress null where not restored);
+creation during the restore gets a new id; SIGTERM during the restore exits 0.
+
+A real database that is slow to restore is built once per module (no test hook): STUDIES
+bbkb box studies of ~480 events each, stopped by kill -9 so that no shutdown snapshot is
+written and every study replays its events (about 1 s each; under 500 events, so no
+periodic snapshot either). Each test runs on its own copy.
+"""
+import json
+import shutil
+import signal
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from conftest import (SANITIZED, Daemon, ask, create_study, db_dump, error_of, shutdown_and_check,
+                      tell, toy)
+
+STUDIES = 8
+TRIALS = 120 if SANITIZED else 240   # per study: an ask and a tell event each
+RESTORE_TIMEOUT = 600 if SANITIZED else 180
+BOX = {"type": "box", "params": [{"name": f"p{i}", "type": "float", "low": 0, "high": 1}
+                                 for i in range(4)]}
+
+
+def drive(api, sid, errors):
+    """TRIALS trials through batch asks and batch tells; a failure goes to errors."""
+    try:
+        drive_trials(api, sid)
+    except Exception as e:  # noqa: BLE001 - reported by the main thread
+        errors.append(repr(e))
+
+
+def drive_trials(api, sid):
+    done = 0
+    while done < TRIALS:
+        res = ask(api, sid, worker="build", count=min(4, TRIALS - done))
+        items = [{"trial_id": t["id"], "value": toy(t["x"])} for t in res["trials"]]
+        r = api.post(f"/v1/studies/{sid}/tell", json={"results": items})
+        assert r.status_code == 200 and all(x["status"] == 200 for x in r.json()["results"]), r.text
+        done += len(items)
+
+
+@pytest.fixture(scope="module")
+def slow_db(tmp_path_factory):
+    """(database path, [(id, name)]) of the module's slow-to-restore database."""
+    work = tmp_path_factory.mktemp("slow-db")
+    d = Daemon(work / "build").start()
+    try:
+        api = d.client()
+        studies = [(create_study(api, f"slow-{k}", BOX, engine="bbkb", settings={"seed": k})["id"],
+                    f"slow-{k}") for k in range(STUDIES)]
+        errors = []
+        threads = [threading.Thread(target=drive, args=(d.client(), sid, errors))
+                   for sid, _ in studies]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        for sid, _ in studies:
+            counts = api.get(f"/v1/studies/{sid}").json()["progress"]["trials"]
+            assert counts["completed"] == TRIALS, counts
+        assert d.kill9() == -signal.SIGKILL
+    finally:
+        shutdown_and_check([d])
+    return d.db, studies
+
+
+def copy_db(src, dst_dir):
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        p = src.parent / (src.name + suffix)
+        if p.exists():
+            shutil.copy2(p, dst_dir / p.name)
+    return dst_dir / src.name
+
+
+def healthz_studies(d):
+    r = d.client().get("/healthz")
+    assert r.status_code == 200, r.text
+    return r.json()["studies"]
+
+
+def wait_restored(d):
+    deadline = time.monotonic() + RESTORE_TIMEOUT
+    while (h := healthz_studies(d))["restoring"]:
+        assert time.monotonic() < deadline, h
+        time.sleep(0.05)
+    return h
+
+
+def restored_by(d, sid):
+    """How the daemon logged the restore of study sid ("background" or "request")."""
+    for raw in d.stderr().splitlines():
+        try:
+            m = json.loads(raw)
+        except ValueError:
+            continue
+        if m.get("msg") == "study restored" and m.get("study") == sid:
+            return m["by"]
+    return None
+
+
+def asks(api, sid):
+    """Three asks of two: what they hand out (times aside)."""
+    return [[(t["id"], t["x"], t["params"]) for t in ask(api, sid, worker="probe", count=2)["trials"]]
+            for _ in range(3)]
+
+
+def start_on_copy(daemons, slow_db, tmp_path, name):
+    path, studies = slow_db
+    d = daemons(name=name, db=copy_db(path, tmp_path / name))
+    return d, studies
+
+
+def test_healthz_listing_and_creation_while_restoring(daemons, slow_db, tmp_path):
+    t0 = time.monotonic()
+    d, studies = start_on_copy(daemons, slow_db, tmp_path, "listing")
+    h = healthz_studies(d)
+    assert time.monotonic() - t0 < 5, "the daemon waited for its studies before listening"
+    assert h["restoring"] > 0 and h["failed"] == 0, h
+    assert h["restored"] + h["restoring"] == STUDIES, h
+    api = d.client()
+
+    # Listing answers at once, from every registered study; progress null = not restored.
+    listed = api.get("/v1/studies", params={"limit": 1000}).json()["studies"]
+    assert [s["id"] for s in listed] == [sid for sid, _ in studies]
+    assert any(s["progress"] is None for s in listed), "listing waited for the restore"
+
+    # Creation during the restore: a new id, and the names of unrestored studies are taken.
+    new = create_study(api, "created-while-restoring")
+    assert new["id"] > max(sid for sid, _ in studies)
+    r = api.post("/v1/studies", json={"name": studies[-1][1], "space": BOX})
+    assert r.status_code == 409 and error_of(r)["field"] == "name", r.text
+
+    h = wait_restored(d)
+    assert h == {"restored": STUDIES + 1, "restoring": 0, "failed": 0}, h
+    listed = api.get("/v1/studies", params={"limit": 1000}).json()["studies"]
+    assert all(s["progress"]["trials"]["completed"] == TRIALS for s in listed[:-1]), listed
+    assert {restored_by(d, sid) for sid, _ in studies} == {"background"}
+
+
+def test_unrestored_study_restores_on_first_use_with_the_same_asks(daemons, slow_db, tmp_path):
+    last = slow_db[1][-1][0]  # restored last by the background threads (id order)
+    a, _ = start_on_copy(daemons, slow_db, tmp_path, "background")
+    wait_restored(a)
+    assert restored_by(a, last) == "background"
+    seq_a = asks(a.client(), last)
+
+    b, _ = start_on_copy(daemons, slow_db, tmp_path, "on-demand")
+    assert healthz_studies(b)["restoring"] > 0
+    api = b.client()
+    s = api.get(f"/v1/studies/{last}").json()  # restores it now, before its turn
+    assert s["progress"]["trials"]["completed"] == TRIALS, s
+    assert restored_by(b, last) == "request"
+    assert healthz_studies(b)["restoring"] > 0, "the restore was not done on first use"
+    seq_b = asks(api, last)
+    assert seq_a == seq_b
+    assert wait_restored(b)["failed"] == 0
+    # Restored once: by the request, never again by a restore thread.
+    assert sum(f'"study":{last},' in line and "study restored" in line
+               for line in b.stderr().splitlines()) == 1
+
+
+def test_sigterm_during_restore_exits_cleanly(daemons, slow_db, tmp_path):
+    d, studies = start_on_copy(daemons, slow_db, tmp_path, "term")
+    assert healthz_studies(d)["restoring"] > 0
+    rc = d.stop()
+    assert rc == 0, d.stderr()[-3000:]
+    assert "restore stopped" in d.stderr()
+    d.start()
+    assert wait_restored(d) == {"restored": STUDIES, "restoring": 0, "failed": 0}
+    api = d.client()
+    for sid, _ in studies:
+        assert api.get(f"/v1/studies/{sid}").json()["progress"]["trials"]["completed"] == TRIALS
+    t = ask(api, studies[0][0])["trials"][0]
+    tell(api, studies[0][0], t["id"], 1.0)
+
+
+def test_study_that_cannot_be_restored_answers_500(daemons, slow_db, tmp_path):
+    """Its events no longer replay (a tell of an unknown trial): the others serve on."""
+    path, studies = slow_db
+    db = copy_db(path, tmp_path / "broken")
+    broken = studies[0][0]
+    con = sqlite3.connect(db)
+    con.execute("UPDATE events SET trial_id = 999999 WHERE study_id = ? AND seq = "
+                "(SELECT MIN(seq) FROM events WHERE study_id = ? AND kind = 'tell')",
+                (broken, broken))
+    con.commit()
+    con.close()
+    d = daemons(name="broken", db=db)
+    api = d.client()
+    r = api.get(f"/v1/studies/{broken}")
+    assert r.status_code == 500 and "cannot be restored" in error_of(r)["message"], r.text
+    assert wait_restored(d) == {"restored": STUDIES - 1, "restoring": 0, "failed": 1}
+    r = api.post(f"/v1/studies/{broken}/ask", json={"worker": "w"})
+    assert r.status_code == 500, r.text
+    listed = api.get("/v1/studies", params={"limit": 1000}).json()["studies"]
+    assert [s["progress"] is None for s in listed] == [True] + [False] * (STUDIES - 1)
+    ask(api, studies[1][0])
+    assert api.delete(f"/v1/studies/{broken}").status_code == 204
+    assert healthz_studies(d) == {"restored": STUDIES - 1, "restoring": 0, "failed": 0}
+
+
+def test_box_pool_memory_limit(daemons):
+    """pool_size x dim over KB_MAX_POOL_POINTS (2^22) is refused at creation, naming the
+    field; nothing is created. 65,536 x 1,000 took the daemon to 1.17 GB (issue 16)."""
+    d = daemons()
+    api = d.client()
+    wide = {"type": "box", "params": [{"name": f"p{i}", "type": "float", "low": 0, "high": 1}
+                                      for i in range(1000)]}
+    before = db_dump(d.db)
+    r = api.post("/v1/studies", json={"name": "huge", "space": wide,
+                                      "engine": {"name": "random", "settings": {"pool_size": 65536}}})
+    assert r.status_code == 400, r.text
+    err = error_of(r)
+    assert err["code"] == "invalid" and err["field"] == "engine.settings.pool_size", err
+    assert "4194304" in err["message"], err
+    assert db_dump(d.db) == before
+    assert api.get("/v1/studies").json()["studies"] == []
+    # At the limit (64 x 65,536 = 2^22) the study is created; the default pool always fits.
+    narrow = {"type": "box", "params": wide["params"][:64]}
+    create_study(api, "at-limit", narrow, settings={"pool_size": 65536})
+    create_study(api, "widest-default", {"type": "box", "params": wide["params"][:1000]})
