@@ -45,7 +45,10 @@ SERVER_OBJ := $(filter-out $(BUILD)/server/main.o,$(SERVER_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
-TESTUTIL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/unit/util/*.c))
+# Unit tests of the daemon's layers (they include server/ or proto/ headers); every other
+# unit test is a core test and links libkbandit alone.
+SERVER_UNIT := test_blas test_group_commit test_proto test_storage
+SERVER_UNIT_BIN := $(SERVER_UNIT:%=$(BUILD)/tests/%)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
 LIB := $(BUILD)/libkbandit.a
@@ -90,10 +93,15 @@ $(BUILD)/kb-load: $(BUILD)/bench/load/kb_load.o
 $(BUILD)/kb-slow-fsync.so: bench/load/slow_fsync.c
 	$(CC) $(CFLAGS_BASE) $(OPT) -shared -o $@ $< -ldl
 
-# Unit tests link the core, the server objects (for proto/storage tests) and cmocka.
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TESTUTIL_OBJ) $(SERVER_OBJ) $(LIB)
+$(filter-out $(SERVER_UNIT_BIN),$(UNIT_BIN)): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o \
+		$(BUILD)/tests/unit/util/testutil.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN) -o $@ $^ -lcmocka $(if $(SERVER_OBJ),$(LIBS_SERVER)) $(LIBS_CORE)
+	$(CC) $(SAN) -o $@ $^ -lcmocka $(LIBS_CORE)
+
+$(SERVER_UNIT_BIN): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/tests/unit/util/testutil.o \
+		$(BUILD)/tests/unit/util/studyutil.o $(SERVER_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN) -o $@ $^ -lcmocka $(LIBS_SERVER) $(LIBS_CORE)
 
 unit: deps
 	@$(MAKE) --no-print-directory all
