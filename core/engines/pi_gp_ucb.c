@@ -51,6 +51,11 @@
  *
  * Options. horizon T (default 10000) fixes the initial cover and alpha = 1 + 2/T
  * (section 3; `lambda` overrides alpha, e.g. lambda = 1 as in the section 5 experiments).
+ * With fitted hyperparameters (the default; `hyperparameters = fixed` gives the paper's
+ * algorithm) one kernel and noise are fitted to all the data (kb__hyper_refit, at
+ * observation counts fixed by the call sequence) and every leaf is rebuilt with them;
+ * alpha is the fitted noise, the width the common one (kb__width), and unless horizon is
+ * set the cover starts from the whole cube (initial_divisions below).
  * B, R, delta enter eq. (2). beta_scale multiplies the whole width: 1 (default) is the
  * paper's algorithm; the theoretical width (a union bound over N~_t cells, B a worst-case
  * norm) over-explores on real problems, and values around 0.1-0.5 are the usual practical
@@ -664,6 +669,10 @@ static int check_config(kb_engine *e, kb_error *err)
                         "cover is built from the smoothness nu");
     if (kb_config_number(e->cfg, "delta") >= 1.0)
         return kb__fail(err, KB_ERANGE, "delta", "'delta' must be < 1");
+    if (strcmp(kb_config_string(e->cfg, "output_scaling"), "warp") == 0)
+        return kb__fail(err, KB_EINVAL, "output_scaling",
+                        "pi-gp-ucb's leaf solves are affine in y: output_scaling must be "
+                        "auto, standardize or none");
     if (!e->space->finite)
         return KB_OK;
     const char *scaling = kb_config_string(e->cfg, "input_scaling");
@@ -727,6 +736,18 @@ static int initial_cover(pi_state *st, kb_error *err)
     return KB_OK;
 }
 
+/* The paper's m = round(T^(q/d)) (section 5) is for a known horizon T; with fitted
+ * hyperparameters and no horizon given the cover starts as the whole cube and grows by the
+ * splitting rule alone, so that early leaves hold data (at T = 10,000 and d = 3 the
+ * paper's grid has 512 cells, empty for most of a run of a few hundred trials, and the
+ * engine is then close to random search: docs/BENCHMARKS.md). */
+static size_t initial_divisions(const kb_engine *e, const pi_state *st, double T)
+{
+    if (e->fit_on && !kb_config_is_set(e->cfg, "horizon"))
+        return 1;
+    return (size_t)fmax(1.0, round(pow(T, st->q / (double)st->d)));
+}
+
 static int pi_create(kb_engine *e, kb_error *err)
 {
     int rc = check_config(e, err);
@@ -742,13 +763,14 @@ static int pi_create(kb_engine *e, kb_error *err)
     st->b = (d + 1.0) / (d + 2.0 * st->nu);
     st->q = d * (d + 1.0) / (d * (d + 2.0) + 2.0 * st->nu);
     double lambda = kb_config_number(e->cfg, "lambda");
-    st->alpha = lambda > 0 ? lambda : 1.0 + 2.0 / T;
+    st->alpha = lambda > 0 ? lambda : e->fit_on ? e->noise : 1.0 + 2.0 / T;
+    e->warp = 0; /* the leaves keep w_y, w_1: the mean must stay affine in y */
     st->B = kb_config_number(e->cfg, "B");
     st->R = kb_config_number(e->cfg, "R");
     st->delta = kb_config_number(e->cfg, "delta");
     st->beta_scale = kb_config_number(e->cfg, "beta_scale");
     double m = kb_config_number(e->cfg, "initial_divisions");
-    st->m = m > 0 ? (size_t)m : (size_t)fmax(1.0, round(pow(T, st->q / (double)d)));
+    st->m = m > 0 ? (size_t)m : initial_divisions(e, st, T);
     if ((rc = initial_cover(st, err)))
         goto fail;
     st->cand_cell = malloc(n * sizeof *st->cand_cell);
@@ -816,7 +838,8 @@ static void maybe_refresh_pool(kb_engine *e)
     st->asks_since_refresh = 0;
 }
 
-/* beta^A_t(delta / N~_t) of eq. (2) for every leaf, t = points chosen so far + 1. */
+/* beta^A_t(delta / N~_t) of eq. (2) for every leaf, t = points chosen so far + 1; with
+ * fitted hyperparameters the common width instead (kb__width). */
 static void leaf_widths(kb_engine *e)
 {
     pi_state *st = e->impl;
@@ -825,14 +848,39 @@ static void leaf_widths(kb_engine *e)
     for (size_t i = 0; i < st->n_leaves; i++) {
         size_t id = st->leaves[i];
         double g = st->cells[id].gamma;
-        st->beta[id] = st->beta_scale *
-                       (st->B + st->R * sqrt(2.0 * (g + 1.0 + log_n - log(st->delta))));
+        double theory = st->beta_scale *
+                        (st->B + st->R * sqrt(2.0 * (g + 1.0 + log_n - log(st->delta))));
+        st->beta[id] = kb__width(e, theory, KB_WIDTH_UCB);
     }
+}
+
+/* A refit (kb__hyper_due) changes every leaf's kernel and noise: rebuild them all. */
+static int refit(kb_engine *e, kb_error *err)
+{
+    pi_state *st = e->impl;
+    int rc = kb__hyper_refit(e, err);
+    if (rc)
+        return rc;
+    if (!kb_config_is_set(e->cfg, "lambda"))
+        st->alpha = e->noise;
+    for (size_t i = 0; i < st->n_leaves; i++) {
+        cell *c = &st->cells[st->leaves[i]];
+        if ((rc = gp_rebuild(st, &e->kernel, c->gp)))
+            return kb__fail(err, rc, NULL, rc == KB_ENOMEM ? "out of memory"
+                                                           : "a leaf's kernel matrix is singular");
+        c->stale = 1;
+    }
+    return KB_OK;
 }
 
 static int pi_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     pi_state *st = e->impl;
+    if (kb__design_index(e, index))
+        return KB_OK;
+    int rc = kb__hyper_due(e) ? refit(e, err) : KB_OK;
+    if (rc)
+        return rc;
     double t0 = kb__now();
     maybe_refresh_pool(e);
     for (size_t i = 0; i < st->n_leaves; i++)
@@ -988,6 +1036,7 @@ const kb_engine_ops kb_engine_pi_gp_ucb = {
                "(Janz et al. 2020)",
     .options = pi_options,
     .max_dim = PI_MAX_DIM,
+    .fits_hyper = 1,
     .create = pi_create,
     .destroy = pi_destroy,
     .ask_one = pi_ask_one,

@@ -46,17 +46,22 @@ static int in_cell(const kb_pi_cell *c, const double *u)
     return 1;
 }
 
-static kb_engine *make_engine(kb_space *sp, const char *kv_initial, double horizon,
-                              double seed)
+/* The paper's algorithm (kernel given, nothing fitted, horizon known); with fitted != 0
+ * the engine at its defaults instead (hyperparameters fitted, cover from one cell). */
+static kb_engine *new_engine(kb_space *sp, const char *kv_initial, double horizon,
+                             double seed, int fitted)
 {
     kb_error err;
     kb_config *cfg = kb_config_new("pi-gp-ucb", &err);
     assert_non_null(cfg);
-    assert_int_equal(kb_config_set_string(cfg, "kernel", "matern32", &err), KB_OK);
-    assert_int_equal(kb_config_set_number(cfg, "lengthscale", 0.2, &err), KB_OK);
     assert_int_equal(kb_config_set_string(cfg, "input_scaling", "none", &err), KB_OK);
-    assert_int_equal(kb_config_set_number(cfg, "horizon", horizon, &err), KB_OK);
     assert_int_equal(kb_config_set_number(cfg, "seed", seed, &err), KB_OK);
+    if (!fitted) {
+        assert_int_equal(kb_config_set_string(cfg, "hyperparameters", "fixed", &err), KB_OK);
+        assert_int_equal(kb_config_set_string(cfg, "kernel", "matern32", &err), KB_OK);
+        assert_int_equal(kb_config_set_number(cfg, "lengthscale", 0.2, &err), KB_OK);
+        assert_int_equal(kb_config_set_number(cfg, "horizon", horizon, &err), KB_OK);
+    }
     if (kv_initial)
         assert_int_equal(kb_config_set_number(cfg, "initial_divisions", atof(kv_initial), &err),
                          KB_OK);
@@ -65,6 +70,12 @@ static kb_engine *make_engine(kb_space *sp, const char *kv_initial, double horiz
         fail_msg("create: %s (%s)", err.message, err.field);
     kb_config_free(cfg);
     return e;
+}
+
+static kb_engine *make_engine(kb_space *sp, const char *kv_initial, double horizon,
+                              double seed)
+{
+    return new_engine(sp, kv_initial, horizon, seed, 0);
 }
 
 /* One random step: ask, tell, abandon or observe (observations concentrate near a
@@ -367,16 +378,20 @@ static void drive(kb_engine *e, int n, size_t *idx)
     }
 }
 
+/* Same calls, same choices; a snapshot restores the same engine. Fitted engines too: their
+ * refits happen at observation counts, so they are a function of the calls as well. */
 static void deterministic_and_snapshot_restore(void **state)
 {
     (void)state;
     kb_error err;
-    for (int box = 0; box < 2; box++) {
+    for (int run = 0; run < 4; run++) {
+        int box = run & 1, fitted = run >> 1;
         kb_rng drv;
         kb_rng_seed(&drv, 21);
         double *cand = tu_uniform_matrix(&drv, 200, D, 0.0, 1.0);
         kb_space *sp = box ? kb_space_new_box(D, 64, &err) : kb_space_new_finite(cand, 200, D, &err);
-        kb_engine *a = make_engine(sp, NULL, 200, 4), *b = make_engine(sp, NULL, 200, 4);
+        kb_engine *a = new_engine(sp, NULL, 200, 4, fitted);
+        kb_engine *b = new_engine(sp, NULL, 200, 4, fitted);
         size_t ia[160], ib[160];
         drive(a, 40, ia);
         drive(b, 40, ib);
@@ -400,6 +415,10 @@ static void deterministic_and_snapshot_restore(void **state)
         kb_engine_stats(r, &str);
         assert_int_equal(sta.dict_size, str.dict_size);
         assert_int_equal(kb__pi_n_created(a), kb__pi_n_created(r));
+        kb_hyperparameters hp;
+        assert_int_equal(kb_engine_hyperparameters(a, &hp), KB_OK);
+        assert_int_equal(hp.fitting, fitted);
+        assert_true(fitted ? hp.fits >= 3 : hp.fits == 0);
         for (int i = 0; i < 160; i++)
             assert_true(ia[i] < 200);
         kb_engine_free(a);
