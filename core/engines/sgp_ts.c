@@ -57,8 +57,15 @@
  * randomization of TS diversifies concurrent asks. All randomness comes from e->rng
  * (restored if a refresh fails), so snapshot/restore by replay is exact. ops->posterior
  * is the sparse model's posterior (mean and predictive sd above); with Z = all observed
- * points it is the exact posterior. y is standardized at each refresh by
- * kb__output_stats (over distinct points: repeated arms do not shrink the scale).
+ * points it is the exact posterior. y is standardized at each refresh (kb__output_y: over
+ * distinct points, so repeated arms do not shrink the scale; warped on boxes when fitted).
+ *
+ * Fitted hyperparameters (the default; `hyperparameters = fixed` keeps the paper's
+ * setting): at a refresh when kb__hyper_due, the kernel and tau are refitted on all
+ * observations (kb__hyper_refit: the exact marginal likelihood on at most max_rows of them,
+ * hyper.c), the M features are drawn again for the new kernel and the model restarts from
+ * the prior before Z is drawn; the sample's scale alpha_t is then the common width (kb__width, 1 for
+ * Thompson sampling) instead of eq. 10's.
  */
 #include "ts.h"
 
@@ -256,14 +263,43 @@ static void embed_fill(kb_engine *e, sgp_ts *st, sgp_model *md)
     st->sec_embed += kb__now() - t0;
 }
 
-/* Brings the model up to date when refresh_every observations are waiting. Leaves
- * the engine (and its RNG) unchanged on failure. */
+/* New kernel and noise (kb__hyper_refit): the random features are drawn again for the new
+ * kernel and re-evaluated at the candidates, and the model restarts from the prior (its
+ * factors belong to the old kernel: the inducing points are then drawn by prior variance);
+ * the refresh that follows rebuilds it from every observation. */
+static int refit(kb_engine *e, sgp_ts *st, kb_error *err)
+{
+    int rc = kb__hyper_refit(e, err);
+    if (rc)
+        return rc;
+    st->lambda = e->noise;
+    ts_features feat;
+    if ((rc = kb__ts_features_draw(&feat, &e->kernel, &e->rng, st->M, err)))
+        return rc;
+    kb__ts_features_free(&st->feat);
+    st->feat = feat;
+    kb__ts_features_eval(&st->feat, e->space->u, e->space->n, st->PhiA);
+    model_free(&st->mod);
+    if (embed_alloc(e, st, &st->mod))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    embed_fill(e, st, &st->mod);
+    return KB_OK;
+}
+
+/* Brings the model up to date when refresh_every observations are waiting (refitting
+ * the hyperparameters first when due). Leaves the engine (and its RNG) unchanged on a
+ * failure of the sparse model; a refit stays. */
 static int maybe_refresh(kb_engine *e, kb_error *err)
 {
     sgp_ts *st = e->impl;
     if (e->n_obs - st->n < st->refresh_every)
         return KB_OK;
     double t0 = kb__now();
+    if (kb__hyper_due(e)) {
+        int rc = refit(e, st, err);
+        if (rc)
+            return rc;
+    }
     kb_rng saved = e->rng;
     sgp_model md = {0};
     int rc = choose_inducing(e, st, &md);
@@ -344,17 +380,21 @@ static int draw(kb_engine *e, const sgp_model *md, size_t M, const double *PhiU,
     return KB_OK;
 }
 
-static double current_alpha(const sgp_ts *st)
+/* The sample's scale: eq. 10, or the common width with fitted hyperparameters. */
+static double current_alpha(const kb_engine *e, const sgp_ts *st)
 {
-    return kb__ts_sgp_scale(st->B, st->R, st->lambda, st->n + 1, st->alpha_scale);
+    return kb__width(e, kb__ts_sgp_scale(st->B, st->R, st->lambda, st->n + 1, st->alpha_scale),
+                     1.0);
 }
 
 static int sgp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     sgp_ts *st = e->impl;
+    if (kb__design_index(e, index))
+        return KB_OK;
     double t0 = kb__now();
     int rc = draw(e, &st->mod, st->M, st->PhiA, st->mod.KAZ, st->mod.muA, st->mod.PhiZ,
-                  e->space->n, current_alpha(st), st->fA);
+                  e->space->n, current_alpha(e, st), st->fA);
     if (rc)
         return kb__fail(err, rc, NULL, "out of memory");
     if (kb__ts_argmax(e, st->fA, NULL, e->space->n, index) == KB_ASK_EXHAUSTED)
@@ -389,7 +429,7 @@ int kb__sgp_ts_draw(kb_engine *e, const double *U, size_t n, int fresh_features,
     kb_kernel_matrix(&e->kernel, U, n, md->Z, m, KUZ);
     if ((rc = predict(e, md, U, n, mu, NULL)))
         goto done;
-    rc = draw(e, md, M, PhiU, KUZ, mu, PhiZ, n, current_alpha(st), out);
+    rc = draw(e, md, M, PhiU, KUZ, mu, PhiZ, n, current_alpha(e, st), out);
 done:
     if (rc == KB_ENOMEM)
         kb__fail(err, rc, NULL, "out of memory");
@@ -422,7 +462,7 @@ static int sgp_ts_create(kb_engine *e, kb_error *err)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     e->impl = st;
     const kb_config *c = e->cfg;
-    st->lambda = kb_config_number(c, "lambda");
+    st->lambda = e->noise; /* lambda, or its fitted value (refit) */
     st->M = (size_t)kb_config_number(c, "features");
     st->q = kb_config_number(c, "q");
     st->B = kb_config_number(c, "B");
@@ -498,6 +538,7 @@ const kb_engine_ops kb_engine_sgp_ts = {
     .summary = "sparse variational GP Thompson sampling with decomposed sampling "
                "(Vakili, Picheny, Artemev, eq. 6)",
     .options = sgp_ts_options,
+    .fits_hyper = 1,
     .create = sgp_ts_create,
     .destroy = sgp_ts_destroy,
     .ask_one = sgp_ts_ask_one,

@@ -95,7 +95,7 @@ static kb_engine *warm_engine(const char *name, const char *const *opts, const d
 }
 
 /* The reference kernel: the test's lengthscale and lambda are set (held fixed); the kernel
- * variance is what the engine uses now (gp-ts fits it; sgp-ts keeps the default 1). */
+ * variance is what the engine uses now (gp-ts and sgp-ts fit it). */
 static kb_kernel engine_kernel(const kb_engine *e)
 {
     kb_hyperparameters hp;
@@ -232,7 +232,10 @@ static void sgp_ts_samples_match_exact_posterior(void **state)
     kb_engine_stats(e, &st);
     assert_int_equal(st.dict_size, NOBS);
     test_points(U);
-    kb_kernel k = tu_kernel(KB_KERNEL_RBF, DIM, 0.4);
+    kb_kernel k = engine_kernel(e);
+    kb_hyperparameters hp;
+    kb_engine_hyperparameters(e, &hp);
+    assert_true(hp.fits > 0 && hp.kernel_variance != 1.0); /* the fitted path is covered */
     assert_int_equal(tu_exact_posterior(&k, X, y, NOBS, 0.05, U, NTEST, mean, var), 0);
     exact_cov(&k, X, NOBS, 0.05, U, NTEST, cov);
 
