@@ -1,23 +1,27 @@
-"""This file contains the static checks of docker/ (no Docker engine runs in CI).
+"""This file contains the tests of docker/: static checks of its files (no container engine
+runs them).
 
-Tested: the Dockerfile has a bookworm build stage with the -dev packages and a runtime
+Static: the Dockerfile has a bookworm build stage with the -dev packages and a runtime
 stage without them; the runtime stage runs as a non-root USER, declares VOLUME /data,
-EXPOSE 8080, a HEALTHCHECK that curls /healthz, and starts the daemon on 0.0.0.0:8080
-with a token file; every directory the build COPYs exists; every shared library the
+EXPOSE 8080, a HEALTHCHECK running docker/healthcheck, its defaults (0.0.0.0:8080, a
+database on /data, the token secret) as KB_* variables and an empty CMD, so that
+arguments add to them; every path the build COPYs exists; every shared library the
 built daemon links directly comes from a package the runtime stage installs; compose.yaml
-parses and builds that Dockerfile with /data on a volume; the entrypoint (run here in
-the image's layout, with a stand-in daemon and with the real one) sets OPENBLAS_CORETYPE
-as scripts/openblas-coretype says and OPENBLAS_NUM_THREADS=1 unless given, passes its
-arguments on and execs the daemon (SIGTERM reaches it).
-Not tested (needs an engine): that the image builds, starts, and passes its health check
-(the entrypoint runs here under dash, the image's /bin/sh; the bash and grep that
-openblas-coretype needs are Essential packages of bookworm-slim).
+parses and builds that Dockerfile with /data on a volume; the build stage replayed here
+builds the daemon without a warning; the entrypoint (run here in the image's layout, with
+a stand-in daemon and with the real one) sets OPENBLAS_CORETYPE as scripts/openblas-coretype
+says and OPENBLAS_NUM_THREADS=1 unless given, passes its arguments on and execs the daemon
+(SIGTERM reaches it); the health check finds the daemon's listening socket on any address;
+the no-auth variant (empty KB_TOKEN_FILE, KB_INSECURE=1) starts and a missing token file
+does not.
+Not tested (needs an engine): that the image builds, starts, and passes its health check.
 """
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -28,6 +32,7 @@ from conftest import REPO, SANITIZED, Daemon, daemon_binary, shutdown_and_check
 
 DOCKER = REPO / "docker"
 IMAGE_ENTRYPOINT = "/usr/local/lib/kbandit/entrypoint"
+IMAGE_HEALTHCHECK = "/usr/local/lib/kbandit/healthcheck"
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6"}  # in every Debian base image
 
 
@@ -98,6 +103,14 @@ def test_multistage_bookworm(dockerfile):
     assert any(a.startswith(f"--from={stage_name} ") and "kbanditd" in a for a in copies), copies
 
 
+def env_of(values):
+    """The variables of ENV instructions (KEY=VALUE form)."""
+    env = {}
+    for v in values:
+        env.update(w.split("=", 1) for w in shlex.split(v))
+    return env
+
+
 def test_runtime_stage_contract(dockerfile):
     runtime = dockerfile[-1]
     ins = {}
@@ -108,17 +121,21 @@ def test_runtime_stage_contract(dockerfile):
     assert any("/data" in exec_form(v) or v.strip() == "/data" for v in ins["VOLUME"])
     assert any("8080" in v.split() or "8080/tcp" in v.split() for v in ins["EXPOSE"])
     (hc,) = ins["HEALTHCHECK"]
-    assert "CMD" in hc and "curl" in hc and "/healthz" in hc and "8080" in hc, hc
-    argv = exec_form(ins.get("ENTRYPOINT", ["[]"])[-1]) + exec_form(ins.get("CMD", ["[]"])[-1])
-    if argv[0] == IMAGE_ENTRYPOINT:  # it execs kbanditd with the arguments
-        assert any(exec_form(a)[:1] == ["docker/entrypoint"] and a.endswith("/usr/local/lib/kbandit/")
-                   for a in ins["COPY"]), ins["COPY"]
-        assert 'exec kbanditd "$@"' in (DOCKER / "entrypoint").read_text()
-    else:
-        assert any(a.endswith("kbanditd") for a in argv), argv
-    assert argv[argv.index("--listen") + 1] == "0.0.0.0:8080", argv
-    assert argv[argv.index("--db") + 1].startswith("/data/"), argv
-    assert "--token-file" in argv or "--insecure" in argv, argv
+    options, _, command = hc.partition("CMD")
+    assert exec_form(command.strip()) == [IMAGE_HEALTHCHECK], hc
+    assert 'exec kbanditd "$@"' in (DOCKER / "entrypoint").read_text()
+    for script in ("docker/entrypoint", "docker/healthcheck", "scripts/openblas-coretype"):
+        assert any(script in exec_form(a)[:-1] and exec_form(a)[-1] == "/usr/local/lib/kbandit/"
+                   for a in ins["COPY"]), (script, ins["COPY"])
+    # The defaults are variables and CMD is empty: `docker run IMAGE --log-level debug`
+    # must not drop them (a CMD's arguments are replaced by any argument).
+    assert exec_form(ins["ENTRYPOINT"][-1]) == [IMAGE_ENTRYPOINT]
+    assert exec_form(ins["CMD"][-1]) == [], ins["CMD"]
+    env = env_of(ins["ENV"])
+    assert env["KB_LISTEN"] == "0.0.0.0:8080", env
+    assert env["KB_DB"].startswith("/data/"), env
+    assert env["KB_TOKEN_FILE"] == "/run/secrets/kbandit_token", env
+    assert "KB_INSECURE" not in env, "auth must be on by default"
 
 
 def test_copied_paths_exist(dockerfile):
@@ -171,7 +188,8 @@ def test_compose_file():
 
 def test_build_stage_sources_suffice(dockerfile, tmp_path):
     """Replays the build stage without Docker: only what it COPYs, then its make command.
-    Catches a source directory missing from the COPY list."""
+    Catches a source missing from the COPY list, also one make only warns about (the
+    scripts/openblas-coretype it runs when it reads the Makefile)."""
     build = dockerfile[0]
     for ins, arg in build["ins"]:
         if ins == "COPY" and not arg.startswith("--from"):
@@ -182,12 +200,15 @@ def test_build_stage_sources_suffice(dockerfile, tmp_path):
                 if src.is_dir():
                     shutil.copytree(src, tmp_path / dst.rstrip("/"), dirs_exist_ok=True)
                 else:
-                    shutil.copy2(src, tmp_path / src.name)
+                    to = tmp_path / dst / src.name if dst.endswith("/") else tmp_path / dst
+                    to.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, to)
     runs = [a for i, a in build["ins"] if i == "RUN" and "make" in a]
     assert runs, "the build stage runs no make"
     cmd = runs[-1].split("&&")[0].replace('"$(nproc)"', "2")
     r = subprocess.run(cmd, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert r.stderr == "", r.stderr[-3000:]
     assert (tmp_path / "build" / "kbanditd").is_file()
 
 
@@ -259,3 +280,46 @@ def test_entrypoint_starts_the_daemon(tmp_path):
     finally:
         shutdown_and_check([d])
     assert d.exit_codes == [0], d.exit_codes
+
+
+def run_healthcheck(pid):
+    return subprocess.run(["/bin/sh", str(DOCKER / "healthcheck"), str(pid)], capture_output=True,
+                          text=True, timeout=30)
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:0", "0.0.0.0:0", "[::]:0", "[::1]:0", "localhost:0"])
+def test_healthcheck_follows_the_listening_socket(daemons, listen):
+    """docker/healthcheck, given the daemon's pid, asks /healthz where it listens: the
+    address of its listening socket, loopback for a wildcard."""
+    d = daemons(listen=listen, args=["--insecure"])
+    r = run_healthcheck(d.proc.pid)
+    assert r.returncode == 0, r.stderr
+    # It really asks /healthz: a stopped daemon holds its socket but is unhealthy.
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        r = run_healthcheck(d.proc.pid)
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    assert r.returncode == 1, r.stderr
+    pid = d.proc.pid
+    d.stop()
+    r = run_healthcheck(pid)
+    assert r.returncode == 1 and "no listening socket" in r.stderr, r.stderr
+
+
+def test_no_auth_variant(daemons, tmp_path):
+    """The image's no-auth run (README, Dockerfile): KB_TOKEN_FILE empty means no token
+    file, KB_INSECURE=1 allows the open address. Without KB_INSECURE it is refused, and
+    --insecure with the image's token file absent fails rather than opening up."""
+    d = daemons(listen="0.0.0.0:0", env={"KB_TOKEN_FILE": "", "KB_INSECURE": "1"})
+    assert d._listening_line(d.logs[-1])["auth"] is False
+    assert d.client().get("/v1/studies").status_code == 200
+    refused = daemons(listen="0.0.0.0:0", env={"KB_TOKEN_FILE": ""}, start=False)
+    refused.start(expect_fail=True)
+    assert refused.exit_codes[-1] != 0 and "--insecure" in refused.stderr(), refused.stderr()
+    missing = daemons(listen="0.0.0.0:0", args=["--insecure"], start=False,
+                      env={"KB_TOKEN_FILE": str(tmp_path / "kbandit_token")})
+    missing.start(expect_fail=True)
+    assert missing.exit_codes[-1] != 0 and "cannot read token file" in missing.stderr(), \
+        missing.stderr()
+
