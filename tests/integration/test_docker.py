@@ -1,5 +1,5 @@
-"""This file contains the tests of docker/: static checks of its files (no container engine
-runs them).
+"""This file contains the tests of docker/: static checks of its files, and the image built
+for real with buildah and run.
 
 Static: the Dockerfile has a bookworm build stage with the -dev packages and a runtime
 stage without them; the runtime stage runs as a non-root USER, declares VOLUME /data,
@@ -14,7 +14,15 @@ says and OPENBLAS_NUM_THREADS=1 unless given, passes its arguments on and execs 
 (SIGTERM reaches it); the health check finds the daemon's listening socket on any address;
 the no-auth variant (empty KB_TOKEN_FILE, KB_INSECURE=1) starts and a missing token file
 does not.
-Not tested (needs an engine): that the image builds, starts, and passes its health check.
+Real (scripts/docker-build-local: buildah, chroot isolation, a debootstrap base, no
+registry): the image builds without a warning and keeps its HEALTHCHECK; its user is
+kbandit 10001:10001 with no login shell; run as `docker run` would run it (its entrypoint,
+environment and user, a host directory as /data, the token as the secret, a network
+namespace of its own), it answers /healthz, refuses requests without the token, passes its
+health check (also with another --listen, which its health check follows, and with
+`--log-level debug`, which keeps the defaults), serves without auth in the no-auth variant,
+and a study with a told trial survives a restart in a new container on the same volume.
+These need root and buildah; they fail, never skip, when they cannot build or run.
 """
 import json
 import os
@@ -24,6 +32,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -294,13 +304,17 @@ def test_healthcheck_follows_the_listening_socket(daemons, listen):
     d = daemons(listen=listen, args=["--insecure"])
     r = run_healthcheck(d.proc.pid)
     assert r.returncode == 0, r.stderr
-    # It really asks /healthz: a stopped daemon holds its socket but is unhealthy.
+
+
+def test_healthcheck_fails_without_an_answer(daemons):
+    d = daemons()
+    # It really asks /healthz: a stopped daemon holds its socket but does not answer.
     os.kill(d.proc.pid, signal.SIGSTOP)
     try:
         r = run_healthcheck(d.proc.pid)
     finally:
         os.kill(d.proc.pid, signal.SIGCONT)
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 1 and "healthz" in r.stderr, r.stderr
     pid = d.proc.pid
     d.stop()
     r = run_healthcheck(pid)
@@ -323,3 +337,231 @@ def test_no_auth_variant(daemons, tmp_path):
     assert missing.exit_codes[-1] != 0 and "cannot read token file" in missing.stderr(), \
         missing.stderr()
 
+
+# ------------------------------------------------------- the image, built and run for real
+
+BUILD_SCRIPT = REPO / "scripts" / "docker-build-local"
+# Not the script's default, which a user may keep, and one per run: test runs of other
+# checkouts may share the image store.
+IMAGE_TAG = f"kbandit/kbanditd:pytest-{os.getpid()}"
+CACHE = Path(os.environ.get("KB_DOCKER_CACHE", "/var/cache/kbandit-docker"))
+BUILD_NOISE = re.compile(r"warning|no such file|not found|debconf: unable", re.I)
+KB_UID = 10001
+TOKEN = "docker-test-token-0123456789abcdef"
+
+
+def buildah(*args, check=True):
+    """buildah on the image store of scripts/docker-build-local."""
+    env = dict(os.environ, CONTAINERS_STORAGE_CONF=str(CACHE / "storage.conf"))
+    r = subprocess.run(["buildah", *args], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 or not check, f"buildah {args}: {r.stderr}"
+    return r
+
+
+@pytest.fixture(scope="module")
+def image():
+    """Builds the image with scripts/docker-build-local and returns its Docker config;
+    removes it at the end (the next build reuses only the base). Never skipped: a machine
+    that cannot build the image fails here."""
+    assert os.geteuid() == 0, "buildah with chroot isolation and no user namespace needs root"
+    r = subprocess.run([str(BUILD_SCRIPT), IMAGE_TAG], capture_output=True, text=True,
+                       timeout=1800)
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-6000:]
+    noise = [line for line in log.splitlines() if BUILD_NOISE.search(line)]
+    assert not noise, noise
+    info = json.loads(buildah("inspect", "--type", "image", IMAGE_TAG).stdout)
+    manifest = json.loads(info["Manifest"])
+    # The OCI format has no HEALTHCHECK; the script must build the Docker one.
+    assert manifest["mediaType"] == "application/vnd.docker.distribution.manifest.v2+json"
+    yield info["Docker"]["config"]
+    buildah("rmi", IMAGE_TAG)
+
+
+@pytest.fixture
+def netns():
+    """A network namespace with loopback up, as a container has: the daemon's defaults
+    (0.0.0.0:8080) cannot collide with the host's ports (chroot isolation has no network
+    namespace of its own)."""
+    name = f"kbandit-test-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], check=True)
+
+
+class Container:
+    """A working container of the image run as `docker run` runs it: the image's
+    ENTRYPOINT and CMD plus the arguments, its ENV, USER and WORKDIR (buildah run applies
+    them), `volume` as /data, the token file as the secret, in the network namespace."""
+
+    def __init__(self, config, netns, volume, token_file=None, env=None):
+        self.config, self.netns, self.volume = config, netns, volume
+        self.token_file, self.env = token_file, env or {}
+        self.name = buildah("from", "--pull=never", IMAGE_TAG).stdout.strip()
+        self.proc = self.log = None
+
+    def buildah_run(self, *argv, **popen):
+        cmd = ["ip", "netns", "exec", self.netns, "buildah", "run", "--isolation", "chroot",
+               "-v", f"{self.volume}:/data"]
+        if self.token_file:
+            cmd += ["-v", f"{self.token_file}:/run/secrets/kbandit_token:ro"]
+        for k, v in self.env.items():
+            cmd += ["-e", f"{k}={v}"]
+        env = dict(os.environ, CONTAINERS_STORAGE_CONF=str(CACHE / "storage.conf"))
+        return subprocess.Popen(cmd + [self.name, "--", *argv], env=env, **popen)
+
+    def exec(self, *argv):
+        """A command in the running container (as `docker exec`)."""
+        p = self.buildah_run(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=60)
+        return p.returncode, out, err
+
+    def start(self, *args, expect_fail=False):
+        self.log = self.volume.parent / f"{self.name}.log"
+        argv = self.config["Entrypoint"] + (self.config["Cmd"] or []) + list(args)
+        with open(self.log, "w") as log:
+            self.proc = self.buildah_run(*argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = Daemon._listening_line(self.log)
+            if line is not None:
+                return line
+            if self.proc.poll() is not None:
+                assert expect_fail, f"the container exited ({self.proc.returncode}):\n" + \
+                    self.log.read_text()
+                return None
+            time.sleep(0.1)
+        pytest.fail("the daemon did not start in the container:\n" + self.log.read_text())
+
+    def daemon_pid(self):
+        pids = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True,
+                              text=True, check=True).stdout.split()
+        found = [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "kbanditd"]
+        assert len(found) == 1, found
+        return int(found[0])
+
+    def stop(self):
+        """As `docker stop`: the STOPSIGNAL to the daemon; it must exit cleanly."""
+        os.kill(self.daemon_pid(), signal.Signals[self.config["StopSignal"]])
+        assert self.proc.wait(30) == 0, self.log.read_text()
+        assert '"msg":"stopped"' in self.log.read_text()
+
+    def healthcheck(self):
+        test = self.config["Healthcheck"]["Test"]
+        assert test[0] == "CMD", test
+        return self.exec(*test[1:])
+
+    def remove(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        buildah("rm", self.name, check=False)
+
+
+def http(netns, method, path, token=None, body=None, port=8080):
+    """(status, JSON body) of a request to the container's loopback, with the host's curl."""
+    cmd = ["ip", "netns", "exec", netns, "curl", "-sS", "--max-time", "20", "-X", method,
+           "-w", "\n%{http_code}", f"http://127.0.0.1:{port}{path}"]
+    if token:
+        cmd += ["-H", f"Authorization: Bearer {token}"]
+    if body is not None:
+        cmd += ["-H", "Content-Type: application/json", "--data-binary", json.dumps(body)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    text, _, status = r.stdout.rpartition("\n")
+    return int(status), json.loads(text) if text else None
+
+
+@pytest.fixture
+def run(image, netns, tmp_path):
+    """Factory of containers on one volume (a host directory owned by the image's user)
+    with the token secret; removes them at the end."""
+    volume = tmp_path / "data"
+    volume.mkdir()
+    os.chown(volume, KB_UID, KB_UID)
+    token_file = tmp_path / "kbandit_token"
+    token_file.write_text(TOKEN + "\n")
+    os.chown(token_file, KB_UID, KB_UID)
+    token_file.chmod(0o600)
+    made = []
+
+    def make(*args, secret=True, env=None, expect_fail=False):
+        c = Container(image, netns, volume, token_file if secret else None, env)
+        made.append(c)
+        c.started = c.start(*args, expect_fail=expect_fail)
+        return c
+
+    yield make
+    for c in made:
+        c.remove()
+
+
+def test_image_user_and_config(image, run):
+    assert image["Cmd"] in ([], None) and image["Entrypoint"] == [IMAGE_ENTRYPOINT], image
+    assert image["Healthcheck"]["Test"] == ["CMD", IMAGE_HEALTHCHECK], image["Healthcheck"]
+    c = run()
+    rc, out, err = c.exec("sh", "-c", "id -u; id -g; getent passwd kbandit; getent group kbandit")
+    assert rc == 0, err
+    uid, gid, passwd, group = out.splitlines()
+    assert (uid, gid) == (str(KB_UID), str(KB_UID)), out
+    assert passwd == f"kbandit:x:{KB_UID}:{KB_UID}::/data:/usr/sbin/nologin", passwd
+    assert group == f"kbandit:x:{KB_UID}:", group
+
+
+def test_container_serves_with_auth_and_keeps_its_study(run, netns):
+    c = run()
+    assert c.started["listen"] == "0.0.0.0:8080" and c.started["auth"] is True, c.started
+    assert c.started["db"] == "/data/kbandit.db", c.started
+    assert http(netns, "GET", "/healthz")[0] == 200
+    assert http(netns, "GET", "/v1/studies")[0] == 401
+    status, study = http(netns, "POST", "/v1/studies", TOKEN, {
+        "name": "in-docker", "engine": {"name": "random", "settings": {}},
+        "space": {"type": "candidates", "candidates": [[0.0], [0.5], [1.0]]}})
+    assert status == 201, study
+    sid = study["id"]
+    status, asked = http(netns, "POST", f"/v1/studies/{sid}/ask", TOKEN, {"worker": "w", "count": 1})
+    assert status == 200, asked
+    tid = asked["trials"][0]["id"]
+    assert http(netns, "POST", f"/v1/studies/{sid}/trials/{tid}/tell", TOKEN, {"value": 0.25})[0] == 200
+    rc, _, err = c.healthcheck()
+    assert rc == 0, err
+    c.stop()
+    rc, _, err = c.healthcheck()
+    assert rc == 1 and "no kbanditd process" in err, err
+
+    again = run()  # a new container on the same volume
+    status, trial = http(netns, "GET", f"/v1/studies/{sid}/trials/{tid}", TOKEN)
+    assert status == 200 and trial["state"] == "completed" and trial["value"] == 0.25, trial
+    again.stop()
+
+
+def test_arguments_add_to_the_defaults(run, netns):
+    """`docker run IMAGE --log-level debug` keeps 0.0.0.0:8080, the database and auth."""
+    c = run("--log-level", "debug")
+    assert c.started["listen"] == "0.0.0.0:8080" and c.started["auth"] is True, c.started
+    assert http(netns, "GET", "/v1/studies")[0] == 401
+    assert c.healthcheck()[0] == 0
+    c.stop()
+
+
+def test_healthcheck_follows_another_listen(run, netns):
+    c = run("--listen=[::]:9090")
+    assert c.started["port"] == 9090, c.started
+    rc, _, err = c.healthcheck()
+    assert rc == 0, err
+    with pytest.raises(AssertionError, match="Failed to connect"):  # the check did follow
+        http(netns, "GET", "/healthz")
+    c.stop()
+
+
+def test_no_auth_variant_in_the_container(run, netns):
+    c = run(secret=False, env={"KB_TOKEN_FILE": "", "KB_INSECURE": "1"})
+    assert c.started["auth"] is False, c.started
+    assert http(netns, "GET", "/v1/studies")[0] == 200
+    c.stop()
+    # --insecure alone keeps the token file setting: with no secret mounted, no start.
+    c = run("--insecure", secret=False, expect_fail=True)
+    assert c.proc.returncode != 0 and "cannot read token file" in c.log.read_text()
