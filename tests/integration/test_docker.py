@@ -436,12 +436,22 @@ class Container:
             time.sleep(0.1)
         pytest.fail("the daemon did not start in the container:\n" + self.log.read_text())
 
+    def daemon_pids(self):
+        """The kbanditd processes in the network namespace (host pids)."""
+        found = []
+        for pid in subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True,
+                                  text=True, check=True).stdout.split():
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "kbanditd":
+                    found.append(int(pid))
+            except FileNotFoundError:  # exited meanwhile
+                pass
+        return found
+
     def daemon_pid(self):
-        pids = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True,
-                              text=True, check=True).stdout.split()
-        found = [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "kbanditd"]
+        found = self.daemon_pids()
         assert len(found) == 1, found
-        return int(found[0])
+        return found[0]
 
     def stop(self):
         """As `docker stop`: the STOPSIGNAL to the daemon; it must exit cleanly."""
@@ -450,14 +460,22 @@ class Container:
         assert '"msg":"stopped"' in self.log.read_text()
 
     def healthcheck(self):
-        test = self.config["Healthcheck"]["Test"]
-        assert test[0] == "CMD", test
-        return self.exec(*test[1:])
+        """The image's HEALTHCHECK, run as Docker runs it."""
+        kind, *argv = self.config["Healthcheck"]["Test"]
+        assert kind in ("CMD", "CMD-SHELL"), kind
+        return self.exec(*argv) if kind == "CMD" else self.exec("/bin/sh", "-c", *argv)
 
     def remove(self):
+        """Kills what still runs (the daemon first: killing buildah run would orphan it)
+        and deletes the working container."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+            for pid in self.daemon_pids():
+                os.kill(pid, signal.SIGKILL)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         buildah("rm", self.name, check=False)
 
 
