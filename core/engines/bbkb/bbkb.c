@@ -1,5 +1,5 @@
 /*
- * bbkb.c - BBKB, batch budgeted kernelized bandits (Calandriello, Carratino, Lazaric,
+ * bbkb/bbkb.c - BBKB, batch budgeted kernelized bandits (Calandriello, Carratino, Lazaric,
  * Valko, Rosasco, ICML 2020; seed 004), and BKB (COLT 2019; seed 000) as the same
  * engine with C~ = 1.
  *
@@ -65,7 +65,7 @@
  * holds every candidate keyed by its UCB (or variance during initialization) computed
  * from var[i]. Memory is O(A m + T m): no A x A or T x T matrix (Kc, Z: A x m each).
  */
-#include "../src/internal.h"
+#include "../../src/internal.h"
 
 #include <cblas.h>
 #include <float.h>
