@@ -32,6 +32,10 @@ int kb__fail(kb_error *err, int code, const char *field, const char *fmt, ...)
 /* Monotonic clock in seconds. */
 double kb__now(void);
 
+/* Grows *arr (elem bytes each) to hold at least `need` elements: the capacity starts at
+ * 64 and doubles. KB_ENOMEM leaves *arr and *cap as they were. (engine.c) */
+int kb__grow(void **arr, size_t *cap, size_t need, size_t elem);
+
 /* ------------------------------------------------------------- space */
 
 /* Internal view of a space. For a finite set, `rows` are the input rows and `u` the

@@ -221,21 +221,6 @@ typedef struct bbkb {
     double sec_embed, sec_resparsify, sec_ask, sec_tell, flop_l3;
 } bbkb;
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return KB_OK;
-    size_t nc = *cap ? *cap : 64;
-    while (nc < need)
-        nc *= 2;
-    void *q = realloc(*p, nc * elem);
-    if (!q)
-        return KB_ENOMEM;
-    *p = q;
-    *cap = nc;
-    return KB_OK;
-}
-
 /* ------------------------------------------------------------ linear algebra */
 
 /* Zout (n x r) = embeddings of the rows of U (n x d) with the current dictionary. */
@@ -404,7 +389,7 @@ static int subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
     size_t A = st->A, m = st->m, nc = k + (mu != NULL);
     if (nc == 0)
         return KB_OK;
-    if (grow((void **)&st->gbuf, &st->cap_gbuf, ROW_BLOCK * nc, sizeof *st->gbuf))
+    if (kb__grow((void **)&st->gbuf, &st->cap_gbuf, ROW_BLOCK * nc, sizeof *st->gbuf))
         return KB_ENOMEM;
     for (size_t i0 = 0; i0 < A; i0 += ROW_BLOCK) {
         size_t n = A - i0 < ROW_BLOCK ? A - i0 : ROW_BLOCK;
@@ -675,7 +660,7 @@ typedef struct dataset {
 
 static int add_datum(dataset *ds, const double *u, size_t cand)
 {
-    if (grow((void **)&ds->rows, &ds->cap, ds->n + 1, sizeof *ds->rows))
+    if (kb__grow((void **)&ds->rows, &ds->cap, ds->n + 1, sizeof *ds->rows))
         return KB_ENOMEM;
     ds->rows[ds->n++] = (datum){u, cand, 0.0, 0.0, 0.0, 0.0, 0};
     return KB_OK;
@@ -924,8 +909,8 @@ static int save_departures(bbkb *st, const unsigned char *claimed, size_t m)
     st->lr_ok &= 2 * gone <= m; /* else the rank, >= 2 gone, makes it dearer */
     if (!st->lr_ok)
         return KB_OK;
-    if (grow((void **)&st->old_to_new, &st->cap_o2n, st->m, sizeof *st->old_to_new) ||
-        grow((void **)&st->Kgone, &st->cap_gone, gone, st->A * sizeof *st->Kgone)) {
+    if (kb__grow((void **)&st->old_to_new, &st->cap_o2n, st->m, sizeof *st->old_to_new) ||
+        kb__grow((void **)&st->Kgone, &st->cap_gone, gone, st->A * sizeof *st->Kgone)) {
         st->lr_ok = 0;
         return KB_ENOMEM;
     }
@@ -970,9 +955,9 @@ static int place_dictionary(kb_engine *e, const dataset *ds)
     unsigned char *taken = calloc(m ? m : 1, 1), *claimed = calloc(st->m ? st->m : 1, 1);
     int rc = slot && olds && fresh && taken && claimed ? KB_OK : KB_ENOMEM;
     /* Kc's columns are contiguous, so growing it keeps the cached ones. */
-    if (!rc && (grow((void **)&st->Kc, &st->cap_k, m, st->A * sizeof(double)) ||
-                grow((void **)&st->S, &st->cap_m, m, d * sizeof(double)) ||
-                grow((void **)&st->dcand, &st->cap_dc, m, sizeof *st->dcand)))
+    if (!rc && (kb__grow((void **)&st->Kc, &st->cap_k, m, st->A * sizeof(double)) ||
+                kb__grow((void **)&st->S, &st->cap_m, m, d * sizeof(double)) ||
+                kb__grow((void **)&st->dcand, &st->cap_dc, m, sizeof *st->dcand)))
         rc = KB_ENOMEM;
     for (size_t j = 0; !rc && j < ds->n; j++) { /* kept in place */
         size_t old = olds[j] = ds->rows[j].in ? old_slot(st, &ds->rows[j], claimed, d) : NONE;
@@ -1101,7 +1086,7 @@ static int build_embedding(kb_engine *e)
         if (!cholesky_embedding(st, Kf))
             rc = eigen_embedding(st, K);
     }
-    if (!rc && grow((void **)&st->Z, &st->cap_z, st->A * st->r, sizeof *st->Z))
+    if (!rc && kb__grow((void **)&st->Z, &st->cap_z, st->A * st->r, sizeof *st->Z))
         rc = KB_ENOMEM;
     st->zgen++;
     free(K);
@@ -1635,8 +1620,8 @@ static int bbkb_handed(kb_engine *e, uint64_t h, kb_error *err)
     bbkb *st = e->impl;
     double t0 = kb__now();
     size_t i = e->trials[h - 1].index, r = st->r;
-    if (grow((void **)&st->epoch_h, &st->cap_epoch, st->n_epoch + 1, sizeof *st->epoch_h) ||
-        grow((void **)&st->trial_var, &st->cap_trial, h, sizeof *st->trial_var))
+    if (kb__grow((void **)&st->epoch_h, &st->cap_epoch, st->n_epoch + 1, sizeof *st->epoch_h) ||
+        kb__grow((void **)&st->trial_var, &st->cap_trial, h, sizeof *st->trial_var))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     if (r) {
         memcpy(st->buf, zrow(st, i), r * sizeof *st->buf);
@@ -1743,7 +1728,7 @@ static int bbkb_observe(kb_engine *e, kb_error *err)
     bbkb *st = e->impl;
     size_t i = e->n_obs - 1, r = st->r;
     const double *u = e->obs_u + i * e->space->dim;
-    if (grow((void **)&st->obs_var, &st->cap_obs, e->n_obs, sizeof *st->obs_var))
+    if (kb__grow((void **)&st->obs_var, &st->cap_obs, e->n_obs, sizeof *st->obs_var))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     double kxx;
     kb_kernel_diag(&e->kernel, u, 1, &kxx);
