@@ -52,20 +52,8 @@
  * hallucinated point from V_t (exact: V_t is refactored from its sum, epoch_factor) and
  * from the epoch's batch sum; since variances then grow, every variance is recomputed
  * before the next selection.
- *
- * Invariants: V = lambda I + sum z z^T over every observe and every non-abandoned trial
- * not handed out in the current epoch (epoch_h), all embedded with the current
- * dictionary; L = chol(V_t), V_t = V + sum z z^T over epoch_h (hand-outs update only L);
- * Lstart = L at the epoch start;
- * for j < m, column j of Kc is k(., S_j) over the current candidates, and slot_of and
- * dcand are inverse maps between candidates and the slots that hold them;
- * |var_start[i] - sigma~^2_start(x_i)| <= start_err, a rounding estimate (0 unless
- * low_rank_start ran; measured errors stay 1e3-1e4 times below it);
- * var[i] >= the current sigma~^2 of candidate i, equal when stamp[i] == vstamp; the heap
- * holds every candidate keyed by its UCB (or variance during initialization) computed
- * from var[i]. Memory is O(A m + T m): no A x A or T x T matrix (Kc, Z: A x m each).
  */
-#include "../../src/internal.h"
+#include "bbkb_internal.h"
 
 #include <cblas.h>
 #include <float.h>
@@ -82,7 +70,6 @@
  * no eigenvalue would have been dropped. */
 #define EIG_RTOL 1e-10
 #define RCOND_MIN 1e-7
-#define NONE ((size_t)-1)
 /* low_rank_start's accumulated error estimate, relative to the prior variance, past which
  * the epoch start recomputes every variance: the bound is added to the heap keys, and a
  * larger one would only cost more lazy re-evaluations near the top. 1e-7 forced a full
@@ -94,7 +81,6 @@ static const char *const beta_choices[] = {"theory", "scaled", "fixed", NULL};
 static const char *const rule_choices[] = {"global", "local", NULL};
 static const char *const dict_choices[] = {"sampled", "coupled", "all", NULL};
 static const char *const start_choices[] = {"auto", "full", NULL};
-enum { DICT_SAMPLED, DICT_COUPLED, DICT_ALL };
 
 #define COMMON_OPTIONS                                                                        \
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 1, 0.01, NULL, NULL,                               \
@@ -146,80 +132,6 @@ static const kb_option_spec bkb_options[] = {
     COMMON_OPTIONS,
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
-
-typedef struct bbkb {
-    /* configuration */
-    double lambda, q, C, F, noise, delta, beta_scale, beta_fixed, partial, retain;
-    int beta_mode, local_rule, dict_mode, full_start;
-    double P;
-    /* dictionary and embedding: z(x) = W^T k_S(x) */
-    size_t m, r, cap_m, cap_dc;
-    double *S;        /* m x d, internal coordinates, in slot order */
-    size_t *dcand;    /* per slot: the candidate it is, NONE when not of the current pool */
-    int cols_valid;   /* the slots' Kc columns are of the current pool (see new_pool) */
-    double kdict_max; /* max k(s, s) over every dictionary point since new_pool */
-    double *W;        /* m x r */
-    /* candidates (A = space->n) */
-    size_t A;
-    double *Kc;       /* column-major A x m: Kc[j A + i] = k(x_i, S_j), room for cap_k columns */
-    size_t cap_k;
-    size_t *slot_of;  /* per candidate: its dictionary slot, or NONE */
-    double *coin;     /* dictionary = coupled: per candidate, its uniform draw (NAN: none yet) */
-    double *kdiag;    /* k(x_i, x_i) */
-    double *Z;        /* A x r: row i is z(x_i) when zstamp[i] == zgen (see zrow) */
-    size_t cap_z;
-    double *gbuf;     /* subtract_forms' scratch */
-    size_t cap_gbuf;
-    uint64_t *zstamp, zgen;
-    double *resid;    /* k(x,x) - ||z||^2, valid with row i of Z */
-    double *mu, *var_start, *var, *key;
-    double start_err; /* estimated bound on |var_start[i] - sigma~^2_start(x_i)| */
-    double kdiag_max; /* max_i k(x_i, x_i) */
-    /* epoch-start matrix M = W (I / lambda - V_start^{-1}) W^T, m_start x m_start over the
-     * slots of that epoch's dictionary (lower triangle), and its rounding scale */
-    double *Mstart, mstart_scale;
-    size_t m_start;
-    int mstart_valid;
-    /* the last placement, for low_rank_start (lr_ok: usable): old slot k of the
-     * dictionary at m_start went to slot old_to_new[k], or left it with its kernel column
-     * kept as column old_to_new[k] - m of Kgone (A x n_gone, column-major) */
-    int lr_ok;
-    size_t *old_to_new, cap_o2n, n_gone, cap_gone;
-    size_t lr_rank;   /* rank of the last low-rank update (sizes ritz_factor's try) */
-    double *Kgone;
-    /* kernel columns of points that left the dictionary, for when they come back (a
-     * sampled dictionary redraws every point at each resparsification): column j of
-     * Kaway (A x cap_away) is k(., x_{away_cand[j]}) (away_cand[j] == NONE: free),
-     * away_of[i] its column for candidate i or NONE, away_used[j] when stored (LRU) */
-    double *Kaway;
-    size_t *away_cand, *away_of, cap_away;
-    uint64_t *away_used, away_clock;
-    uint64_t *stamp;
-    size_t *heap, n_heap, *aside;
-    /* model */
-    /* r x r: V row-major (lower triangle; without the epoch's hand-outs, see the
-     * invariants); L = chol(V_t) and Lstart lower Cholesky factors stored column-major,
-     * so that chol_update rotates contiguous columns */
-    double *V, *L, *Lstart;
-    double *w;              /* mean weights, r */
-    double *buf;            /* r scratch */
-    double alpha;
-    uint64_t vstamp;
-    /* epoch */
-    int have_epoch, empty_model, closed, init_phase, init_epoch, dirty, global_fired;
-    double epoch_sum, logdet_sum;
-    double var_max;   /* max_i var_start[i] (within start_err of the exact value) */
-    uint64_t *epoch_h;
-    size_t n_epoch, cap_epoch;
-    double *rsum;     /* local rule: sum_s k~_start(x, x_s)^2 per candidate */
-    int rsum_valid;
-    /* per trial / observation: sigma~^2 at the start of its own epoch */
-    double *trial_var, *obs_var;
-    size_t cap_trial, cap_obs;
-    /* statistics */
-    uint64_t epoch, epoch_asks, last_batch, epochs_low_rank;
-    double sec_embed, sec_resparsify, sec_ask, sec_tell, flop_l3;
-} bbkb;
 
 /* ------------------------------------------------------------ linear algebra */
 
@@ -642,21 +554,6 @@ static int bbkb_create(kb_engine *e, kb_error *err)
 }
 
 /* ------------------------------------------------------- resparsification */
-
-/* One row of the data a resparsification rebuilds V from: a selected or observed point
- * (a candidate of the current pool when cand != NONE, aggregated over its selections). */
-typedef struct datum {
-    const double *u;
-    size_t cand;
-    double n_all, n_told, ysum; /* sum of standardized told y (see standardize_rows) */
-    double var;           /* sigma~^2 at the start of the closing epoch (for sampling) */
-    int in;               /* drawn into the new dictionary */
-} datum;
-
-typedef struct dataset {
-    datum *rows;
-    size_t n, cap;
-} dataset;
 
 static int add_datum(dataset *ds, const double *u, size_t cand)
 {
