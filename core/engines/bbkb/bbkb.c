@@ -6,13 +6,14 @@
  * What is implemented (seed 004 numbering):
  *   - Nystrom embedding z(x) = K_S^{+/2} k_S(x) from the dictionary S (section 2), by
  *     a Cholesky factorization of K_S when it is well conditioned, else an
- *     eigendecomposition that drops tiny eigenvalues (build_embedding). The kernel
+ *     eigendecomposition that drops tiny eigenvalues (kb__bbkb_build_embedding). The kernel
  *     columns k(x_i, s) of every candidate are cached per dictionary point and reused
  *     while the point stays in the dictionary (place_dictionary) or when it comes back
  *     (Kaway), and the epoch-start mean and variance of all A candidates come from one
  *     dgemm over those columns (candidate_posterior); z(x_i) itself is formed only for
- *     the candidates an epoch touches (zrow, zrows). Per resparsification: A x (new
- *     dictionary points) kernel evaluations and 2 A m r flops, Appendix C's A m^2 term;
+ *     the candidates an epoch touches (kb__bbkb_zrow, kb__bbkb_zrows). Per
+ *     resparsification: A x (new dictionary points) kernel evaluations and 2 A m r flops,
+ *     Appendix C's A m^2 term;
  *     or, when few points entered or left the dictionary, 2 A m (rank + 1) flops for a
  *     low-rank update of the previous epoch's variances (low_rank_start);
  *   - the DTC posterior of eqs. (1)-(3): mu~(x) = z^T V_f^{-1} Z_f^T y over the told
@@ -62,14 +63,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Eigenvalues of K_S below EIG_RTOL * max are dropped from K_S^{+/2}: below that, the
- * inverse square root amplifies the round-off of k_S(x) by more than 1e5, and the dropped
- * directions carry less than 1e-10 of k(x, x). The Cholesky form is used only when
- * dpocon's estimate of 1 / cond(K_S) is at least RCOND_MIN, 1e3 above that level: a margin
- * for the estimate (a lower bound on ||K_S^{-1}||_1, usually within a factor 3), so that
- * no eigenvalue would have been dropped. */
-#define EIG_RTOL 1e-10
-#define RCOND_MIN 1e-7
 /* low_rank_start's accumulated error estimate, relative to the prior variance, past which
  * the epoch start recomputes every variance: the bound is added to the heap keys, and a
  * larger one would only cost more lazy re-evaluations near the top. 1e-7 forced a full
@@ -135,22 +128,6 @@ static const kb_option_spec bkb_options[] = {
 
 /* ------------------------------------------------------------ linear algebra */
 
-/* Zout (n x r) = embeddings of the rows of U (n x d) with the current dictionary. */
-static int embed_rows(const kb_engine *e, const double *U, size_t n, double *Zout)
-{
-    bbkb *st = e->impl;
-    if (n == 0 || st->r == 0)
-        return KB_OK;
-    double *K = malloc(n * st->m * sizeof *K);
-    if (!K)
-        return KB_ENOMEM;
-    kb_kernel_matrix(&e->kernel, U, n, st->S, st->m, K);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)st->r, (int)st->m,
-                1.0, K, (int)st->m, st->W, (int)st->r, 0.0, Zout, (int)st->r);
-    free(K);
-    return KB_OK;
-}
-
 /* ||L^{-1} z||^2 = z^T V^{-1} z. */
 static double quad_form(const bbkb *st, const double *L, const double *z)
 {
@@ -201,59 +178,12 @@ static int cholesky(size_t r, const double *V, double *L)
                                                                                  : KB_OK;
 }
 
-/* Row i of Z (and resid[i]) for the current dictionary, computed on first use: an epoch
- * needs z only for the few candidates it hands out or lazily re-evaluates. */
-static const double *zrow(bbkb *st, size_t i)
-{
-    double *z = st->Z + i * st->r;
-    if (st->zstamp[i] == st->zgen)
-        return z;
-    if (st->r)
-        cblas_dgemv(CblasRowMajor, CblasTrans, (int)st->m, (int)st->r, 1.0, st->W,
-                    (int)st->r, st->Kc + i, (int)st->A, 0.0, z, 1);
-    st->resid[i] = st->kdiag[i] - (st->r ? cblas_ddot((int)st->r, z, 1, z, 1) : 0.0);
-    st->zstamp[i] = st->zgen;
-    return z;
-}
-
-/* zrow for every candidate of cand[0..n) (NONE entries skipped) at once: one gemm over
- * their gathered kernel rows instead of a gemv each, for rebuild_model, which embeds
- * every selected point at each resparsification. */
-static int zrows(bbkb *st, const size_t *cand, size_t n)
-{
-    size_t m = st->m, r = st->r, k = 0;
-    size_t *todo = malloc((n + 1) * sizeof *todo);
-    double *G = malloc((n * m + 1) * sizeof *G), *Zr = malloc((n * r + 1) * sizeof *Zr);
-    int rc = todo && G && Zr ? KB_OK : KB_ENOMEM;
-    for (size_t j = 0; !rc && j < n; j++)
-        if (cand[j] != NONE && st->zstamp[cand[j]] != st->zgen) {
-            st->zstamp[cand[j]] = st->zgen; /* also skips repeats */
-            todo[k++] = cand[j];
-        }
-    for (size_t s = 0; s < m; s++)
-        for (size_t j = 0; j < k; j++)
-            G[j * m + s] = st->Kc[s * st->A + todo[j]];
-    if (k && r)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)k, (int)r, (int)m, 1.0, G,
-                    (int)m, st->W, (int)r, 0.0, Zr, (int)r);
-    for (size_t j = 0; j < k; j++) {
-        const double *z = Zr + j * r;
-        if (r) /* Z may be unallocated when r == 0 */
-            memcpy(st->Z + todo[j] * r, z, r * sizeof *z);
-        st->resid[todo[j]] = st->kdiag[todo[j]] - (r ? cblas_ddot((int)r, z, 1, z, 1) : 0.0);
-    }
-    free(todo);
-    free(G);
-    free(Zr);
-    return rc;
-}
-
 /* sigma~^2_start(x_i), exactly: var_start[i] carries low_rank_start's error. */
 static double start_variance(bbkb *st, size_t i)
 {
     if (st->start_err == 0.0)
         return st->var_start[i];
-    const double *z = zrow(st, i);
+    const double *z = kb__bbkb_zrow(st, i);
     return st->resid[i] / st->lambda + quad_form(st, st->Lstart, z);
 }
 
@@ -639,7 +569,7 @@ static int closing_variances(kb_engine *e, dataset *ds)
             memcpy(U + d * k++, ds->rows[j].u, d * sizeof *U);
     if (!rc) {
         kb_kernel_diag(&e->kernel, U, n, kd);
-        rc = embed_rows(e, U, n, Zr);
+        rc = kb__bbkb_embed_rows(e, U, n, Zr);
     }
     if (!rc) {
         for (size_t i = 0; i < n && st->r; i++)
@@ -912,85 +842,6 @@ static int place_dictionary(kb_engine *e, const dataset *ds)
     return rc;
 }
 
-/* W = L^{-T} (m x m, r = m) from K_S = L L^T when K_S is well conditioned: then K_S^+ is
- * K_S^{-1}, no eigenvalue would be dropped, and z = L^{-1} k_S is eigen_embedding's z up
- * to a rotation, which no posterior quantity sees. m^3 / 3 flops against the ~9 m^3 of an
- * eigendecomposition (2.4 ms per epoch at m = 221, a sixth of the 20,000-arm benchmark:
- * docs/BENCHMARKS.md). Returns 0, W unset, when dpocon's estimate of 1 / cond_1(K_S)
- * (cond_2 <= cond_1) is below RCOND_MIN. K (row-major, lower triangle) is destroyed. */
-static int cholesky_embedding(bbkb *st, double *K)
-{
-    lapack_int m = (lapack_int)st->m;
-    double anorm = LAPACKE_dlansy(LAPACK_ROW_MAJOR, '1', 'L', m, K, m), rcond = 0.0;
-    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', m, K, m) ||
-        LAPACKE_dpocon(LAPACK_ROW_MAJOR, 'L', m, K, m, anorm, &rcond) || rcond < RCOND_MIN ||
-        LAPACKE_dtrtri(LAPACK_ROW_MAJOR, 'L', 'N', m, K, m))
-        return 0;
-    st->r = st->m;
-    for (size_t i = 0; i < st->m; i++)
-        for (size_t j = 0; j < st->m; j++)
-            st->W[i * st->m + j] = j >= i ? K[j * st->m + i] : 0.0;
-    return 1;
-}
-
-/* W = Q_r diag(e_r^{-1/2}) from K_S = Q diag(e) Q^T, dropping the eigenvalues below
- * EIG_RTOL x the largest: the pseudo-inverse square root. K is destroyed. */
-static int eigen_embedding(bbkb *st, double *K)
-{
-    size_t m = st->m;
-    double *ev = malloc(m * sizeof *ev);
-    if (!ev)
-        return KB_ENOMEM;
-    if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'L', (lapack_int)m, K, (lapack_int)m, ev)) {
-        free(ev);
-        return KB_ENUMERIC;
-    }
-    double cut = EIG_RTOL * ev[m - 1];
-    size_t first = 0;
-    while (first < m && !(ev[first] > cut))
-        first++;
-    st->r = m - first;
-    for (size_t i = 0; i < m; i++)
-        for (size_t j = 0; j < st->r; j++)
-            st->W[i * st->r + j] = K[i * m + first + j] / sqrt(ev[first + j]);
-    free(ev);
-    return KB_OK;
-}
-
-/* W (m x r), z(x) = W^T k_S(x): cholesky_embedding, else eigen_embedding. */
-static int build_embedding(kb_engine *e)
-{
-    bbkb *st = e->impl;
-    size_t m = st->m, d = e->space->dim;
-    free(st->W);
-    st->W = NULL;
-    st->r = 0;
-    if (m == 0)
-        return KB_OK;
-    double *K = malloc(m * m * sizeof *K), *Kf = malloc(m * m * sizeof *Kf);
-    st->W = malloc(m * m * sizeof *st->W);
-    int rc = K && Kf && st->W ? KB_OK : KB_ENOMEM;
-    if (!rc) {
-        /* Pairwise, not kb_kernel_matrix: its |a|^2 + |b|^2 - 2ab distances leave ~1e-16
-         * on the diagonal, which Matern 1/2's sqrt turns into 1e-8 errors in K_S. */
-        for (size_t i = 0; i < m; i++)
-            for (size_t j = 0; j <= i; j++)
-                K[i * m + j] = K[j * m + i] =
-                    kb_kernel_eval(&e->kernel, st->S + i * d, st->S + j * d);
-        for (size_t i = 0; i < m; i++)
-            st->kdict_max = K[i * m + i] > st->kdict_max ? K[i * m + i] : st->kdict_max;
-        memcpy(Kf, K, m * m * sizeof *K); /* the copy a failed Cholesky destroys */
-        if (!cholesky_embedding(st, Kf))
-            rc = eigen_embedding(st, K);
-    }
-    if (!rc && kb__grow((void **)&st->Z, &st->cap_z, st->A * st->r, sizeof *st->Z))
-        rc = KB_ENOMEM;
-    st->zgen++;
-    free(K);
-    free(Kf);
-    return rc;
-}
-
 /* V, L, Lstart and the mean weights w from the data, embedded with the new dictionary. */
 static int rebuild_model(kb_engine *e, const dataset *ds)
 {
@@ -1010,13 +861,13 @@ static int rebuild_model(kb_engine *e, const dataset *ds)
     for (size_t j = 0; !rc && j < n; j++)
         cand[j] = ds->rows[j].cand;
     if (!rc)
-        rc = zrows(st, cand, n);
+        rc = kb__bbkb_zrows(st, cand, n);
     if (!rc && r) {
         double *Zg = malloc((ng ? ng : 1) * r * sizeof *Zg);
-        rc = Zg ? embed_rows(e, U, ng, Zg) : KB_ENOMEM;
+        rc = Zg ? kb__bbkb_embed_rows(e, U, ng, Zg) : KB_ENOMEM;
         for (size_t j = 0, g = 0; !rc && j < n; j++) {
             const datum *dt = &ds->rows[j];
-            const double *z = dt->cand != NONE ? zrow(st, dt->cand) : Zg + r * g++;
+            const double *z = dt->cand != NONE ? kb__bbkb_zrow(st, dt->cand) : Zg + r * g++;
             memcpy(R + j * r, z, r * sizeof *R);
         }
         free(Zg);
@@ -1300,7 +1151,7 @@ static int resparsify(kb_engine *e)
         double t1 = kb__now();
         rc = place_dictionary(e, &ds);
         if (!rc)
-            rc = build_embedding(e);
+            rc = kb__bbkb_build_embedding(e);
         st->sec_embed += kb__now() - t1;
     }
     if (!rc)
@@ -1354,7 +1205,7 @@ static int start_covariance_column(kb_engine *e, size_t j, double *col)
         free(a);
         return KB_ENOMEM;
     }
-    const double *zj = zrow(st, j);
+    const double *zj = kb__bbkb_zrow(st, j);
     memcpy(v, zj, r * sizeof *v);
     cblas_dtrsv(CblasColMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)r, st->Lstart,
                 (int)r, v, 1);
@@ -1441,7 +1292,7 @@ static int lazy_pick(kb_engine *e, size_t *index)
             continue;
         }
         if (st->stamp[i] != st->vstamp) {
-            const double *z = zrow(st, i);
+            const double *z = kb__bbkb_zrow(st, i);
             st->var[i] = st->resid[i] / st->lambda + quad_form(st, st->L, z);
             st->stamp[i] = st->vstamp;
             st->key[i] = key_of(st, i);
@@ -1521,7 +1372,7 @@ static int bbkb_handed(kb_engine *e, uint64_t h, kb_error *err)
         kb__grow((void **)&st->trial_var, &st->cap_trial, h, sizeof *st->trial_var))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     if (r) {
-        memcpy(st->buf, zrow(st, i), r * sizeof *st->buf);
+        memcpy(st->buf, kb__bbkb_zrow(st, i), r * sizeof *st->buf);
         chol_update(st->L, r, st->buf);
         st->vstamp++;
     }
@@ -1561,7 +1412,8 @@ static int epoch_factor(kb_engine *e, uint64_t skip, double *L)
     int rc = Vc && Zc ? KB_OK : KB_ENOMEM;
     for (size_t k = 0; !rc && k < st->n_epoch; k++)
         if (st->epoch_h[k] != skip)
-            memcpy(Zc + r * n++, zrow(st, e->trials[st->epoch_h[k] - 1].index), r * sizeof *Zc);
+            memcpy(Zc + r * n++, kb__bbkb_zrow(st, e->trials[st->epoch_h[k] - 1].index),
+                   r * sizeof *Zc);
     if (!rc) {
         memcpy(Vc, st->V, r * r * sizeof *Vc);
         if (n)
@@ -1588,9 +1440,9 @@ static int bbkb_abandon(kb_engine *e, uint64_t h, kb_error *err)
         int rc = L && (z || at != NONE) ? KB_OK : KB_ENOMEM;
         if (!rc && z) {
             if (t->generation == e->space->generation)
-                memcpy(z, zrow(st, t->index), r * sizeof *z);
+                memcpy(z, kb__bbkb_zrow(st, t->index), r * sizeof *z);
             else
-                rc = embed_rows(e, kb__trial_u(e, h), 1, z);
+                rc = kb__bbkb_embed_rows(e, kb__trial_u(e, h), 1, z);
             if (!rc)
                 cblas_dsyr(CblasRowMajor, CblasLower, (int)r, -1.0, z, 1, st->V, (int)r);
         }
@@ -1632,7 +1484,7 @@ static int bbkb_observe(kb_engine *e, kb_error *err)
     double var = kxx / st->lambda;
     if (st->have_epoch && r) {
         double *z = malloc(r * sizeof *z);
-        if (!z || embed_rows(e, u, 1, z)) {
+        if (!z || kb__bbkb_embed_rows(e, u, 1, z)) {
             free(z);
             return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
         }
@@ -1657,7 +1509,7 @@ static int bbkb_posterior(kb_engine *e, const double *U, size_t n, double *mean,
     bbkb *st = e->impl;
     size_t r = st->have_epoch ? st->r : 0;
     double *Zr = malloc((n ? n : 1) * (r ? r : 1) * sizeof *Zr);
-    if (!Zr || (r && embed_rows(e, U, n, Zr))) {
+    if (!Zr || (r && kb__bbkb_embed_rows(e, U, n, Zr))) {
         free(Zr);
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     }

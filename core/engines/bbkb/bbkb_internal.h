@@ -49,7 +49,7 @@ typedef struct bbkb {
     size_t *slot_of;  /* per candidate: its dictionary slot, or NONE */
     double *coin;     /* dictionary = coupled: per candidate, its uniform draw (NAN: none yet) */
     double *kdiag;    /* k(x_i, x_i) */
-    double *Z;        /* A x r: row i is z(x_i) when zstamp[i] == zgen (see zrow) */
+    double *Z;        /* A x r: row i is z(x_i) when zstamp[i] == zgen (see kb__bbkb_zrow) */
     size_t cap_z;
     double *gbuf;     /* subtract_forms' scratch */
     size_t cap_gbuf;
@@ -118,5 +118,19 @@ typedef struct dataset {
     datum *rows;
     size_t n, cap;
 } dataset;
+
+/* ------------------------------------------------------------ embedding.c */
+
+/* Zout (n x r) = z of the n rows of U (n x d, internal coordinates): n m kernel
+ * evaluations, for points that are not candidates. KB_ENOMEM. */
+int kb__bbkb_embed_rows(const kb_engine *e, const double *U, size_t n, double *Zout);
+/* z(x_i) (r entries, owned by st) of candidate i, and resid[i], computed on first use in
+ * the current embedding. */
+const double *kb__bbkb_zrow(bbkb *st, size_t i);
+/* kb__bbkb_zrow for every candidate of cand[0..n) (NONE entries skipped) as one product. */
+int kb__bbkb_zrows(bbkb *st, const size_t *cand, size_t n);
+/* W and r for the dictionary S[0..m) (K_S^{+/2}); Z resized, every row invalidated.
+ * KB_ENOMEM, KB_ENUMERIC. */
+int kb__bbkb_build_embedding(kb_engine *e);
 
 #endif
