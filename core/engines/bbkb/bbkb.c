@@ -10,7 +10,7 @@
  *     columns k(x_i, s) of every candidate are cached per dictionary point and reused
  *     while the point stays in the dictionary (place_dictionary) or when it comes back
  *     (Kaway), and the epoch-start mean and variance of all A candidates come from one
- *     dgemm over those columns (candidate_posterior); z(x_i) itself is formed only for
+ *     dgemm over those columns (kb__bbkb_candidate_posterior); z(x_i) itself is formed only for
  *     the candidates an epoch touches (kb__bbkb_zrow, kb__bbkb_zrows). Per
  *     resparsification: A x (new dictionary points) kernel evaluations and 2 A m r flops,
  *     Appendix C's A m^2 term;
@@ -128,166 +128,8 @@ static const kb_option_spec bkb_options[] = {
 
 /* ------------------------------------------------------------ linear algebra */
 
-/* ||L^{-1} z||^2 = z^T V^{-1} z. */
-static double quad_form(const bbkb *st, const double *L, const double *z)
-{
-    if (st->r == 0)
-        return 0.0;
-    memcpy(st->buf, z, st->r * sizeof *z);
-    cblas_dtrsv(CblasColMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)st->r, L,
-                (int)st->r, st->buf, 1);
-    return cblas_ddot((int)st->r, st->buf, 1, st->buf, 1);
-}
-
-/* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows of Zr (BLAS-3). */
-static int row_variances(const bbkb *st, const double *L, const double *Zr,
-                         const double *resid, size_t n, double *out)
-{
-    size_t r = st->r;
-    double *T = r ? malloc(n * r * sizeof *T) : NULL;
-    if (r && n && !T)
-        return KB_ENOMEM;
-    if (r && n) {
-        memcpy(T, Zr, n * r * sizeof *T);
-        cblas_dtrsm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)n,
-                    (int)r, 1.0, L, (int)r, T, (int)r);
-    }
-    for (size_t i = 0; i < n; i++)
-        out[i] = resid[i] / st->lambda + (r ? cblas_ddot((int)r, T + i * r, 1, T + i * r, 1) : 0);
-    free(T);
-    return KB_OK;
-}
-
-/* L L^T + x x^T = L' L'^T by Givens rotations (x is destroyed; L column-major). */
-static void chol_update(double *L, size_t r, double *x)
-{
-    for (size_t k = 0; k < r; k++) {
-        double lkk = L[k * r + k], h = hypot(lkk, x[k]);
-        double c = lkk / h, s = x[k] / h;
-        L[k * r + k] = h;
-        if (k + 1 < r)
-            cblas_drot((int)(r - k - 1), L + k * r + k + 1, 1, x + k + 1, 1, c, s);
-    }
-}
-
-/* L (column-major) = chol(V), V row-major with its lower triangle set. */
-static int cholesky(size_t r, const double *V, double *L)
-{
-    cblas_domatcopy(CblasRowMajor, CblasTrans, (int)r, (int)r, 1.0, V, (int)r, L, (int)r);
-    return LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', (lapack_int)r, L, (lapack_int)r) ? KB_ENUMERIC
-                                                                                 : KB_OK;
-}
-
-/* sigma~^2_start(x_i), exactly: var_start[i] carries low_rank_start's error. */
-static double start_variance(bbkb *st, size_t i)
-{
-    if (st->start_err == 0.0)
-        return st->var_start[i];
-    const double *z = kb__bbkb_zrow(st, i);
-    return st->resid[i] / st->lambda + quad_form(st, st->Lstart, z);
-}
-
-/* F (r x rank, column-major) with F F^T = I / lambda - V^{-1}, V = L L^T: pivoted
- * Cholesky, since the matrix is only semidefinite (no data along a direction leaves a
- * zero eigenvalue). tol 0 stops at a non-positive pivot: what is dropped is round-off. */
-static int variance_factor(const bbkb *st, const double *L, double **F, size_t *rank)
-{
-    size_t r = st->r;
-    lapack_int rk = 0, *piv = malloc(r * sizeof *piv);
-    double *M = malloc(r * r * sizeof *M);
-    *F = calloc(r * r, sizeof **F);
-    int rc = piv && M && *F ? KB_OK : KB_ENOMEM;
-    if (!rc) {
-        memcpy(M, L, r * r * sizeof *M);
-        if (LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r))
-            rc = KB_ENUMERIC;
-    }
-    /* V^{-1}(i, j), i >= j, is at M[j r + i] (column-major); the row-major lower triangle
-     * written here occupies the other half */
-    for (size_t i = 0; !rc && i < r; i++)
-        for (size_t j = 0; j <= i; j++)
-            M[i * r + j] = (i == j ? 1.0 / st->lambda : 0.0) - M[j * r + i];
-    if (!rc && LAPACKE_dpstrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r, piv,
-                              &rk, 0.0) < 0)
-        rc = KB_ENUMERIC;
-    for (size_t i = 0; !rc && i < r; i++)
-        for (size_t j = 0; j <= i && j < (size_t)rk; j++)
-            (*F)[j * r + (size_t)(piv[i] - 1)] = M[i * r + j];
-    *rank = rc ? 0 : (size_t)rk;
-    free(piv);
-    free(M);
-    return rc;
-}
-
-/* For every candidate i, var[i] -= sum_j sign_j (k(x_i)^T H_j)^2 over the first k
- * columns of H (column-major, leading dimension ld; sign NULL: all +1), and, when mu is
- * not NULL, mu[i] = k(x_i)^T H_k, with k(x_i) = the cached kernel columns: the m
- * dictionary slots of Kc, then the n_gone departed ones of Kgone when ld > m. dgemm over
- * blocks of ROW_BLOCK candidates, so that the product is summed while still in cache. */
-#define ROW_BLOCK 1024
-static int subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
-                          const double *sign, double *var, double *mu)
-{
-    size_t A = st->A, m = st->m, nc = k + (mu != NULL);
-    if (nc == 0)
-        return KB_OK;
-    if (kb__grow((void **)&st->gbuf, &st->cap_gbuf, ROW_BLOCK * nc, sizeof *st->gbuf))
-        return KB_ENOMEM;
-    for (size_t i0 = 0; i0 < A; i0 += ROW_BLOCK) {
-        size_t n = A - i0 < ROW_BLOCK ? A - i0 : ROW_BLOCK;
-        double *G = st->gbuf;
-        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)nc, (int)m, 1.0,
-                    st->Kc + i0, (int)A, H, (int)ld, 0.0, G, (int)n);
-        if (ld > m)
-            cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)nc,
-                        (int)(ld - m), 1.0, st->Kgone + i0, (int)A, H + m, (int)ld, 1.0, G,
-                        (int)n);
-        for (size_t j = 0; j < k; j++) {
-            const double *g = G + j * n;
-            double s = sign ? sign[j] : 1.0;
-            for (size_t i = 0; i < n; i++)
-                var[i0 + i] -= s * g[i] * g[i];
-        }
-        if (mu)
-            memcpy(mu + i0, G + k * n, n * sizeof *mu);
-    }
-    st->flop_l3 += 2.0 * (double)A * (double)ld * (double)nc;
-    return KB_OK;
-}
-
-/* var[i] = sigma~^2(x_i) with V = L L^T for every candidate, and mu[i] = z(x_i)^T w when
- * mu is not NULL: eq. (3), (k - ||z||^2) / lambda + z^T V^{-1} z, is
- * k / lambda - z^T (I / lambda - V^{-1}) z = k / lambda - ||k_S(x)^T W F||^2, and
- * mu = k_S(x)^T (W w) rides along as one more column (subtract_forms). */
-static int candidate_posterior(bbkb *st, const double *L, double *var, double *mu)
-{
-    size_t A = st->A, r = st->r, m = st->m, k = 0;
-    for (size_t i = 0; i < A; i++)
-        var[i] = st->kdiag[i] / st->lambda;
-    if (r == 0) {
-        if (mu)
-            memset(mu, 0, A * sizeof *mu);
-        return KB_OK;
-    }
-    double *F = NULL;
-    int rc = variance_factor(st, L, &F, &k);
-    double *H = rc ? NULL : malloc(m * (k + 1) * sizeof *H);
-    rc = rc ? rc : H ? KB_OK : KB_ENOMEM;
-    if (!rc) {
-        if (k)
-            cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)m, (int)k, (int)r, 1.0,
-                        st->W, (int)r, F, (int)r, 0.0, H, (int)m);
-        cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)r, 1.0, st->W, (int)r, st->w, 1,
-                    0.0, H + k * m, 1);
-        rc = subtract_forms(st, H, m, k, NULL, var, mu);
-    }
-    free(F);
-    free(H);
-    return rc;
-}
-
 /* M (m x m, row-major, lower triangle) = W (I / lambda - V^{-1}) W^T with V = L L^T, so
- * that sigma~^2(x) = k(x,x) / lambda - k_S(x)^T M k_S(x) (candidate_posterior's form).
+ * that sigma~^2(x) = k(x,x) / lambda - k_S(x)^T M k_S(x) (kb__bbkb_candidate_posterior's form).
  * *scale = max_i ||W_i||^2 / lambda + ||(W L^{-T})_i||^2 bounds the magnitude of the
  * products each entry sums, which sets its rounding error (low_rank_start). */
 static int start_matrix(const bbkb *st, double *M, double *scale)
@@ -555,7 +397,7 @@ static int closing_variances(kb_engine *e, dataset *ds)
     size_t d = e->space->dim, n = 0;
     for (size_t j = 0; j < ds->n; j++)
         if (ds->rows[j].cand != NONE && st->have_epoch)
-            ds->rows[j].var = start_variance(st, ds->rows[j].cand);
+            ds->rows[j].var = kb__bbkb_start_variance(st, ds->rows[j].cand);
         else
             n++;
     if (n == 0)
@@ -574,7 +416,7 @@ static int closing_variances(kb_engine *e, dataset *ds)
     if (!rc) {
         for (size_t i = 0; i < n && st->r; i++)
             kd[i] -= cblas_ddot((int)st->r, Zr + i * st->r, 1, Zr + i * st->r, 1);
-        rc = row_variances(st, st->Lstart, Zr, kd, n, v);
+        rc = kb__bbkb_row_variances(st, st->Lstart, Zr, kd, n, v);
     }
     k = 0;
     for (size_t j = 0; !rc && j < ds->n; j++)
@@ -842,93 +684,6 @@ static int place_dictionary(kb_engine *e, const dataset *ds)
     return rc;
 }
 
-/* V, L, Lstart and the mean weights w from the data, embedded with the new dictionary. */
-static int rebuild_model(kb_engine *e, const dataset *ds)
-{
-    bbkb *st = e->impl;
-    size_t r = st->r, n = ds->n, d = e->space->dim, ng = 0;
-    size_t rr = r ? r : 1;
-    double *V = calloc(rr * rr, sizeof *V), *Vt = calloc(rr * rr, sizeof *Vt);
-    double *L = malloc(rr * rr * sizeof *L), *Ls = malloc(rr * rr * sizeof *Ls);
-    double *w = calloc(rr, sizeof *w), *buf = malloc(rr * sizeof *buf);
-    double *R = malloc((n ? n : 1) * rr * sizeof *R), *Ra = malloc((n ? n : 1) * rr * sizeof *Ra);
-    double *U = malloc((n ? n : 1) * d * sizeof *U);
-    size_t *cand = malloc((n ? n : 1) * sizeof *cand);
-    int rc = V && Vt && L && Ls && w && buf && R && Ra && U && cand ? KB_OK : KB_ENOMEM;
-    for (size_t j = 0; !rc && j < n; j++)
-        if (ds->rows[j].cand == NONE)
-            memcpy(U + d * ng++, ds->rows[j].u, d * sizeof *U);
-    for (size_t j = 0; !rc && j < n; j++)
-        cand[j] = ds->rows[j].cand;
-    if (!rc)
-        rc = kb__bbkb_zrows(st, cand, n);
-    if (!rc && r) {
-        double *Zg = malloc((ng ? ng : 1) * r * sizeof *Zg);
-        rc = Zg ? kb__bbkb_embed_rows(e, U, ng, Zg) : KB_ENOMEM;
-        for (size_t j = 0, g = 0; !rc && j < n; j++) {
-            const datum *dt = &ds->rows[j];
-            const double *z = dt->cand != NONE ? kb__bbkb_zrow(st, dt->cand) : Zg + r * g++;
-            memcpy(R + j * r, z, r * sizeof *R);
-        }
-        free(Zg);
-    }
-    int all_told = 1;
-    for (size_t j = 0; j < n; j++)
-        all_told &= ds->rows[j].n_told == ds->rows[j].n_all;
-    if (!rc && r) {
-        /* V = lambda I + R^T diag(n_all) R, V_told likewise with n_told (the same matrix
-         * when every selection has been told); b = R^T ysum. */
-        for (int told = 0; told < 2 - all_told; told++) {
-            double *M = told ? Vt : V;
-            for (size_t j = 0; j < n; j++) {
-                double c = sqrt(told ? ds->rows[j].n_told : ds->rows[j].n_all);
-                for (size_t k = 0; k < r; k++)
-                    Ra[j * r + k] = c * R[j * r + k];
-            }
-            if (n)
-                cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)n, 1.0, Ra,
-                            (int)r, 0.0, M, (int)r);
-            for (size_t k = 0; k < r; k++)
-                M[k * r + k] += st->lambda;
-        }
-        for (size_t j = 0; j < n; j++)
-            cblas_daxpy((int)r, ds->rows[j].ysum, R + j * r, 1, w, 1);
-        if (cholesky(r, V, L))
-            rc = KB_ENUMERIC;
-        else if (all_told)
-            rc = LAPACKE_dpotrs(LAPACK_COL_MAJOR, 'L', (lapack_int)r, 1, L, (lapack_int)r, w,
-                                (lapack_int)r) ? KB_ENUMERIC : KB_OK;
-        else if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, Vt, (lapack_int)r) ||
-                 LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, 1, Vt, (lapack_int)r, w, 1))
-            rc = KB_ENUMERIC;
-        memcpy(Ls, L, r * r * sizeof *L);
-    }
-    free(Vt);
-    free(R);
-    free(Ra);
-    free(U);
-    free(cand);
-    if (rc) {
-        free(V);
-        free(L);
-        free(Ls);
-        free(w);
-        free(buf);
-        return rc;
-    }
-    free(st->V);
-    free(st->L);
-    free(st->Lstart);
-    free(st->w);
-    free(st->buf);
-    st->V = V;
-    st->L = L;
-    st->Lstart = Ls;
-    st->w = w;
-    st->buf = buf;
-    return KB_OK;
-}
-
 /* alpha = C~ beta~ (Theorem 2). The theoretical width is a worst case over every f with
  * ||f|| <= F and over-explores in practice: on the abalone protocol (data/README.md,
  * T = 2000, C~ = 2, RBF 17.5 on standardized features) beta = theory gives regret ratios
@@ -1042,7 +797,7 @@ static int ritz_factor(const double *D, size_t u, size_t p, double tol, double *
  * start_err accumulates a bound on what that and the rounding cost, and past
  * START_ERR_LIMIT of the prior variance, or when the rank is not small, the full product
  * runs instead. Selections stay exact: the heap keys add start_err and are re-evaluated
- * before use, and start_variance recomputes what the batch rule and the dictionary
+ * before use, and kb__bbkb_start_variance recomputes what the batch rule and the dictionary
  * sampling read. Sets *done. */
 static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
 {
@@ -1076,7 +831,7 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
         memset(H + k * u, 0, u * sizeof *H);
         cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)r, 1.0, st->W, (int)r, st->w, 1,
                     0.0, H + k * u, 1);
-        rc = subtract_forms(st, H, u, k, sign, st->var_start, st->mu);
+        rc = kb__bbkb_subtract_forms(st, H, u, k, sign, st->var_start, st->mu);
         if (!rc) {
             st->start_err = err;
             st->lr_rank = k;
@@ -1090,7 +845,7 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
     return rc;
 }
 
-/* var_start and mu for the new epoch (low_rank_start, else candidate_posterior), and
+/* var_start and mu for the new epoch (low_rank_start, else kb__bbkb_candidate_posterior), and
  * Mstart for the next one. */
 static int epoch_start_posterior(bbkb *st)
 {
@@ -1105,7 +860,7 @@ static int epoch_start_posterior(bbkb *st)
     }
     st->mstart_valid = 0;
     if (!rc && !done) {
-        rc = candidate_posterior(st, st->L, st->var_start, st->mu);
+        rc = kb__bbkb_candidate_posterior(st, st->L, st->var_start, st->mu);
         st->start_err = 0.0;
     }
     if (!rc && M) {
@@ -1155,7 +910,7 @@ static int resparsify(kb_engine *e)
         st->sec_embed += kb__now() - t1;
     }
     if (!rc)
-        rc = rebuild_model(e, &ds);
+        rc = kb__bbkb_rebuild_model(e, &ds);
     if (!rc)
         rc = epoch_start_posterior(st);
     free(rowof);
@@ -1293,7 +1048,7 @@ static int lazy_pick(kb_engine *e, size_t *index)
         }
         if (st->stamp[i] != st->vstamp) {
             const double *z = kb__bbkb_zrow(st, i);
-            st->var[i] = st->resid[i] / st->lambda + quad_form(st, st->L, z);
+            st->var[i] = st->resid[i] / st->lambda + kb__bbkb_quad_form(st, st->L, z);
             st->stamp[i] = st->vstamp;
             st->key[i] = key_of(st, i);
             sift_down(st, 0);
@@ -1312,7 +1067,7 @@ static int lazy_pick(kb_engine *e, size_t *index)
 
 static int refresh_all_variances(bbkb *st)
 {
-    int rc = candidate_posterior(st, st->L, st->var, NULL);
+    int rc = kb__bbkb_candidate_posterior(st, st->L, st->var, NULL);
     if (rc)
         return rc;
     st->vstamp++;
@@ -1373,10 +1128,10 @@ static int bbkb_handed(kb_engine *e, uint64_t h, kb_error *err)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     if (r) {
         memcpy(st->buf, kb__bbkb_zrow(st, i), r * sizeof *st->buf);
-        chol_update(st->L, r, st->buf);
+        kb__bbkb_chol_update(st->L, r, st->buf);
         st->vstamp++;
     }
-    double v0 = start_variance(st, i);
+    double v0 = kb__bbkb_start_variance(st, i);
     st->trial_var[h - 1] = v0;
     st->epoch_h[st->n_epoch++] = h;
     st->epoch_sum += v0;
@@ -1419,7 +1174,7 @@ static int epoch_factor(kb_engine *e, uint64_t skip, double *L)
         if (n)
             cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)n, 1.0, Zc, (int)r,
                         1.0, Vc, (int)r);
-        rc = cholesky(r, Vc, L);
+        rc = kb__bbkb_cholesky(r, Vc, L);
     }
     free(Vc);
     free(Zc);
@@ -1488,9 +1243,10 @@ static int bbkb_observe(kb_engine *e, kb_error *err)
             free(z);
             return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
         }
-        var = (kxx - cblas_ddot((int)r, z, 1, z, 1)) / st->lambda + quad_form(st, st->Lstart, z);
+        var = (kxx - cblas_ddot((int)r, z, 1, z, 1)) / st->lambda +
+              kb__bbkb_quad_form(st, st->Lstart, z);
         cblas_dsyr(CblasRowMajor, CblasLower, (int)r, 1.0, z, 1, st->V, (int)r);
-        chol_update(st->L, r, z);
+        kb__bbkb_chol_update(st->L, r, z);
         st->vstamp++;
         free(z);
     }
@@ -1518,7 +1274,7 @@ static int bbkb_posterior(kb_engine *e, const double *U, size_t n, double *mean,
         const double *z = Zr + i * r;
         mean[i] = r ? cblas_ddot((int)r, z, 1, st->w, 1) : 0.0;
         double v = sd[i] - (r ? cblas_ddot((int)r, z, 1, z, 1) : 0.0);
-        v += r ? st->lambda * quad_form(st, st->L, z) : 0.0;
+        v += r ? st->lambda * kb__bbkb_quad_form(st, st->L, z) : 0.0;
         sd[i] = sqrt(v > 0.0 ? v : 0.0);
     }
     free(Zr);

@@ -51,7 +51,7 @@ typedef struct bbkb {
     double *kdiag;    /* k(x_i, x_i) */
     double *Z;        /* A x r: row i is z(x_i) when zstamp[i] == zgen (see kb__bbkb_zrow) */
     size_t cap_z;
-    double *gbuf;     /* subtract_forms' scratch */
+    double *gbuf;     /* kb__bbkb_subtract_forms' scratch */
     size_t cap_gbuf;
     uint64_t *zstamp, zgen;
     double *resid;    /* k(x,x) - ||z||^2, valid with row i of Z */
@@ -82,7 +82,7 @@ typedef struct bbkb {
     /* model */
     /* r x r: V row-major (lower triangle; without the epoch's hand-outs, see the
      * invariants); L = chol(V_t) and Lstart lower Cholesky factors stored column-major,
-     * so that chol_update rotates contiguous columns */
+     * so that kb__bbkb_chol_update rotates contiguous columns */
     double *V, *L, *Lstart;
     double *w;              /* mean weights, r */
     double *buf;            /* r scratch */
@@ -132,5 +132,30 @@ int kb__bbkb_zrows(bbkb *st, const size_t *cand, size_t n);
 /* W and r for the dictionary S[0..m) (K_S^{+/2}); Z resized, every row invalidated.
  * KB_ENOMEM, KB_ENUMERIC. */
 int kb__bbkb_build_embedding(kb_engine *e);
+
+/* ------------------------------------------------------------ posterior.c */
+
+/* ||L^{-1} z||^2 = z^T V^{-1} z for V = L L^T (r x r); uses st->buf. */
+double kb__bbkb_quad_form(const bbkb *st, const double *L, const double *z);
+/* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows z_i of Zr. KB_ENOMEM. */
+int kb__bbkb_row_variances(const bbkb *st, const double *L, const double *Zr, const double *resid,
+                  size_t n, double *out);
+/* L L^T + x x^T = L' L'^T in place (L column-major, r x r); x is destroyed. */
+void kb__bbkb_chol_update(double *L, size_t r, double *x);
+/* L (column-major) = chol(V), V row-major with its lower triangle set. KB_ENUMERIC. */
+int kb__bbkb_cholesky(size_t r, const double *V, double *L);
+/* sigma~^2_start(x_i) of candidate i, exact even after low_rank_start. */
+double kb__bbkb_start_variance(bbkb *st, size_t i);
+/* var[i] -= sum_j sign_j (k(x_i)^T H_j)^2 over the first k columns of H (leading
+ * dimension ld: the m slots of Kc, then the departed columns of Kgone when ld > m;
+ * sign NULL: all +1), and mu[i] = k(x_i)^T H_k when mu is not NULL. KB_ENOMEM. */
+int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k, const double *sign,
+                   double *var, double *mu);
+/* var[i] = sigma~^2(x_i) with V = L L^T for every candidate, and mu[i] = mu~(x_i) when mu
+ * is not NULL. KB_ENOMEM, KB_ENUMERIC. */
+int kb__bbkb_candidate_posterior(bbkb *st, const double *L, double *var, double *mu);
+/* V, L, Lstart and w from the data rows, embedded with the new dictionary; the state is
+ * unchanged on failure (KB_ENOMEM, KB_ENUMERIC). */
+int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds);
 
 #endif

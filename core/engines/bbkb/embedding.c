@@ -60,7 +60,7 @@ const double *kb__bbkb_zrow(bbkb *st, size_t i)
 }
 
 /* kb__bbkb_zrow for every candidate of cand[0..n) (NONE entries skipped) at once: one gemm over
- * their gathered kernel rows instead of a gemv each, for rebuild_model, which embeds
+ * their gathered kernel rows instead of a gemv each, for kb__bbkb_rebuild_model, which embeds
  * every selected point at each resparsification. */
 int kb__bbkb_zrows(bbkb *st, const size_t *cand, size_t n)
 {
