@@ -158,4 +158,11 @@ int kb__bbkb_candidate_posterior(bbkb *st, const double *L, double *var, double 
  * unchanged on failure (KB_ENOMEM, KB_ENUMERIC). */
 int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds);
 
+/* ------------------------------------------------------------- low_rank.c */
+
+/* var_start and mu for the new epoch (low_rank_start when it applies, else
+ * candidate_posterior; start_err set), and Mstart for the next one. KB_ENOMEM,
+ * KB_ENUMERIC. */
+int kb__bbkb_epoch_start_posterior(bbkb *st);
+
 #endif
