@@ -39,8 +39,8 @@ typedef struct bbkb {
     size_t m, r, cap_m, cap_dc;
     double *S;        /* m x d, internal coordinates, in slot order */
     size_t *dcand;    /* per slot: the candidate it is, NONE when not of the current pool */
-    int cols_valid;   /* the slots' Kc columns are of the current pool (see new_pool) */
-    double kdict_max; /* max k(s, s) over every dictionary point since new_pool */
+    int cols_valid;   /* the slots' Kc columns are of the current pool (see kb__bbkb_new_pool) */
+    double kdict_max; /* max k(s, s) over every dictionary point since kb__bbkb_new_pool */
     double *W;        /* m x r */
     /* candidates (A = space->n) */
     size_t A;
@@ -164,5 +164,17 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds);
  * candidate_posterior; start_err set), and Mstart for the next one. KB_ENOMEM,
  * KB_ENUMERIC. */
 int kb__bbkb_epoch_start_posterior(bbkb *st);
+
+/* ----------------------------------------------------------- dictionary.c */
+
+/* The candidates are new (creation, or a box's pool refresh): kdiag recomputed, every
+ * cached kernel column and coin dropped, every row of Z invalidated. */
+void kb__bbkb_new_pool(kb_engine *e);
+/* The data rows of every non-abandoned trial and observe, with rows[].in marking the
+ * new dictionary (Algorithm 1 L11-16, retain). KB_ENOMEM. */
+int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds);
+/* The rows marked in as the new dictionary: S, m, dcand, slot_of, Kc (and what
+ * low_rank_start needs of the old one). KB_ENOMEM; then no cached column is trusted. */
+int kb__bbkb_place_dictionary(kb_engine *e, const dataset *ds);
 
 #endif

@@ -8,7 +8,7 @@
  *
  * Invariants: row i of Z and resid[i] = k(x_i, x_i) - ||z(x_i)||^2 hold for the current
  * W and candidate pool exactly when zstamp[i] == zgen; zgen changes whenever W
- * (kb__bbkb_build_embedding) or the pool (new_pool) does; kdict_max >= k(s, s) over every
+ * (kb__bbkb_build_embedding) or the pool (kb__bbkb_new_pool) does; kdict_max >= k(s, s) over every
  * dictionary point since the pool was drawn.
  */
 #include "bbkb_internal.h"
