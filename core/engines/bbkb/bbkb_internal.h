@@ -177,4 +177,21 @@ int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds);
  * low_rank_start needs of the old one). KB_ENOMEM; then no cached column is trusted. */
 int kb__bbkb_place_dictionary(kb_engine *e, const dataset *ds);
 
+/* ------------------------------------------------------------ selection.c */
+
+/* alpha = C~ beta~ (Theorem 2, or the beta option's form) for the coming epoch. */
+void kb__bbkb_update_alpha(const kb_engine *e, bbkb *st);
+/* Every candidate back in the heap, keyed from var[] (exact: var[] is the current
+ * sigma~^2, else an upper bound to re-evaluate before use). */
+void kb__bbkb_heap_rebuild(bbkb *st, int exact);
+/* The next point of the epoch into *index; 0 when every candidate is excluded. */
+int kb__bbkb_pick(kb_engine *e, size_t *index);
+/* Every variance recomputed from L (after an abandon made them grow). KB_ENOMEM,
+ * KB_ENUMERIC. */
+int kb__bbkb_refresh_all_variances(bbkb *st);
+/* rsum += k~_start(., x_cand)^2 (the local rule's sums). KB_ENOMEM. */
+int kb__bbkb_add_local_term(kb_engine *e, size_t cand);
+/* st->closed from Lemma 1, then (local rule) Lemma 3. KB_ENOMEM. */
+int kb__bbkb_update_closed(kb_engine *e);
+
 #endif
