@@ -1,48 +1,52 @@
 /*
  * bbkb/bbkb.c - BBKB, batch budgeted kernelized bandits (Calandriello, Carratino, Lazaric,
  * Valko, Rosasco, ICML 2020; seed 004), and BKB (COLT 2019; seed 000) as the same
- * engine with C~ = 1.
+ * engine with C~ = 1: the options, create / destroy, the resparsification that opens
+ * each epoch, the ask / hand-out / tell / abandon / observe ops, the posterior and the
+ * statistics, and the two vtables. The engine's state and the functions its files share
+ * are in bbkb_internal.h.
  *
- * What is implemented (seed 004 numbering):
- *   - Nystrom embedding z(x) = K_S^{+/2} k_S(x) from the dictionary S (section 2), by
- *     a Cholesky factorization of K_S when it is well conditioned, else an
- *     eigendecomposition that drops tiny eigenvalues (kb__bbkb_build_embedding). The kernel
- *     columns k(x_i, s) of every candidate are cached per dictionary point and reused
- *     while the point stays in the dictionary (kb__bbkb_place_dictionary) or when it comes back
- *     (Kaway), and the epoch-start mean and variance of all A candidates come from one
- *     dgemm over those columns (kb__bbkb_candidate_posterior); z(x_i) itself is formed only for
- *     the candidates an epoch touches (kb__bbkb_zrow, kb__bbkb_zrows). Per
- *     resparsification: A x (new dictionary points) kernel evaluations and 2 A m r flops,
- *     Appendix C's A m^2 term;
- *     or, when few points entered or left the dictionary, 2 A m (rank + 1) flops for a
- *     low-rank update of the previous epoch's variances (low_rank_start);
- *   - the DTC posterior of eqs. (1)-(3): mu~(x) = z^T V_f^{-1} Z_f^T y over the told
- *     points, sigma~^2_t(x) = (k(x,x) - ||z||^2) / lambda + z^T V_t^{-1} z with
+ * What is implemented (seed 004 numbering), and where:
+ *   - embedding.c: the Nystrom embedding z(x) = K_S^{+/2} k_S(x) from the dictionary S
+ *     (section 2), by a Cholesky factorization of K_S when it is well conditioned, else
+ *     an eigendecomposition that drops tiny eigenvalues; z(x_i) is formed only for the
+ *     candidates an epoch touches;
+ *   - dictionary.c: the resparsification L11-16 with p_s = min(1, q sigma~^2_start(x_s))
+ *     where "start" is the start of the epoch that just closed, for every selected
+ *     point; optionally (dictionary = coupled) with each point's coin kept across
+ *     resparsifications, the incremental update seed 000 section 3 describes ("a more
+ *     efficient variant"; its analysis is open there), which keeps consecutive
+ *     dictionaries mostly equal; and members of the previous dictionary that the draw
+ *     left out are kept, up to a fraction (retain) of the draw (a superset is as
+ *     accurate). The kernel columns k(x_i, s) of every candidate are cached per
+ *     dictionary point and reused while the point stays in the dictionary or when it
+ *     comes back;
+ *   - posterior.c: the DTC posterior of eqs. (1)-(3): mu~(x) = z^T V_f^{-1} Z_f^T y over
+ *     the told points, sigma~^2_t(x) = (k(x,x) - ||z||^2) / lambda + z^T V_t^{-1} z with
  *     V_t = Z_t^T Z_t + lambda I over every point selected so far, pending points being
  *     hallucinated (they enter V_t, not the mean: a hallucinated y equal to the current
  *     mean leaves the ridge solution unchanged, so "told only" IS the hallucinated mean);
- *   - Algorithm 1: UCB mu~ + alpha sigma~_t with the dictionary and the mean frozen within
- *     an epoch, rank-one Cholesky updates of V_t per hand-out, lazy re-evaluation of the
- *     UCBs (L8, appendix A.3) with a max-heap of stale upper bounds, the global batch rule
- *     of Lemma 1 (L5: the epoch closes once 1 + sum_s sigma~^2_start(x_s) > C~, the point
- *     that crosses the threshold being the last of the batch) or global-then-local
- *     (Lemma 3, appendix B.3: once the global rule fires, keep going while
- *     max_x 1 + sum_s k~_start(x, x_s)^2 / sigma~^2_start(x) <= C~), and the
- *     resparsification L11-16 with p_s = min(1, q sigma~^2_start(x_s)) where "start" is
- *     the start of the epoch that just closed, for every selected point; optionally
- *     (dictionary = coupled) with each point's coin kept across resparsifications, the
- *     incremental update seed 000 section 3 describes ("a more efficient variant"; its
- *     analysis is open there), which keeps consecutive dictionaries mostly equal; and
- *     members of the previous dictionary that the draw left out are kept, up to a
- *     fraction (retain) of the draw (retain_members: a superset is as accurate);
- *   - outputs standardized over distinct points, not per evaluation (kb__output_stats:
- *     the per-evaluation sd collapses while the run exploits one arm, which locked runs
- *     onto a mediocre arm);
- *   - alpha = C~ beta~ with beta~ of Theorem 2:
- *     2 xi sqrt(sum_s log(1 + 3 sigma~^2_{fb(s-1)}(x_s)) + log(1/delta)) + (1+sqrt2) sqrt(lambda) F,
- *     the sum running over the points with feedback, each with the variance it had at the
- *     start of its own epoch;
- *   - section 4: uncertainty-sampling initialization to parallelism P (argmax sigma~_t
+ *     the epoch-start mean and variance of all A candidates come from one dgemm over the
+ *     cached columns. Per resparsification: A x (new dictionary points) kernel
+ *     evaluations and 2 A m r flops, Appendix C's A m^2 term;
+ *   - low_rank.c: or, when few points entered or left the dictionary, 2 A m (rank + 1)
+ *     flops for a low-rank update of the previous epoch's variances;
+ *   - selection.c: Algorithm 1's UCB mu~ + alpha sigma~_t with the dictionary and the
+ *     mean frozen within an epoch, lazy re-evaluation of the UCBs (L8, appendix A.3) with
+ *     a max-heap of stale upper bounds, the global batch rule of Lemma 1 (L5: the epoch
+ *     closes once 1 + sum_s sigma~^2_start(x_s) > C~, the point that crosses the
+ *     threshold being the last of the batch) or global-then-local (Lemma 3, appendix
+ *     B.3: once the global rule fires, keep going while
+ *     max_x 1 + sum_s k~_start(x, x_s)^2 / sigma~^2_start(x) <= C~); alpha = C~ beta~
+ *     with beta~ of Theorem 2:
+ *       2 xi sqrt(sum_s log(1 + 3 sigma~^2_{fb(s-1)}(x_s)) + log(1/delta))
+ *       + (1+sqrt2) sqrt(lambda) F,
+ *     the sum running over the points with feedback, each with the variance it had at
+ *     the start of its own epoch (logdet_sum, kept here by tell and observe);
+ *   - here: rank-one Cholesky updates of V_t per hand-out; outputs standardized over
+ *     distinct points, not per evaluation (kb__output_stats: the per-evaluation sd
+ *     collapses while the run exploits one arm, which locked runs onto a mediocre arm);
+ *     section 4: uncertainty-sampling initialization to parallelism P (argmax sigma~_t
  *     until max sigma~^2_start <= 1/P; such epochs need no feedback, so they resparsify
  *     without waiting), and warm start from observed data.
  *
@@ -57,8 +61,6 @@
 #include "bbkb_internal.h"
 
 #include <cblas.h>
-#include <float.h>
-#include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +72,8 @@ static const char *const start_choices[] = {"auto", "full", NULL};
 
 #define COMMON_OPTIONS                                                                        \
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 1, 0.01, NULL, NULL,                               \
-     "regularization = GP noise variance, in standardized output units (see bbkb.c)"},       \
+     "regularization = GP noise variance, in standardized output units (see "                 \
+     "bbkb/selection.c)"},                                                                    \
     {"q", KB_OPT_NUMBER, 1, INFINITY, 0, 2.0, NULL, NULL,                                     \
      "oversampling: a selected point enters the dictionary with p = min(1, q sigma~^2)"},     \
     {"F", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,                                     \
@@ -98,7 +101,7 @@ static const char *const start_choices[] = {"auto", "full", NULL};
     {"epoch_start", KB_OPT_STRING, 0, 0, 0, 0, "auto", start_choices,                          \
      "auto: when few points entered or left the dictionary, update every candidate's "      \
      "epoch-start variance by the low-rank change of the posterior (selections stay "       \
-     "exact; see low_rank_start in bbkb.c); full: recompute it at every epoch start"}
+     "exact; see bbkb/low_rank.c); full: recompute it at every epoch start"}
 
 static const kb_option_spec bbkb_options[] = {
     COMMON_OPTIONS,
@@ -119,11 +122,7 @@ static const kb_option_spec bkb_options[] = {
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
-/* ------------------------------------------------------------ linear algebra */
-
-/* ------------------------------------------------- candidates and dictionary */
-
-/* ----------------------------------------------------------- creation */
+/* ------------------------------------------------------------- creation */
 
 static void bbkb_destroy(kb_engine *e)
 {
@@ -271,7 +270,7 @@ static void open_epoch(kb_engine *e, int empty)
     st->vstamp++;
     kb__bbkb_heap_rebuild(st, st->start_err == 0.0);
     st->have_epoch = 1;
-    st->closed = st->dirty = st->global_fired = st->rsum_valid = 0;
+    st->closed = st->dirty = st->rsum_valid = 0;
     st->epoch_sum = 0.0;
     st->n_epoch = 0;
     st->epoch++;

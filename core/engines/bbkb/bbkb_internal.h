@@ -1,20 +1,22 @@
 /*
- * bbkb_internal.h - what the files of the BBKB / BKB engine share (core/engines/bbkb/;
- * the engine itself is described in bbkb.c): the engine state and the functions one file
- * defines for another. Nothing here leaves the library (internal.h, -fvisibility=hidden).
+ * bbkb_internal.h - what the files of the BBKB / BKB engine (core/engines/bbkb/) share:
+ * the engine state and the functions one file defines for another. The engine and the
+ * role of each file are described in bbkb.c. Nothing here leaves the library
+ * (kb__ names, -fvisibility=hidden).
  *
- * Invariants of the state, kept by every file:
- * V = lambda I + sum z z^T over every observe and every non-abandoned trial
- * not handed out in the current epoch (epoch_h), all embedded with the current
- * dictionary; L = chol(V_t), V_t = V + sum z z^T over epoch_h (hand-outs update only L);
- * Lstart = L at the epoch start;
- * for j < m, column j of Kc is k(., S_j) over the current candidates, and slot_of and
- * dcand are inverse maps between candidates and the slots that hold them;
- * |var_start[i] - sigma~^2_start(x_i)| <= start_err, a rounding estimate (0 unless
- * low_rank_start ran; measured errors stay 1e3-1e4 times below it);
- * var[i] >= the current sigma~^2 of candidate i, equal when stamp[i] == vstamp; the heap
- * holds every candidate keyed by its UCB (or variance during initialization) computed
- * from var[i]. Memory is O(A m + T m): no A x A or T x T matrix (Kc, Z: A x m each).
+ * Invariants of the state, which every file keeps:
+ *   - V = lambda I + sum z z^T over every observe and every non-abandoned trial not
+ *     handed out in the current epoch (epoch_h), all embedded with the current
+ *     dictionary; L = chol(V_t), V_t = V + sum z z^T over epoch_h (hand-outs update only
+ *     L); Lstart = L at the epoch start;
+ *   - for j < m, column j of Kc is k(., S_j) over the current candidates, and slot_of and
+ *     dcand are inverse maps between candidates and the slots that hold them;
+ *   - |var_start[i] - sigma~^2_start(x_i)| <= start_err, a rounding estimate (0 unless
+ *     low_rank_start ran; measured errors stay 1e3-1e4 times below it);
+ *   - var[i] >= the current sigma~^2 of candidate i, equal when stamp[i] == vstamp; the
+ *     heap holds every candidate keyed by its UCB (or variance during initialization)
+ *     computed from var[i].
+ * Memory is O(A m + T m): no A x A or T x T matrix (Kc, Z: A x m each).
  */
 #ifndef KB_BBKB_INTERNAL_H
 #define KB_BBKB_INTERNAL_H
@@ -89,7 +91,7 @@ typedef struct bbkb {
     double alpha;
     uint64_t vstamp;
     /* epoch */
-    int have_epoch, empty_model, closed, init_phase, init_epoch, dirty, global_fired;
+    int have_epoch, empty_model, closed, init_phase, init_epoch, dirty;
     double epoch_sum, logdet_sum;
     double var_max;   /* max_i var_start[i] (within start_err of the exact value) */
     uint64_t *epoch_h;
@@ -109,7 +111,7 @@ typedef struct bbkb {
 typedef struct datum {
     const double *u;
     size_t cand;
-    double n_all, n_told, ysum; /* sum of standardized told y (see standardize_rows) */
+    double n_all, n_told, ysum; /* sum of standardized told y (dictionary.c) */
     double var;           /* sigma~^2 at the start of the closing epoch (for sampling) */
     int in;               /* drawn into the new dictionary */
 } datum;
@@ -138,8 +140,8 @@ int kb__bbkb_build_embedding(kb_engine *e);
 /* ||L^{-1} z||^2 = z^T V^{-1} z for V = L L^T (r x r); uses st->buf. */
 double kb__bbkb_quad_form(const bbkb *st, const double *L, const double *z);
 /* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows z_i of Zr. KB_ENOMEM. */
-int kb__bbkb_row_variances(const bbkb *st, const double *L, const double *Zr, const double *resid,
-                  size_t n, double *out);
+int kb__bbkb_row_variances(const bbkb *st, const double *L, const double *Zr,
+                           const double *resid, size_t n, double *out);
 /* L L^T + x x^T = L' L'^T in place (L column-major, r x r); x is destroyed. */
 void kb__bbkb_chol_update(double *L, size_t r, double *x);
 /* L (column-major) = chol(V), V row-major with its lower triangle set. KB_ENUMERIC. */
@@ -149,8 +151,8 @@ double kb__bbkb_start_variance(bbkb *st, size_t i);
 /* var[i] -= sum_j sign_j (k(x_i)^T H_j)^2 over the first k columns of H (leading
  * dimension ld: the m slots of Kc, then the departed columns of Kgone when ld > m;
  * sign NULL: all +1), and mu[i] = k(x_i)^T H_k when mu is not NULL. KB_ENOMEM. */
-int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k, const double *sign,
-                   double *var, double *mu);
+int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
+                            const double *sign, double *var, double *mu);
 /* var[i] = sigma~^2(x_i) with V = L L^T for every candidate, and mu[i] = mu~(x_i) when mu
  * is not NULL. KB_ENOMEM, KB_ENUMERIC. */
 int kb__bbkb_candidate_posterior(bbkb *st, const double *L, double *var, double *mu);

@@ -1,15 +1,15 @@
 /*
- * embedding.c - the Nystrom embedding of BBKB / BKB (seed 004 section 2): z(x) =
- * K_S^{+/2} k_S(x) over the dictionary S, as z(x) = W^T k_S(x) with W (m x r) from a
- * Cholesky factorization of K_S when it is well conditioned (r = m), else from an
+ * embedding.c - the Nystrom embedding of BBKB / BKB (seed 004 section 2):
+ * z(x) = K_S^{+/2} k_S(x) over the dictionary S, as z(x) = W^T k_S(x) with W (m x r)
+ * from a Cholesky factorization of K_S when it is well conditioned (r = m), else from an
  * eigendecomposition that drops tiny eigenvalues (r <= m). z is formed lazily, only for
- * the candidates an epoch touches (kb__bbkb_zrow, kb__bbkb_zrows), from the cached kernel
- * columns Kc.
+ * the candidates an epoch touches (kb__bbkb_zrow, kb__bbkb_zrows), from the cached
+ * kernel columns Kc.
  *
  * Invariants: row i of Z and resid[i] = k(x_i, x_i) - ||z(x_i)||^2 hold for the current
  * W and candidate pool exactly when zstamp[i] == zgen; zgen changes whenever W
- * (kb__bbkb_build_embedding) or the pool (kb__bbkb_new_pool) does; kdict_max >= k(s, s) over every
- * dictionary point since the pool was drawn.
+ * (kb__bbkb_build_embedding) or the pool (kb__bbkb_new_pool) does; kdict_max >= k(s, s)
+ * over every dictionary point since the pool was drawn.
  */
 #include "bbkb_internal.h"
 

@@ -1,14 +1,14 @@
 /*
  * low_rank.c - the epoch start of BBKB / BKB: the posterior mean and variance of every
  * candidate under the new dictionary and V. Either the full product over the cached
- * kernel columns (candidate_posterior: 2 A m r flops, Appendix C's A m^2 term per
- * resparsification), or, when few points entered or left the dictionary, a low-rank
+ * kernel columns (kb__bbkb_candidate_posterior: 2 A m r flops, Appendix C's A m^2 term
+ * per resparsification), or, when few points entered or left the dictionary, a low-rank
  * update of the previous epoch's variances (low_rank_start: 2 A (m + gone) (rank + 1)
  * flops; a bordered inverse per point entering or leaving, seed 000 section 3's
  * incremental update).
  *
  * Invariants: when mstart_valid, Mstart (m_start x m_start, row-major lower triangle) is
- * start_matrix of the previous epoch start over that epoch's dictionary slots, and
+ * start_matrix at the previous epoch start over that epoch's dictionary slots, and
  * mstart_scale its rounding scale; start_err bounds |var_start[i] - sigma~^2_start(x_i)|
  * (0 after a full product) and stays below START_ERR_LIMIT of the prior variance.
  */

@@ -5,13 +5,13 @@
  * V_t = Z_t^T Z_t + lambda I over every point selected so far, pending points being
  * hallucinated (they enter V_t, not the mean: a hallucinated y equal to the current mean
  * leaves the ridge solution unchanged, so "told only" IS the hallucinated mean).
- * kb__bbkb_rebuild_model builds V, L, Lstart and w from the data at each resparsification;
- * kb__bbkb_candidate_posterior gives the mean and variance of all A candidates from one dgemm
- * over the cached kernel columns (Appendix C's A m^2 term).
+ * kb__bbkb_rebuild_model builds V, L, Lstart and w from the data at each
+ * resparsification; kb__bbkb_candidate_posterior gives the mean and variance of all A
+ * candidates from one dgemm over the cached kernel columns (Appendix C's A m^2 term).
  *
  * Invariants: V is row-major with its lower triangle set; L and Lstart are lower
- * Cholesky factors stored column-major (kb__bbkb_chol_update rotates contiguous columns); buf is
- * r doubles of scratch for kb__bbkb_quad_form.
+ * Cholesky factors stored column-major (kb__bbkb_chol_update rotates contiguous
+ * columns); buf is r doubles of scratch for kb__bbkb_quad_form.
  */
 #include "bbkb_internal.h"
 
@@ -34,7 +34,7 @@ double kb__bbkb_quad_form(const bbkb *st, const double *L, const double *z)
 
 /* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows of Zr (BLAS-3). */
 int kb__bbkb_row_variances(const bbkb *st, const double *L, const double *Zr,
-                         const double *resid, size_t n, double *out)
+                           const double *resid, size_t n, double *out)
 {
     size_t r = st->r;
     double *T = r ? malloc(n * r * sizeof *T) : NULL;
@@ -119,7 +119,7 @@ static int variance_factor(const bbkb *st, const double *L, double **F, size_t *
  * blocks of ROW_BLOCK candidates, so that the product is summed while still in cache. */
 #define ROW_BLOCK 1024
 int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
-                          const double *sign, double *var, double *mu)
+                            const double *sign, double *var, double *mu)
 {
     size_t A = st->A, m = st->m, nc = k + (mu != NULL);
     if (nc == 0)
