@@ -152,13 +152,11 @@ static void bbkb_destroy(kb_engine *e)
 
 static int is_bkb(const kb_engine *e) { return e->ops == &kb_engine_bkb; }
 
-static int bbkb_create(kb_engine *e, kb_error *err)
+/* The configuration fields of st from the engine's options (bkb: C~ = 1, the global
+ * rule, no initialization, every point awaited). */
+static void read_options(const kb_engine *e, bbkb *st)
 {
     const kb_config *c = e->cfg;
-    bbkb *st = calloc(1, sizeof *st);
-    if (!st)
-        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    e->impl = st;
     st->lambda = e->noise; /* lambda, or its fitted value (resparsify) */
     st->q = kb_config_number(c, "q");
     st->retain = kb_config_number(c, "retain");
@@ -178,6 +176,15 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     st->local_rule = !is_bkb(e) && strcmp(kb_config_string(c, "batch_rule"), "local") == 0;
     st->P = is_bkb(e) ? 0.0 : kb_config_number(c, "parallelism");
     st->partial = is_bkb(e) ? 1.0 : kb_config_number(c, "resparsify_on_partial");
+}
+
+static int bbkb_create(kb_engine *e, kb_error *err)
+{
+    bbkb *st = calloc(1, sizeof *st);
+    if (!st)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    e->impl = st;
+    read_options(e, st);
     if (st->delta >= 1.0) {
         bbkb_destroy(e);
         e->impl = NULL;

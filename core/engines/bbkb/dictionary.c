@@ -345,6 +345,79 @@ static size_t old_slot(const bbkb *st, const datum *dt, const unsigned char *cla
     return NONE;
 }
 
+/* A placement in progress, per data row j: slot[j] its new slot and olds[j] its old one
+ * (NONE: none); taken[] marks the new slots in use, claimed[] the old slots kept;
+ * fresh[0..nfresh) are the new slots whose kernel column is still to compute. */
+typedef struct placement {
+    size_t *slot, *olds, *fresh, nfresh;
+    unsigned char *taken, *claimed;
+} placement;
+
+/* Drawn rows whose point is in the current dictionary keep its slot when it is below m. */
+static void keep_slots(const bbkb *st, const dataset *ds, size_t m, size_t d, placement *p)
+{
+    for (size_t j = 0; j < ds->n; j++) {
+        size_t old = p->olds[j] = ds->rows[j].in ? old_slot(st, &ds->rows[j], p->claimed, d)
+                                                 : NONE;
+        p->slot[j] = old < m ? old : NONE;
+        if (p->slot[j] != NONE)
+            p->taken[old] = 1;
+        if (old != NONE)
+            p->claimed[old] = 1;
+    }
+}
+
+/* The other drawn rows take the free slots in order, their kernel column moved down from
+ * their old slot, back from Kaway, or left to compute (fresh); old_to_new follows when
+ * lr_ok. */
+static void move_slots(bbkb *st, const dataset *ds, size_t d, placement *p)
+{
+    size_t next = 0;
+    for (size_t j = 0; j < ds->n; j++) {
+        size_t c = ds->rows[j].cand, old = p->olds[j];
+        if (st->lr_ok && p->slot[j] != NONE)
+            st->old_to_new[old] = old;
+        if (!ds->rows[j].in || p->slot[j] != NONE)
+            continue;
+        while (p->taken[next])
+            next++;
+        p->taken[next] = 1;
+        p->slot[j] = next;
+        memcpy(st->S + next * d, ds->rows[j].u, d * sizeof(double));
+        if (old == NONE && !fetch_away(st, c, st->Kc + next * st->A))
+            p->fresh[p->nfresh++] = next;
+        else if (old != NONE)
+            memcpy(st->Kc + next * st->A, st->Kc + old * st->A, st->A * sizeof *st->Kc);
+        if (st->lr_ok && old != NONE)
+            st->old_to_new[old] = next;
+    }
+}
+
+/* dcand, slot_of and m of the placed dictionary, and its fresh kernel columns; on
+ * failure no cached column is trusted. */
+static int set_slots(kb_engine *e, const dataset *ds, size_t m, const placement *p)
+{
+    bbkb *st = e->impl;
+    for (size_t k = 0; k < st->m; k++)
+        if (st->dcand[k] != NONE)
+            st->slot_of[st->dcand[k]] = NONE;
+    for (size_t j = 0; j < ds->n; j++)
+        if (ds->rows[j].in) {
+            st->dcand[p->slot[j]] = ds->rows[j].cand;
+            if (ds->rows[j].cand != NONE)
+                st->slot_of[ds->rows[j].cand] = p->slot[j];
+        }
+    st->m = m;
+    int rc = fill_columns(e, p->fresh, p->nfresh);
+    st->cols_valid = !rc;
+    for (size_t k = 0; rc && k < m; k++)
+        if (st->dcand[k] != NONE) {
+            st->slot_of[st->dcand[k]] = NONE;
+            st->dcand[k] = NONE;
+        }
+    return rc;
+}
+
 /* Lays the drawn rows out as the new dictionary: a point that was already in it keeps
  * its slot and so its cached kernel column (old_slot), a candidate back from Kaway copies
  * its column, and only new points cost a column of A kernel evaluations. Fills S, dcand,
@@ -352,71 +425,34 @@ static size_t old_slot(const bbkb *st, const datum *dt, const unsigned char *cla
 int kb__bbkb_place_dictionary(kb_engine *e, const dataset *ds)
 {
     bbkb *st = e->impl;
-    size_t d = e->space->dim, m = 0, next = 0, nfresh = 0;
+    size_t d = e->space->dim, m = 0, n = ds->n ? ds->n : 1;
     for (size_t j = 0; j < ds->n; j++)
         m += ds->rows[j].in != 0;
-    size_t *slot = malloc((ds->n ? ds->n : 1) * sizeof *slot);
-    size_t *olds = malloc((ds->n ? ds->n : 1) * sizeof *olds);
-    size_t *fresh = malloc((m ? m : 1) * sizeof *fresh);
-    unsigned char *taken = calloc(m ? m : 1, 1), *claimed = calloc(st->m ? st->m : 1, 1);
-    int rc = slot && olds && fresh && taken && claimed ? KB_OK : KB_ENOMEM;
+    placement p = {NULL, NULL, NULL, 0, NULL, NULL};
+    p.slot = malloc(n * sizeof *p.slot);
+    p.olds = malloc(n * sizeof *p.olds);
+    p.fresh = malloc((m ? m : 1) * sizeof *p.fresh);
+    p.taken = calloc(m ? m : 1, 1);
+    p.claimed = calloc(st->m ? st->m : 1, 1);
+    int rc = p.slot && p.olds && p.fresh && p.taken && p.claimed ? KB_OK : KB_ENOMEM;
     /* Kc's columns are contiguous, so growing it keeps the cached ones. */
     if (!rc && (kb__grow((void **)&st->Kc, &st->cap_k, m, st->A * sizeof(double)) ||
                 kb__grow((void **)&st->S, &st->cap_m, m, d * sizeof(double)) ||
                 kb__grow((void **)&st->dcand, &st->cap_dc, m, sizeof *st->dcand)))
         rc = KB_ENOMEM;
-    for (size_t j = 0; !rc && j < ds->n; j++) { /* kept in place */
-        size_t old = olds[j] = ds->rows[j].in ? old_slot(st, &ds->rows[j], claimed, d) : NONE;
-        slot[j] = old < m ? old : NONE;
-        if (slot[j] != NONE)
-            taken[old] = 1;
-        if (old != NONE)
-            claimed[old] = 1;
-    }
+    if (!rc)
+        keep_slots(st, ds, m, d, &p);
     st->lr_ok = 0;
     if (!rc)
-        rc = save_departures(st, claimed, m);
-    for (size_t j = 0; !rc && j < ds->n; j++) { /* moved down, or new */
-        size_t c = ds->rows[j].cand, old = olds[j];
-        if (st->lr_ok && slot[j] != NONE)
-            st->old_to_new[old] = old;
-        if (!ds->rows[j].in || slot[j] != NONE)
-            continue;
-        while (taken[next])
-            next++;
-        taken[next] = 1;
-        slot[j] = next;
-        memcpy(st->S + next * d, ds->rows[j].u, d * sizeof(double));
-        if (old == NONE && !fetch_away(st, c, st->Kc + next * st->A))
-            fresh[nfresh++] = next;
-        else if (old != NONE)
-            memcpy(st->Kc + next * st->A, st->Kc + old * st->A, st->A * sizeof *st->Kc);
-        if (st->lr_ok && old != NONE)
-            st->old_to_new[old] = next;
-    }
+        rc = save_departures(st, p.claimed, m);
     if (!rc) {
-        for (size_t k = 0; k < st->m; k++)
-            if (st->dcand[k] != NONE)
-                st->slot_of[st->dcand[k]] = NONE;
-        for (size_t j = 0; j < ds->n; j++)
-            if (ds->rows[j].in) {
-                st->dcand[slot[j]] = ds->rows[j].cand;
-                if (ds->rows[j].cand != NONE)
-                    st->slot_of[ds->rows[j].cand] = slot[j];
-            }
-        st->m = m;
-        rc = fill_columns(e, fresh, nfresh);
-        st->cols_valid = !rc;
-        for (size_t k = 0; rc && k < m; k++) /* no cached column is trusted after a failure */
-            if (st->dcand[k] != NONE) {
-                st->slot_of[st->dcand[k]] = NONE;
-                st->dcand[k] = NONE;
-            }
+        move_slots(st, ds, d, &p);
+        rc = set_slots(e, ds, m, &p);
     }
-    free(slot);
-    free(olds);
-    free(fresh);
-    free(taken);
-    free(claimed);
+    free(p.slot);
+    free(p.olds);
+    free(p.fresh);
+    free(p.taken);
+    free(p.claimed);
     return rc;
 }

@@ -179,19 +179,15 @@ int kb__bbkb_candidate_posterior(bbkb *st, const double *L, double *var, double 
     return rc;
 }
 
-/* V, L, Lstart and the mean weights w from the data, embedded with the new dictionary. */
-int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
+/* R (n x r) = z of every data row: the candidates' through kb__bbkb_zrows (which also
+ * sets their resid, even when r == 0), the others embedded. */
+static int embed_data(kb_engine *e, const dataset *ds, double *R)
 {
     bbkb *st = e->impl;
     size_t r = st->r, n = ds->n, d = e->space->dim, ng = 0;
-    size_t rr = r ? r : 1;
-    double *V = calloc(rr * rr, sizeof *V), *Vt = calloc(rr * rr, sizeof *Vt);
-    double *L = malloc(rr * rr * sizeof *L), *Ls = malloc(rr * rr * sizeof *Ls);
-    double *w = calloc(rr, sizeof *w), *buf = malloc(rr * sizeof *buf);
-    double *R = malloc((n ? n : 1) * rr * sizeof *R), *Ra = malloc((n ? n : 1) * rr * sizeof *Ra);
     double *U = malloc((n ? n : 1) * d * sizeof *U);
     size_t *cand = malloc((n ? n : 1) * sizeof *cand);
-    int rc = V && Vt && L && Ls && w && buf && R && Ra && U && cand ? KB_OK : KB_ENOMEM;
+    int rc = U && cand ? KB_OK : KB_ENOMEM;
     for (size_t j = 0; !rc && j < n; j++)
         if (ds->rows[j].cand == NONE)
             memcpy(U + d * ng++, ds->rows[j].u, d * sizeof *U);
@@ -210,48 +206,88 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
         }
         free(Zg);
     }
+    free(U);
+    free(cand);
+    return rc;
+}
+
+/* What rebuild_model makes: V, Vt (V_told), L, Ls (Lstart), r x r each; w and buf, r. */
+typedef struct model {
+    double *V, *Vt, *L, *Ls, *w, *buf;
+} model;
+
+/* M = lambda I + R^T diag(c) R (lower triangle), c_j = n_told (told) or n_all of row j;
+ * Ra: n x r scratch. */
+static void gram(const bbkb *st, const dataset *ds, const double *R, double *Ra, int told,
+                 double *M)
+{
+    size_t r = st->r, n = ds->n;
+    for (size_t j = 0; j < n; j++) {
+        double c = sqrt(told ? ds->rows[j].n_told : ds->rows[j].n_all);
+        for (size_t k = 0; k < r; k++)
+            Ra[j * r + k] = c * R[j * r + k];
+    }
+    if (n)
+        cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)n, 1.0, Ra, (int)r,
+                    0.0, M, (int)r);
+    for (size_t k = 0; k < r; k++)
+        M[k * r + k] += st->lambda;
+}
+
+/* V = lambda I + R^T diag(n_all) R, V_told likewise with n_told (the same matrix when
+ * every selection has been told), L = chol(V) and w = V_told^{-1} b, b = R^T ysum.
+ * KB_ENUMERIC. */
+static int solve_model(const bbkb *st, const dataset *ds, const double *R, double *Ra,
+                       model *md)
+{
+    size_t r = st->r, n = ds->n;
     int all_told = 1;
     for (size_t j = 0; j < n; j++)
         all_told &= ds->rows[j].n_told == ds->rows[j].n_all;
+    for (int told = 0; told < 2 - all_told; told++)
+        gram(st, ds, R, Ra, told, told ? md->Vt : md->V);
+    for (size_t j = 0; j < n; j++)
+        cblas_daxpy((int)r, ds->rows[j].ysum, R + j * r, 1, md->w, 1);
+    if (kb__bbkb_cholesky(r, md->V, md->L))
+        return KB_ENUMERIC;
+    if (all_told)
+        return LAPACKE_dpotrs(LAPACK_COL_MAJOR, 'L', (lapack_int)r, 1, md->L, (lapack_int)r,
+                              md->w, (lapack_int)r) ? KB_ENUMERIC : KB_OK;
+    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, md->Vt, (lapack_int)r) ||
+        LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, 1, md->Vt, (lapack_int)r, md->w, 1))
+        return KB_ENUMERIC;
+    return KB_OK;
+}
+
+/* V, L, Lstart and the mean weights w from the data, embedded with the new dictionary. */
+int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
+{
+    bbkb *st = e->impl;
+    size_t r = st->r, n = ds->n ? ds->n : 1, rr = r ? r : 1;
+    model md = {NULL, NULL, NULL, NULL, NULL, NULL};
+    md.V = calloc(rr * rr, sizeof *md.V);
+    md.Vt = calloc(rr * rr, sizeof *md.Vt);
+    md.L = malloc(rr * rr * sizeof *md.L);
+    md.Ls = malloc(rr * rr * sizeof *md.Ls);
+    md.w = calloc(rr, sizeof *md.w);
+    md.buf = malloc(rr * sizeof *md.buf);
+    double *R = malloc(n * rr * sizeof *R), *Ra = malloc(n * rr * sizeof *Ra);
+    int rc = md.V && md.Vt && md.L && md.Ls && md.w && md.buf && R && Ra ? KB_OK : KB_ENOMEM;
+    if (!rc)
+        rc = embed_data(e, ds, R);
     if (!rc && r) {
-        /* V = lambda I + R^T diag(n_all) R, V_told likewise with n_told (the same matrix
-         * when every selection has been told); b = R^T ysum. */
-        for (int told = 0; told < 2 - all_told; told++) {
-            double *M = told ? Vt : V;
-            for (size_t j = 0; j < n; j++) {
-                double c = sqrt(told ? ds->rows[j].n_told : ds->rows[j].n_all);
-                for (size_t k = 0; k < r; k++)
-                    Ra[j * r + k] = c * R[j * r + k];
-            }
-            if (n)
-                cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)n, 1.0, Ra,
-                            (int)r, 0.0, M, (int)r);
-            for (size_t k = 0; k < r; k++)
-                M[k * r + k] += st->lambda;
-        }
-        for (size_t j = 0; j < n; j++)
-            cblas_daxpy((int)r, ds->rows[j].ysum, R + j * r, 1, w, 1);
-        if (kb__bbkb_cholesky(r, V, L))
-            rc = KB_ENUMERIC;
-        else if (all_told)
-            rc = LAPACKE_dpotrs(LAPACK_COL_MAJOR, 'L', (lapack_int)r, 1, L, (lapack_int)r, w,
-                                (lapack_int)r) ? KB_ENUMERIC : KB_OK;
-        else if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, Vt, (lapack_int)r) ||
-                 LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, 1, Vt, (lapack_int)r, w, 1))
-            rc = KB_ENUMERIC;
-        memcpy(Ls, L, r * r * sizeof *L);
+        rc = solve_model(st, ds, R, Ra, &md);
+        memcpy(md.Ls, md.L, r * r * sizeof *md.L);
     }
-    free(Vt);
+    free(md.Vt);
     free(R);
     free(Ra);
-    free(U);
-    free(cand);
     if (rc) {
-        free(V);
-        free(L);
-        free(Ls);
-        free(w);
-        free(buf);
+        free(md.V);
+        free(md.L);
+        free(md.Ls);
+        free(md.w);
+        free(md.buf);
         return rc;
     }
     free(st->V);
@@ -259,10 +295,10 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
     free(st->Lstart);
     free(st->w);
     free(st->buf);
-    st->V = V;
-    st->L = L;
-    st->Lstart = Ls;
-    st->w = w;
-    st->buf = buf;
+    st->V = md.V;
+    st->L = md.L;
+    st->Lstart = md.Ls;
+    st->w = md.w;
+    st->buf = md.buf;
     return KB_OK;
 }
