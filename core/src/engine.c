@@ -51,8 +51,7 @@ const kb_option_spec *kb_engine_options(const char *engine)
     return ops ? ops->options : NULL;
 }
 
-/* Grows *arr (elem bytes each) to hold at least `need` elements. */
-static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+int kb__grow(void **arr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return KB_OK;
@@ -69,7 +68,7 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 
 static int reserve_trials(kb_engine *e, size_t need)
 {
-    if (grow((void **)&e->trials, &e->cap_trials, need, sizeof *e->trials))
+    if (kb__grow((void **)&e->trials, &e->cap_trials, need, sizeof *e->trials))
         return KB_ENOMEM;
     size_t chunks = (need + KB_TRIAL_CHUNK - 1) / KB_TRIAL_CHUNK;
     if (chunks <= e->n_chunks)
@@ -98,9 +97,9 @@ static int reserve_trials(kb_engine *e, size_t need)
 static int reserve_obs(kb_engine *e, size_t need)
 {
     size_t cap = e->cap_obs, c1 = cap, c2 = cap, c3 = cap;
-    if (grow((void **)&e->obs_u, &c1, need, e->space->dim * sizeof(double)) ||
-        grow((void **)&e->obs_y, &c2, need, sizeof(double)) ||
-        grow((void **)&e->obs_trial, &c3, need, sizeof(uint64_t)))
+    if (kb__grow((void **)&e->obs_u, &c1, need, e->space->dim * sizeof(double)) ||
+        kb__grow((void **)&e->obs_y, &c2, need, sizeof(double)) ||
+        kb__grow((void **)&e->obs_trial, &c3, need, sizeof(uint64_t)))
         return KB_ENOMEM;
     e->cap_obs = c1;
     return KB_OK;
@@ -447,8 +446,8 @@ static size_t find_group(const kb_engine *e, const double *u)
 static int reserve_group(kb_engine *e)
 {
     size_t need = e->n_groups + 1, d = e->space->dim;
-    if (grow((void **)&e->groups, &e->cap_groups, need, sizeof *e->groups) ||
-        grow((void **)&e->out_sorted, &e->cap_sorted, need, sizeof *e->out_sorted))
+    if (kb__grow((void **)&e->groups, &e->cap_groups, need, sizeof *e->groups) ||
+        kb__grow((void **)&e->out_sorted, &e->cap_sorted, need, sizeof *e->out_sorted))
         return KB_ENOMEM;
     if (need <= e->n_heads)
         return KB_OK;

@@ -32,6 +32,10 @@ int kb__fail(kb_error *err, int code, const char *field, const char *fmt, ...)
 /* Monotonic clock in seconds. */
 double kb__now(void);
 
+/* Grows *arr (elem bytes each) to hold at least `need` elements: the capacity starts at
+ * 64 and doubles. KB_ENOMEM leaves *arr and *cap as they were. (engine.c) */
+int kb__grow(void **arr, size_t *cap, size_t need, size_t elem);
+
 /* ------------------------------------------------------------- space */
 
 /* Internal view of a space. For a finite set, `rows` are the input rows and `u` the
@@ -267,7 +271,7 @@ static inline int kb__excluded(const kb_engine *e, size_t i)
  * y; mean and sd (n - 1) are taken over those averages. sd = 1 below two distinct points
  * or when degenerate; mean = 0, sd = 1 when output_scaling is "none". Per evaluation,
  * the sd collapses to the noise level while a run repeats one arm, which inflates the
- * standardized gaps to the other arms and locks the run onto that arm (bbkb.c, on
+ * standardized gaps to the other arms and locks the run onto that arm (bbkb/dictionary.c, on
  * abalone). O(distinct points) after a new observation, O(1) otherwise (cached). */
 void kb__output_stats(kb_engine *e, double *mean, double *sd);
 /* The value y as a GP engine models it: standardized as above, after the half-rank warp

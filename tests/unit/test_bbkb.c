@@ -1,5 +1,5 @@
 /*
- * test_bbkb.c - unit tests of the bbkb and bkb engines (core/engines/bbkb.c): the DTC
+ * test_bbkb.c - unit tests of the bbkb and bkb engines (core/engines/bbkb/): the DTC
  * posterior against an independent exact GP and an independent dense DTC, the lazy
  * argmax against a full argmax, Lemma 1's ratio bound and the batch rule, the
  * asynchronous ask/tell semantics, determinism and snapshot/restore, bad configurations.

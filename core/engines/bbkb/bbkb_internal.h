@@ -1,0 +1,199 @@
+/*
+ * bbkb_internal.h - what the files of the BBKB / BKB engine (core/engines/bbkb/) share:
+ * the engine state and the functions one file defines for another. The engine and the
+ * role of each file are described in bbkb.c. Nothing here leaves the library
+ * (kb__ names, -fvisibility=hidden).
+ *
+ * Invariants of the state, which every file keeps:
+ *   - V = lambda I + sum z z^T over every observe and every non-abandoned trial not
+ *     handed out in the current epoch (epoch_h), all embedded with the current
+ *     dictionary; L = chol(V_t), V_t = V + sum z z^T over epoch_h (hand-outs update only
+ *     L); Lstart = L at the epoch start;
+ *   - for j < m, column j of Kc is k(., S_j) over the current candidates, and slot_of and
+ *     dcand are inverse maps between candidates and the slots that hold them;
+ *   - |var_start[i] - sigma~^2_start(x_i)| <= start_err, a rounding estimate (0 unless
+ *     low_rank_start ran; measured errors stay 1e3-1e4 times below it);
+ *   - var[i] >= the current sigma~^2 of candidate i, equal when stamp[i] == vstamp; the
+ *     heap holds every candidate keyed by its UCB (or variance during initialization)
+ *     computed from var[i].
+ * Memory is O(A m + T m): no A x A or T x T matrix (Kc, Z: A x m each).
+ */
+#ifndef KB_BBKB_INTERNAL_H
+#define KB_BBKB_INTERNAL_H
+
+#include "../../src/internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* No slot, candidate or row. */
+#define NONE ((size_t)-1)
+
+/* The dictionary option. */
+enum { DICT_SAMPLED, DICT_COUPLED, DICT_ALL };
+
+typedef struct bbkb {
+    /* configuration */
+    double lambda, q, C, F, noise, delta, beta_scale, beta_fixed, partial, retain;
+    int beta_mode, local_rule, dict_mode, full_start;
+    double P;
+    /* dictionary and embedding: z(x) = W^T k_S(x) */
+    size_t m, r, cap_m, cap_dc;
+    double *S;        /* m x d, internal coordinates, in slot order */
+    size_t *dcand;    /* per slot: the candidate it is, NONE when not of the current pool */
+    int cols_valid;   /* the slots' Kc columns are of the current pool (see kb__bbkb_new_pool) */
+    double kdict_max; /* max k(s, s) over every dictionary point since kb__bbkb_new_pool */
+    double *W;        /* m x r */
+    /* candidates (A = space->n) */
+    size_t A;
+    double *Kc;       /* column-major A x m: Kc[j A + i] = k(x_i, S_j), room for cap_k columns */
+    size_t cap_k;
+    size_t *slot_of;  /* per candidate: its dictionary slot, or NONE */
+    double *coin;     /* dictionary = coupled: per candidate, its uniform draw (NAN: none yet) */
+    double *kdiag;    /* k(x_i, x_i) */
+    double *Z;        /* A x r: row i is z(x_i) when zstamp[i] == zgen (see kb__bbkb_zrow) */
+    size_t cap_z;
+    double *gbuf;     /* kb__bbkb_subtract_forms' scratch */
+    size_t cap_gbuf;
+    uint64_t *zstamp, zgen;
+    double *resid;    /* k(x,x) - ||z||^2, valid with row i of Z */
+    double *mu, *var_start, *var, *key;
+    double start_err; /* estimated bound on |var_start[i] - sigma~^2_start(x_i)| */
+    double kdiag_max; /* max_i k(x_i, x_i) */
+    /* epoch-start matrix M = W (I / lambda - V_start^{-1}) W^T, m_start x m_start over the
+     * slots of that epoch's dictionary (lower triangle), and its rounding scale */
+    double *Mstart, mstart_scale;
+    size_t m_start;
+    int mstart_valid;
+    /* the last placement, for low_rank_start (lr_ok: usable): old slot k of the
+     * dictionary at m_start went to slot old_to_new[k], or left it with its kernel column
+     * kept as column old_to_new[k] - m of Kgone (A x n_gone, column-major) */
+    int lr_ok;
+    size_t *old_to_new, cap_o2n, n_gone, cap_gone;
+    size_t lr_rank;   /* rank of the last low-rank update (sizes ritz_factor's try) */
+    double *Kgone;
+    /* kernel columns of points that left the dictionary, for when they come back (a
+     * sampled dictionary redraws every point at each resparsification): column j of
+     * Kaway (A x cap_away) is k(., x_{away_cand[j]}) (away_cand[j] == NONE: free),
+     * away_of[i] its column for candidate i or NONE, away_used[j] when stored (LRU) */
+    double *Kaway;
+    size_t *away_cand, *away_of, cap_away;
+    uint64_t *away_used, away_clock;
+    uint64_t *stamp;
+    size_t *heap, n_heap, *aside;
+    /* model */
+    /* r x r: V row-major (lower triangle; without the epoch's hand-outs, see the
+     * invariants); L = chol(V_t) and Lstart lower Cholesky factors stored column-major,
+     * so that kb__bbkb_chol_update rotates contiguous columns */
+    double *V, *L, *Lstart;
+    double *w;              /* mean weights, r */
+    double *buf;            /* r scratch */
+    double alpha;
+    uint64_t vstamp;
+    /* epoch */
+    int have_epoch, empty_model, closed, init_phase, init_epoch, dirty;
+    double epoch_sum, logdet_sum;
+    double var_max;   /* max_i var_start[i] (within start_err of the exact value) */
+    uint64_t *epoch_h;
+    size_t n_epoch, cap_epoch;
+    double *rsum;     /* local rule: sum_s k~_start(x, x_s)^2 per candidate */
+    int rsum_valid;
+    /* per trial / observation: sigma~^2 at the start of its own epoch */
+    double *trial_var, *obs_var;
+    size_t cap_trial, cap_obs;
+    /* statistics */
+    uint64_t epoch, epoch_asks, last_batch, epochs_low_rank;
+    double sec_embed, sec_resparsify, sec_ask, sec_tell, flop_l3;
+} bbkb;
+
+/* One row of the data a resparsification rebuilds V from: a selected or observed point
+ * (a candidate of the current pool when cand != NONE, aggregated over its selections). */
+typedef struct datum {
+    const double *u;
+    size_t cand;
+    double n_all, n_told, ysum; /* sum of standardized told y (dictionary.c) */
+    double var;           /* sigma~^2 at the start of the closing epoch (for sampling) */
+    int in;               /* drawn into the new dictionary */
+} datum;
+
+typedef struct dataset {
+    datum *rows;
+    size_t n, cap;
+} dataset;
+
+/* ------------------------------------------------------------ embedding.c */
+
+/* Zout (n x r) = z of the n rows of U (n x d, internal coordinates): n m kernel
+ * evaluations, for points that are not candidates. KB_ENOMEM. */
+int kb__bbkb_embed_rows(const kb_engine *e, const double *U, size_t n, double *Zout);
+/* z(x_i) (r entries, owned by st) of candidate i, and resid[i], computed on first use in
+ * the current embedding. */
+const double *kb__bbkb_zrow(bbkb *st, size_t i);
+/* kb__bbkb_zrow for every candidate of cand[0..n) (NONE entries skipped) as one product. */
+int kb__bbkb_zrows(bbkb *st, const size_t *cand, size_t n);
+/* W and r for the dictionary S[0..m) (K_S^{+/2}); Z resized, every row invalidated.
+ * KB_ENOMEM, KB_ENUMERIC. */
+int kb__bbkb_build_embedding(kb_engine *e);
+
+/* ------------------------------------------------------------ posterior.c */
+
+/* ||L^{-1} z||^2 = z^T V^{-1} z for V = L L^T (r x r); uses st->buf. */
+double kb__bbkb_quad_form(const bbkb *st, const double *L, const double *z);
+/* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows z_i of Zr. KB_ENOMEM. */
+int kb__bbkb_row_variances(const bbkb *st, const double *L, const double *Zr,
+                           const double *resid, size_t n, double *out);
+/* L L^T + x x^T = L' L'^T in place (L column-major, r x r); x is destroyed. */
+void kb__bbkb_chol_update(double *L, size_t r, double *x);
+/* L (column-major) = chol(V), V row-major with its lower triangle set. KB_ENUMERIC. */
+int kb__bbkb_cholesky(size_t r, const double *V, double *L);
+/* sigma~^2_start(x_i) of candidate i, exact even after low_rank_start. */
+double kb__bbkb_start_variance(bbkb *st, size_t i);
+/* var[i] -= sum_j sign_j (k(x_i)^T H_j)^2 over the first k columns of H (leading
+ * dimension ld: the m slots of Kc, then the departed columns of Kgone when ld > m;
+ * sign NULL: all +1), and mu[i] = k(x_i)^T H_k when mu is not NULL. KB_ENOMEM. */
+int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
+                            const double *sign, double *var, double *mu);
+/* var[i] = sigma~^2(x_i) with V = L L^T for every candidate, and mu[i] = mu~(x_i) when mu
+ * is not NULL. KB_ENOMEM, KB_ENUMERIC. */
+int kb__bbkb_candidate_posterior(bbkb *st, const double *L, double *var, double *mu);
+/* V, L, Lstart and w from the data rows, embedded with the new dictionary; the state is
+ * unchanged on failure (KB_ENOMEM, KB_ENUMERIC). */
+int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds);
+
+/* ------------------------------------------------------------- low_rank.c */
+
+/* var_start and mu for the new epoch (low_rank_start when it applies, else
+ * candidate_posterior; start_err set), and Mstart for the next one. KB_ENOMEM,
+ * KB_ENUMERIC. */
+int kb__bbkb_epoch_start_posterior(bbkb *st);
+
+/* ----------------------------------------------------------- dictionary.c */
+
+/* The candidates are new (creation, or a box's pool refresh): kdiag recomputed, every
+ * cached kernel column and coin dropped, every row of Z invalidated. */
+void kb__bbkb_new_pool(kb_engine *e);
+/* The data rows of every non-abandoned trial and observe, with rows[].in marking the
+ * new dictionary (Algorithm 1 L11-16, retain). KB_ENOMEM. */
+int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds);
+/* The rows marked in as the new dictionary: S, m, dcand, slot_of, Kc (and what
+ * low_rank_start needs of the old one). KB_ENOMEM; then no cached column is trusted. */
+int kb__bbkb_place_dictionary(kb_engine *e, const dataset *ds);
+
+/* ------------------------------------------------------------ selection.c */
+
+/* alpha = C~ beta~ (Theorem 2, or the beta option's form) for the coming epoch. */
+void kb__bbkb_update_alpha(const kb_engine *e, bbkb *st);
+/* Every candidate back in the heap, keyed from var[] (exact: var[] is the current
+ * sigma~^2, else an upper bound to re-evaluate before use). */
+void kb__bbkb_heap_rebuild(bbkb *st, int exact);
+/* The next point of the epoch into *index; 0 when every candidate is excluded. */
+int kb__bbkb_pick(kb_engine *e, size_t *index);
+/* Every variance recomputed from L (after an abandon made them grow). KB_ENOMEM,
+ * KB_ENUMERIC. */
+int kb__bbkb_refresh_all_variances(bbkb *st);
+/* rsum += k~_start(., x_cand)^2 (the local rule's sums). KB_ENOMEM. */
+int kb__bbkb_add_local_term(kb_engine *e, size_t cand);
+/* st->closed from Lemma 1, then (local rule) Lemma 3. KB_ENOMEM. */
+int kb__bbkb_update_closed(kb_engine *e);
+
+#endif

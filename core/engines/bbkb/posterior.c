@@ -1,0 +1,304 @@
+/*
+ * posterior.c - the DTC posterior of BBKB / BKB, seed 004 eqs. (1)-(3), over the
+ * embedding z of embedding.c: mu~(x) = z^T V_f^{-1} Z_f^T y over the told points, and
+ * sigma~^2_t(x) = (k(x,x) - ||z||^2) / lambda + z^T V_t^{-1} z with
+ * V_t = Z_t^T Z_t + lambda I over every point selected so far, pending points being
+ * hallucinated (they enter V_t, not the mean: a hallucinated y equal to the current mean
+ * leaves the ridge solution unchanged, so "told only" IS the hallucinated mean).
+ * kb__bbkb_rebuild_model builds V, L, Lstart and w from the data at each
+ * resparsification; kb__bbkb_candidate_posterior gives the mean and variance of all A
+ * candidates from one dgemm over the cached kernel columns (Appendix C's A m^2 term).
+ *
+ * Invariants: V is row-major with its lower triangle set; L and Lstart are lower
+ * Cholesky factors stored column-major (kb__bbkb_chol_update rotates contiguous
+ * columns); buf is r doubles of scratch for kb__bbkb_quad_form.
+ */
+#include "bbkb_internal.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ||L^{-1} z||^2 = z^T V^{-1} z. */
+double kb__bbkb_quad_form(const bbkb *st, const double *L, const double *z)
+{
+    if (st->r == 0)
+        return 0.0;
+    memcpy(st->buf, z, st->r * sizeof *z);
+    cblas_dtrsv(CblasColMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)st->r, L,
+                (int)st->r, st->buf, 1);
+    return cblas_ddot((int)st->r, st->buf, 1, st->buf, 1);
+}
+
+/* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows of Zr (BLAS-3). */
+int kb__bbkb_row_variances(const bbkb *st, const double *L, const double *Zr,
+                           const double *resid, size_t n, double *out)
+{
+    size_t r = st->r;
+    double *T = r ? malloc(n * r * sizeof *T) : NULL;
+    if (r && n && !T)
+        return KB_ENOMEM;
+    if (r && n) {
+        memcpy(T, Zr, n * r * sizeof *T);
+        cblas_dtrsm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)n,
+                    (int)r, 1.0, L, (int)r, T, (int)r);
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = resid[i] / st->lambda + (r ? cblas_ddot((int)r, T + i * r, 1, T + i * r, 1) : 0);
+    free(T);
+    return KB_OK;
+}
+
+/* L L^T + x x^T = L' L'^T by Givens rotations (x is destroyed; L column-major). */
+void kb__bbkb_chol_update(double *L, size_t r, double *x)
+{
+    for (size_t k = 0; k < r; k++) {
+        double lkk = L[k * r + k], h = hypot(lkk, x[k]);
+        double c = lkk / h, s = x[k] / h;
+        L[k * r + k] = h;
+        if (k + 1 < r)
+            cblas_drot((int)(r - k - 1), L + k * r + k + 1, 1, x + k + 1, 1, c, s);
+    }
+}
+
+/* L (column-major) = chol(V), V row-major with its lower triangle set. */
+int kb__bbkb_cholesky(size_t r, const double *V, double *L)
+{
+    cblas_domatcopy(CblasRowMajor, CblasTrans, (int)r, (int)r, 1.0, V, (int)r, L, (int)r);
+    return LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', (lapack_int)r, L, (lapack_int)r) ? KB_ENUMERIC
+                                                                                 : KB_OK;
+}
+
+/* sigma~^2_start(x_i), exactly: var_start[i] carries low_rank_start's error. */
+double kb__bbkb_start_variance(bbkb *st, size_t i)
+{
+    if (st->start_err == 0.0)
+        return st->var_start[i];
+    const double *z = kb__bbkb_zrow(st, i);
+    return st->resid[i] / st->lambda + kb__bbkb_quad_form(st, st->Lstart, z);
+}
+
+/* F (r x rank, column-major) with F F^T = I / lambda - V^{-1}, V = L L^T: pivoted
+ * Cholesky, since the matrix is only semidefinite (no data along a direction leaves a
+ * zero eigenvalue). tol 0 stops at a non-positive pivot: what is dropped is round-off. */
+static int variance_factor(const bbkb *st, const double *L, double **F, size_t *rank)
+{
+    size_t r = st->r;
+    lapack_int rk = 0, *piv = malloc(r * sizeof *piv);
+    double *M = malloc(r * r * sizeof *M);
+    *F = calloc(r * r, sizeof **F);
+    int rc = piv && M && *F ? KB_OK : KB_ENOMEM;
+    if (!rc) {
+        memcpy(M, L, r * r * sizeof *M);
+        if (LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r))
+            rc = KB_ENUMERIC;
+    }
+    /* V^{-1}(i, j), i >= j, is at M[j r + i] (column-major); the row-major lower triangle
+     * written here occupies the other half */
+    for (size_t i = 0; !rc && i < r; i++)
+        for (size_t j = 0; j <= i; j++)
+            M[i * r + j] = (i == j ? 1.0 / st->lambda : 0.0) - M[j * r + i];
+    if (!rc && LAPACKE_dpstrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r, piv,
+                              &rk, 0.0) < 0)
+        rc = KB_ENUMERIC;
+    for (size_t i = 0; !rc && i < r; i++)
+        for (size_t j = 0; j <= i && j < (size_t)rk; j++)
+            (*F)[j * r + (size_t)(piv[i] - 1)] = M[i * r + j];
+    *rank = rc ? 0 : (size_t)rk;
+    free(piv);
+    free(M);
+    return rc;
+}
+
+/* For every candidate i, var[i] -= sum_j sign_j (k(x_i)^T H_j)^2 over the first k
+ * columns of H (column-major, leading dimension ld; sign NULL: all +1), and, when mu is
+ * not NULL, mu[i] = k(x_i)^T H_k, with k(x_i) = the cached kernel columns: the m
+ * dictionary slots of Kc, then the n_gone departed ones of Kgone when ld > m. dgemm over
+ * blocks of ROW_BLOCK candidates, so that the product is summed while still in cache. */
+#define ROW_BLOCK 1024
+int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
+                            const double *sign, double *var, double *mu)
+{
+    size_t A = st->A, m = st->m, nc = k + (mu != NULL);
+    if (nc == 0)
+        return KB_OK;
+    if (kb__grow((void **)&st->gbuf, &st->cap_gbuf, ROW_BLOCK * nc, sizeof *st->gbuf))
+        return KB_ENOMEM;
+    for (size_t i0 = 0; i0 < A; i0 += ROW_BLOCK) {
+        size_t n = A - i0 < ROW_BLOCK ? A - i0 : ROW_BLOCK;
+        double *G = st->gbuf;
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)nc, (int)m, 1.0,
+                    st->Kc + i0, (int)A, H, (int)ld, 0.0, G, (int)n);
+        if (ld > m)
+            cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)nc,
+                        (int)(ld - m), 1.0, st->Kgone + i0, (int)A, H + m, (int)ld, 1.0, G,
+                        (int)n);
+        for (size_t j = 0; j < k; j++) {
+            const double *g = G + j * n;
+            double s = sign ? sign[j] : 1.0;
+            for (size_t i = 0; i < n; i++)
+                var[i0 + i] -= s * g[i] * g[i];
+        }
+        if (mu)
+            memcpy(mu + i0, G + k * n, n * sizeof *mu);
+    }
+    st->flop_l3 += 2.0 * (double)A * (double)ld * (double)nc;
+    return KB_OK;
+}
+
+/* var[i] = sigma~^2(x_i) with V = L L^T for every candidate, and mu[i] = z(x_i)^T w when
+ * mu is not NULL: eq. (3), (k - ||z||^2) / lambda + z^T V^{-1} z, is
+ * k / lambda - z^T (I / lambda - V^{-1}) z = k / lambda - ||k_S(x)^T W F||^2, and
+ * mu = k_S(x)^T (W w) rides along as one more column (kb__bbkb_subtract_forms). */
+int kb__bbkb_candidate_posterior(bbkb *st, const double *L, double *var, double *mu)
+{
+    size_t A = st->A, r = st->r, m = st->m, k = 0;
+    for (size_t i = 0; i < A; i++)
+        var[i] = st->kdiag[i] / st->lambda;
+    if (r == 0) {
+        if (mu)
+            memset(mu, 0, A * sizeof *mu);
+        return KB_OK;
+    }
+    double *F = NULL;
+    int rc = variance_factor(st, L, &F, &k);
+    double *H = rc ? NULL : malloc(m * (k + 1) * sizeof *H);
+    rc = rc ? rc : H ? KB_OK : KB_ENOMEM;
+    if (!rc) {
+        if (k)
+            cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)m, (int)k, (int)r, 1.0,
+                        st->W, (int)r, F, (int)r, 0.0, H, (int)m);
+        cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)r, 1.0, st->W, (int)r, st->w, 1,
+                    0.0, H + k * m, 1);
+        rc = kb__bbkb_subtract_forms(st, H, m, k, NULL, var, mu);
+    }
+    free(F);
+    free(H);
+    return rc;
+}
+
+/* R (n x r) = z of every data row: the candidates' through kb__bbkb_zrows (which also
+ * sets their resid, even when r == 0), the others embedded. */
+static int embed_data(kb_engine *e, const dataset *ds, double *R)
+{
+    bbkb *st = e->impl;
+    size_t r = st->r, n = ds->n, d = e->space->dim, ng = 0;
+    double *U = malloc((n ? n : 1) * d * sizeof *U);
+    size_t *cand = malloc((n ? n : 1) * sizeof *cand);
+    int rc = U && cand ? KB_OK : KB_ENOMEM;
+    for (size_t j = 0; !rc && j < n; j++)
+        if (ds->rows[j].cand == NONE)
+            memcpy(U + d * ng++, ds->rows[j].u, d * sizeof *U);
+    if (!rc) {
+        for (size_t j = 0; j < n; j++)
+            cand[j] = ds->rows[j].cand;
+        rc = kb__bbkb_zrows(st, cand, n);
+    }
+    if (!rc && r) {
+        double *Zg = malloc((ng ? ng : 1) * r * sizeof *Zg);
+        rc = Zg ? kb__bbkb_embed_rows(e, U, ng, Zg) : KB_ENOMEM;
+        for (size_t j = 0, g = 0; !rc && j < n; j++) {
+            const datum *dt = &ds->rows[j];
+            const double *z = dt->cand != NONE ? kb__bbkb_zrow(st, dt->cand) : Zg + r * g++;
+            memcpy(R + j * r, z, r * sizeof *R);
+        }
+        free(Zg);
+    }
+    free(U);
+    free(cand);
+    return rc;
+}
+
+/* What rebuild_model makes: V, Vt (V_told), L, Ls (Lstart), r x r each; w and buf, r. */
+typedef struct model {
+    double *V, *Vt, *L, *Ls, *w, *buf;
+} model;
+
+/* M = lambda I + R^T diag(c) R (lower triangle), c_j = n_told (told) or n_all of row j;
+ * Ra: n x r scratch. */
+static void gram(const bbkb *st, const dataset *ds, const double *R, double *Ra, int told,
+                 double *M)
+{
+    size_t r = st->r, n = ds->n;
+    for (size_t j = 0; j < n; j++) {
+        double c = sqrt(told ? ds->rows[j].n_told : ds->rows[j].n_all);
+        for (size_t k = 0; k < r; k++)
+            Ra[j * r + k] = c * R[j * r + k];
+    }
+    if (n)
+        cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)n, 1.0, Ra, (int)r,
+                    0.0, M, (int)r);
+    for (size_t k = 0; k < r; k++)
+        M[k * r + k] += st->lambda;
+}
+
+/* V = lambda I + R^T diag(n_all) R, V_told likewise with n_told (the same matrix when
+ * every selection has been told), L = chol(V) and w = V_told^{-1} b, b = R^T ysum.
+ * KB_ENUMERIC. */
+static int solve_model(const bbkb *st, const dataset *ds, const double *R, double *Ra,
+                       model *md)
+{
+    size_t r = st->r, n = ds->n;
+    int all_told = 1;
+    for (size_t j = 0; j < n; j++)
+        all_told &= ds->rows[j].n_told == ds->rows[j].n_all;
+    for (int told = 0; told < 2 - all_told; told++)
+        gram(st, ds, R, Ra, told, told ? md->Vt : md->V);
+    for (size_t j = 0; j < n; j++)
+        cblas_daxpy((int)r, ds->rows[j].ysum, R + j * r, 1, md->w, 1);
+    if (kb__bbkb_cholesky(r, md->V, md->L))
+        return KB_ENUMERIC;
+    if (all_told)
+        return LAPACKE_dpotrs(LAPACK_COL_MAJOR, 'L', (lapack_int)r, 1, md->L, (lapack_int)r,
+                              md->w, (lapack_int)r) ? KB_ENUMERIC : KB_OK;
+    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, md->Vt, (lapack_int)r) ||
+        LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, 1, md->Vt, (lapack_int)r, md->w, 1))
+        return KB_ENUMERIC;
+    return KB_OK;
+}
+
+/* V, L, Lstart and the mean weights w from the data, embedded with the new dictionary. */
+int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
+{
+    bbkb *st = e->impl;
+    size_t r = st->r, n = ds->n ? ds->n : 1, rr = r ? r : 1;
+    model md = {NULL, NULL, NULL, NULL, NULL, NULL};
+    md.V = calloc(rr * rr, sizeof *md.V);
+    md.Vt = calloc(rr * rr, sizeof *md.Vt);
+    md.L = malloc(rr * rr * sizeof *md.L);
+    md.Ls = malloc(rr * rr * sizeof *md.Ls);
+    md.w = calloc(rr, sizeof *md.w);
+    md.buf = malloc(rr * sizeof *md.buf);
+    double *R = malloc(n * rr * sizeof *R), *Ra = malloc(n * rr * sizeof *Ra);
+    int rc = md.V && md.Vt && md.L && md.Ls && md.w && md.buf && R && Ra ? KB_OK : KB_ENOMEM;
+    if (!rc)
+        rc = embed_data(e, ds, R);
+    if (!rc && r) {
+        rc = solve_model(st, ds, R, Ra, &md);
+        memcpy(md.Ls, md.L, r * r * sizeof *md.L);
+    }
+    free(md.Vt);
+    free(R);
+    free(Ra);
+    if (rc) {
+        free(md.V);
+        free(md.L);
+        free(md.Ls);
+        free(md.w);
+        free(md.buf);
+        return rc;
+    }
+    free(st->V);
+    free(st->L);
+    free(st->Lstart);
+    free(st->w);
+    free(st->buf);
+    st->V = md.V;
+    st->L = md.L;
+    st->Lstart = md.Ls;
+    st->w = md.w;
+    st->buf = md.buf;
+    return KB_OK;
+}
