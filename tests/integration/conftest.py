@@ -16,6 +16,7 @@ Invariants enforced for every test:
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -206,6 +207,16 @@ def daemons(tmp_path):
 
     yield make
     shutdown_and_check(started)
+
+
+def copy_db(src, dst_dir):
+    """Copies an SQLite database with its -wal and -shm files into dst_dir."""
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        p = src.parent / (src.name + suffix)
+        if p.exists():
+            shutil.copy2(p, dst_dir / p.name)
+    return dst_dir / src.name
 
 
 def shutdown_and_check(started):

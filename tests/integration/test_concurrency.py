@@ -14,7 +14,6 @@
   engine the daemon knows.
 """
 import os
-import shutil
 import signal
 import threading
 import time
@@ -23,7 +22,7 @@ import warnings
 import pytest
 import requests
 
-from conftest import (ENGINES, SANITIZED, ask, create_study, db_integrity, db_trials, grid,
+from conftest import (ENGINES, SANITIZED, ask, copy_db, create_study, db_integrity, db_trials, grid,
                       tell, toy, try_create_engine_study)
 
 TRIALS = int(os.environ.get("KB_LOAD_TRIALS", 200 if SANITIZED else 2000))
@@ -153,15 +152,6 @@ def overlapping_pending(rows):
             bad.append((prev["id"], r["id"]))
         by_cand[r["candidate_index"]] = r
     return bad
-
-
-def copy_db(src, dst_dir):
-    dst_dir.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm"):
-        p = src.parent / (src.name + suffix)
-        if p.exists():
-            shutil.copy2(p, dst_dir / p.name)
-    return dst_dir / src.name
 
 
 def trial_key(t):

@@ -12,7 +12,6 @@ written and every study replays its events (about 1 s each; under 500 events, so
 periodic snapshot either). Each test runs on its own copy.
 """
 import json
-import shutil
 import signal
 import sqlite3
 import threading
@@ -20,8 +19,8 @@ import time
 
 import pytest
 
-from conftest import (SANITIZED, Daemon, ask, create_study, db_dump, error_of, shutdown_and_check,
-                      tell, toy)
+from conftest import (SANITIZED, Daemon, ask, copy_db, create_study, db_dump, error_of,
+                      shutdown_and_check, tell, toy)
 
 STUDIES = 8
 TRIALS = 120 if SANITIZED else 240   # per study: an ask and a tell event each
@@ -72,15 +71,6 @@ def slow_db(tmp_path_factory):
     finally:
         shutdown_and_check([d])
     return d.db, studies
-
-
-def copy_db(src, dst_dir):
-    dst_dir.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm"):
-        p = src.parent / (src.name + suffix)
-        if p.exists():
-            shutil.copy2(p, dst_dir / p.name)
-    return dst_dir / src.name
 
 
 def healthz_studies(d):
