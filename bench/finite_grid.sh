@@ -6,9 +6,10 @@
 #   bench/finite_grid.sh [BUILD_DIR] > results.jsonl
 # ENGINES, PROBLEMS (space-separated; "abalone" gets its --data) and SEEDS narrow the run,
 # e.g. the tuning problems only: PROBLEMS="hartmann3 branin rkhs" SEEDS="1 2 3 4 5".
+# ABALONE names the data file when the repository is not next to shared/ (a worktree).
 set -euo pipefail
 B=${1:-build}/kb-bench
-DATA=$(dirname "$0")/../../shared/data/abalone.csv
+DATA=${ABALONE:-$(dirname "$0")/../../shared/data/abalone.csv}
 read -r -a ENGINE_LIST <<<"${ENGINES:-bbkb gp-ucb gp-ts}"
 read -r -a PROBLEM_LIST <<<"${PROBLEMS:-hartmann3 branin hartmann6 rkhs matern-rkhs abalone}"
 read -r -a SEED_LIST <<<"${SEEDS:-1 2 3}"
