@@ -93,13 +93,13 @@ static void assert_posterior_is_exact(kb_engine *e, kb_kernel_kind kind, double 
     double *mean = malloc(M * sizeof *mean), *sd = malloc(M * sizeof *sd);
     double *emean = malloc(M * sizeof *emean), *evar = malloc(M * sizeof *evar);
     assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-    kb_kernel k = tu_kernel(kind, D, ls);
-    assert_int_equal(tu_exact_posterior(&k, X, y, n, lambda, Xc, M, emean, evar), 0);
+    kb_kernel *k = tu_kernel(kind, D, ls);
+    assert_int_equal(tu_exact_posterior(k, X, y, n, lambda, Xc, M, emean, evar), 0);
     for (size_t i = 0; i < M; i++)
         sd[i] *= sd[i];
     assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
     assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
-    tu_kernel_free(&k);
+    kb_kernel_free(k);
     free(mean);
     free(sd);
     free(emean);
@@ -199,21 +199,21 @@ static void fitted_kernel_epochs_match_exact_gp(void **state)
         kb_engine_hyperparameters(e, &hp);
         assert_true(hp.fitting && hp.fits > fits);
         fits = hp.fits;
-        double ls[D] = {hp.lengthscales[0], hp.lengthscales[1]};
-        kb_kernel k = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = hp.kernel_variance,
-                       .lengthscales = ls};
+        kb_kernel *k = tu_kernel_with(KB_KERNEL_MATERN52, D, hp.kernel_variance,
+                                      hp.lengthscales);
         double mean[M], sd[M], emean[M], evar[M], dm, dsd;
         size_t n = (half + 1) * N, nt = told_data(e, D, Xall + n * D, yall + n, &dm, &dsd);
         memcpy(Xall, X, n * D * sizeof *X);
         memcpy(yall, y, n * sizeof *y);
         assert_true(nt + n <= 4 * N && (half == 0 || nt > 0));
         assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-        assert_int_equal(tu_exact_posterior(&k, Xall, yall, n + nt, hp.noise, Xc, M, emean,
+        assert_int_equal(tu_exact_posterior(k, Xall, yall, n + nt, hp.noise, Xc, M, emean,
                                             evar), 0);
         for (size_t i = 0; i < M; i++)
             sd[i] *= sd[i];
         assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
         assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
+        kb_kernel_free(k);
     }
     kb_engine_free(e);
     kb_space_free(s);
@@ -306,10 +306,10 @@ static void outputs_standardized_over_distinct_points(void **state)
     size_t n = told_data(e, D, X, y, &dmean, &dsd);
     assert_true(n >= M + 10); /* repeats happened */
     assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-    kb_kernel k = tu_kernel(KB_KERNEL_RBF, D, 0.5);
+    kb_kernel *k = tu_kernel(KB_KERNEL_RBF, D, 0.5);
     for (size_t i = 0; i < n; i++)
         ys[i] = (y[i] - dmean) / dsd;
-    assert_int_equal(tu_exact_posterior(&k, X, ys, n, 0.05, Xc, M, emean, evar), 0);
+    assert_int_equal(tu_exact_posterior(k, X, ys, n, 0.05, Xc, M, emean, evar), 0);
     assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
     double pm = 0.0, ps2 = 0.0;
     for (size_t i = 0; i < n; i++)
@@ -318,12 +318,12 @@ static void outputs_standardized_over_distinct_points(void **state)
         ps2 += (y[i] - pm) * (y[i] - pm);
     for (size_t i = 0; i < n; i++)
         ys[i] = (y[i] - pm) / sqrt(ps2 / (double)(n - 1));
-    assert_int_equal(tu_exact_posterior(&k, X, ys, n, 0.05, Xc, M, pmean, evar), 0);
+    assert_int_equal(tu_exact_posterior(k, X, ys, n, 0.05, Xc, M, pmean, evar), 0);
     assert_true(tu_max_rel_err(pmean, emean, M, 1e-3) > 1e-2); /* the test discriminates */
     free(X);
     free(y);
     free(ys);
-    tu_kernel_free(&k);
+    kb_kernel_free(k);
     kb_engine_free(e);
     kb_space_free(s);
     kb_config_free(c);
@@ -335,7 +335,7 @@ static void outputs_standardized_over_distinct_points(void **state)
 static void dtc_reference(const kb_kernel *k, const double *S, size_t m, const double *X,
                           size_t n, double lambda, const double *T, size_t nt, double *var)
 {
-    size_t d = k->dim;
+    size_t d = kb_kernel_dim(k);
     double *KS = malloc(m * m * sizeof *KS), *BX = malloc(m * n * sizeof *BX);
     double *BT = malloc(m * nt * sizeof *BT), *Q = malloc(n * n * sizeof *Q);
     double *q = malloc(n * nt * sizeof *q);
@@ -384,13 +384,13 @@ static void assert_variances_are_dtc(kb_engine *e, const double *S, size_t m, co
     kb_error err;
     double *mean = malloc(M * sizeof *mean), *sd = malloc(M * sizeof *sd);
     double *ref = malloc(M * sizeof *ref);
-    kb_kernel k = tu_kernel(KB_KERNEL_MATERN52, D, 0.4);
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 0.4);
     assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-    dtc_reference(&k, S, m, X, n, lambda, Xc, M, ref);
+    dtc_reference(k, S, m, X, n, lambda, Xc, M, ref);
     for (size_t i = 0; i < M; i++)
         sd[i] *= sd[i];
     assert_true(tu_max_rel_err(sd, ref, M, 1e-6) <= 1e-9);
-    tu_kernel_free(&k);
+    kb_kernel_free(k);
     free(mean);
     free(sd);
     free(ref);

@@ -249,7 +249,7 @@ static void check_cell_gps(kb_space *sp, kb_rng *rng, const double *cand, size_t
     kb_error err;
     kb_engine *e = make_engine(sp, NULL, 300, 5);
     record *r = calloc(1, sizeof *r);
-    kb_kernel k = tu_kernel(KB_KERNEL_MATERN32, D, 0.2);
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN32, D, 0.2);
     double *X = malloc(MAXREC * D * sizeof *X), *y = malloc(MAXREC * sizeof *y);
     int with_pending = 0;
     for (int s = 0; s < 400; s++) {
@@ -274,17 +274,17 @@ static void check_cell_gps(kb_space *sp, kb_rng *rng, const double *cand, size_t
                     memcpy(X + n * D, r->obs_u + i * D, D * sizeof *X);
                     y[n++] = (r->obs_y[i] - m) / sd;
                 }
-            double gamma = dense_gamma(&k, X, n, c.alpha);
+            double gamma = dense_gamma(k, X, n, c.alpha);
             assert_true(fabs(c.gamma - gamma) <= 1e-9 * fmax(1.0, gamma));
             double mean_told, var_told, mean_all, var_all, em, es;
-            assert_int_equal(tu_exact_posterior(&k, X, y, n, c.alpha, u, 1, &mean_told, &var_told), 0);
+            assert_int_equal(tu_exact_posterior(k, X, y, n, c.alpha, u, 1, &mean_told, &var_told), 0);
             size_t nt = n;
             for (size_t i = 0; i < r->n_pend; i++)
                 if (in_cell(&c, r->pend_u + i * D)) {
                     memcpy(X + n * D, r->pend_u + i * D, D * sizeof *X);
                     y[n++] = 0.0;
                 }
-            assert_int_equal(tu_exact_posterior(&k, X, y, n, c.alpha, u, 1, &mean_all, &var_all), 0);
+            assert_int_equal(tu_exact_posterior(k, X, y, n, c.alpha, u, 1, &mean_all, &var_all), 0);
             (void)mean_all;
             with_pending += n > nt;
             assert_int_equal(kb_engine_posterior(e, u, 1, &em, &es, &err), KB_OK);
@@ -297,7 +297,7 @@ static void check_cell_gps(kb_space *sp, kb_rng *rng, const double *cand, size_t
     assert_true(kb__pi_n_created(e) > kb__pi_n_cells(e)); /* cells inherited data */
     free(X);
     free(y);
-    tu_kernel_free(&k);
+    kb_kernel_free(k);
     free(r);
     kb_engine_free(e);
 }
