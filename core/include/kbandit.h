@@ -283,7 +283,12 @@ KB_API int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *
 typedef enum kb_trial_state { KB_TRIAL_PENDING = 0, KB_TRIAL_TOLD, KB_TRIAL_ABANDONED } kb_trial_state;
 KB_API int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_state *state);
 
+/* Counters and timings of an engine. The struct grows at its end (as SQLite's sqlite3_vfs
+ * does with iVersion): the caller sets `size` to sizeof(kb_stats) as it was compiled, the
+ * library writes only those bytes, and fields the library does not know (a caller built
+ * against a newer header) read 0, which every field uses for "not applicable". */
 typedef struct kb_stats {
+    size_t size;            /* set by the caller, >= KB_STATS_SIZE_MIN */
     uint64_t asks;          /* points handed out */
     uint64_t tells, abandons, observed, pending;
     uint64_t epoch;         /* resparsifications so far (0 before the first) */
@@ -304,7 +309,12 @@ typedef struct kb_stats {
                                * update of the previous ones (epoch_start = auto) */
 } kb_stats;
 
-KB_API void kb_engine_stats(const kb_engine *e, kb_stats *out);
+/* The size of the first kb_stats with a size field: never changes as the struct grows. */
+#define KB_STATS_SIZE_MIN (offsetof(kb_stats, epochs_low_rank) + sizeof(uint64_t))
+
+/* Fills out->size bytes of *out (out->size left as set). KB_EINVAL (field "size") when
+ * out->size < KB_STATS_SIZE_MIN, *out untouched. Use: kb_stats st = {.size = sizeof st}. */
+KB_API int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err);
 
 /* Posterior mean and standard deviation (in the engine's internal units: scaled
  * inputs, standardized outputs) at n points given in input coordinates, as the engine

@@ -473,9 +473,58 @@ static void codes_without_error_struct(void **state)
     assert_int_equal(kb_engine_tell(e, p.handle, 1.0, NULL), KB_OK);
     assert_int_equal(kb_engine_tell(e, p.handle, 1.0, NULL), KB_ESTATE);
     assert_int_equal(kb_engine_abandon(e, p.handle, NULL), KB_ESTATE);
+    kb_stats small = {.size = KB_STATS_SIZE_MIN - 1};
+    assert_int_equal(kb_engine_stats(e, &small, NULL), KB_EINVAL);
     kb_engine_free(e);
     kb_space_free(box);
     kb_config_free(cfg);
+}
+
+/* kb_stats.size is the caller's: the library refuses a size below the first versioned
+ * layout, writes exactly `size` bytes, and zeroes what a newer caller has beyond its own
+ * struct. */
+static void stats_follow_the_callers_size(void **state)
+{
+    (void)state;
+    double rows[3] = {0, 1, 2};
+    kb_space *sp = kb_space_new_finite(rows, 3, 1, NULL);
+    kb_config *cfg = kb_config_new("random", NULL);
+    kb_engine *e = kb_engine_create(cfg, sp, NULL);
+    assert_non_null(e);
+    kb_point p;
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 2, (kb_point[2]){0}, &res, NULL), KB_OK);
+    assert_int_equal(kb_engine_ask(e, 1, &p, &res, NULL), KB_OK);
+    assert_int_equal(kb_engine_tell(e, p.handle, 1.0, NULL), KB_OK);
+
+    kb_error err;
+    struct {
+        kb_stats st;
+        unsigned char beyond[16];
+    } buf;
+    memset(&buf, 0xab, sizeof buf);
+    buf.st.size = KB_STATS_SIZE_MIN - 1;
+    expect_error(kb_engine_stats(e, &buf.st, &err), &err, KB_EINVAL, "size");
+    assert_true(buf.st.size == KB_STATS_SIZE_MIN - 1 && buf.st.asks == 0xababababababababULL);
+
+    buf.st.size = sizeof buf.st;
+    assert_int_equal(kb_engine_stats(e, &buf.st, &err), KB_OK);
+    assert_true(buf.st.size == sizeof buf.st);
+    assert_true(buf.st.asks == 3 && buf.st.tells == 1 && buf.st.pending == 2);
+    assert_true(buf.st.candidates == 3 && buf.st.epoch == 0 && buf.st.dict_size == 0);
+    for (size_t i = 0; i < sizeof buf.beyond; i++)
+        assert_int_equal(buf.beyond[i], 0xab);
+
+    /* A caller built against a newer, longer kb_stats: its unknown fields read 0. */
+    memset(&buf, 0xab, sizeof buf);
+    buf.st.size = sizeof buf;
+    assert_int_equal(kb_engine_stats(e, &buf.st, &err), KB_OK);
+    assert_true(buf.st.size == sizeof buf && buf.st.asks == 3);
+    for (size_t i = sizeof buf.st; i < sizeof buf; i++)
+        assert_int_equal(((unsigned char *)&buf)[i], 0);
+    kb_engine_free(e);
+    kb_config_free(cfg);
+    kb_space_free(sp);
 }
 
 static void base_checks_handles_and_values(void **state)
@@ -504,8 +553,8 @@ static void base_checks_handles_and_values(void **state)
     expect_error(kb_engine_observe(e, x, 1.0, &err), &err, KB_EINVAL, "x[1]");
     x[1] = 0;
     assert_int_equal(kb_engine_observe(e, x, 2.0, &err), KB_OK);
-    kb_stats st;
-    kb_engine_stats(e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
     assert_int_equal(st.asks, 3);
     assert_int_equal(st.tells, 1);
     assert_int_equal(st.abandons, 1);
@@ -602,9 +651,9 @@ static void snapshot_restore_continues_identically(void **state)
     script(e1, 10, a + 20, &d1);
     script(r, 10, c + 20, &d3);
     assert_memory_equal(a + 20, c + 20, 20 * sizeof(size_t));
-    kb_stats s1, s2;
-    kb_engine_stats(e1, &s1);
-    kb_engine_stats(r, &s2);
+    kb_stats s1 = {.size = sizeof s1}, s2 = {.size = sizeof s2};
+    kb_engine_stats(e1, &s1, NULL);
+    kb_engine_stats(r, &s2, NULL);
     assert_int_equal(s1.asks, s2.asks);
     assert_int_equal(s1.pending, s2.pending);
 
@@ -683,6 +732,7 @@ int main(void)
         cmocka_unit_test(output_warp_matches_reference),
         cmocka_unit_test(categorical_order_does_not_matter),
         cmocka_unit_test(codes_without_error_struct),
+        cmocka_unit_test(stats_follow_the_callers_size),
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
         cmocka_unit_test(scaling_survives_extreme_columns),
     };

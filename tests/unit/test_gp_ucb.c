@@ -173,8 +173,8 @@ static void random_step(model *m, kb_rng *drv, int batched)
     kb_ask_result res;
     size_t want = 1 + (size_t)kb_rng_below(drv, 3);
     assert_int_equal(kb_engine_ask(m->e, want, pts, &res, &err), 0);
-    kb_stats st;
-    kb_engine_stats(m->e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(m->e, &st, NULL);
     if (st.epoch != m->epoch) { /* gp-bucb: a batch started, the mean moved */
         m->epoch = st.epoch;
         m->n_mean = m->n_obs;
@@ -302,8 +302,8 @@ static void script(kb_engine *e, kb_rng *drv, size_t *idx, size_t n)
             idx[got++] = p.index;
         if (res.n == 1 && got % 4 != 0)
             continue;
-        kb_stats st;
-        kb_engine_stats(e, &st);
+        kb_stats st = {.size = sizeof st};
+        kb_engine_stats(e, &st, NULL);
         for (uint64_t h = 1; h <= st.asks; h++) {
             kb_point q;
             kb_trial_state ts;
@@ -398,8 +398,8 @@ static void product_rule_closes_batches(void **state)
                 assert_int_equal(kb_engine_tell(m.e, handles[i], (double)(i % 3), &err), 0);
             batches++;
             sizes += (int)in_batch;
-            kb_stats st;
-            kb_engine_stats(m.e, &st);
+            kb_stats st = {.size = sizeof st};
+            kb_engine_stats(m.e, &st, NULL);
             assert_int_equal(st.epoch, (uint64_t)batches);
         }
         if (Cs[ci] == 50.0)
