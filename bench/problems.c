@@ -2,8 +2,8 @@
  * problems.c - the benchmark problems of kb-bench, as a table of constructors (see
  * problems.h for the invariants every problem keeps).
  *
- *   abalone    the UCI Abalone rows (shared/data/abalone.csv, protocol of
- *              shared/data/README.md and seed 004 App. D.1): raw features as arms (the
+ *   abalone    the UCI Abalone rows (data file and protocol: docs/REFERENCES.md, the
+ *              abalone protocol, seed 004 App. D.1): raw features as arms (the
  *              caller sets input_scaling=standardize), target rescaled to [0, 1];
  *   csv        any CSV file of numbers, last column the target (--data required);
  *   rkhs       f = sum_j a_j k(c_j, .) with 20 random centres c_j, a_j ~ N(0, 1), for a
