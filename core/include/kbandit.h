@@ -89,7 +89,8 @@ typedef enum kb_kernel_kind {
 
 /* A kernel (opaque; owned by whoever created it): variance * base(x, y). It is created
  * with what never changes, its kind and dimension, and starts with variance 1, every
- * lengthscale 1 and every coordinate ordered; the setters change those.
+ * lengthscale 1 and every coordinate ordered; the setters change those, and a failed
+ * setter leaves the kernel as it was.
  * A categorical coordinate (choices[j] = c >= 2) codes choice i as any value in the bin
  * [i / c, (i + 1) / c) and enters r^2 as 0 (same choice) or 1 / l_j^2 (different
  * choices): an exchangeable kernel, the same as a one-hot coding whose c coordinates
@@ -109,7 +110,6 @@ KB_API int kb_kernel_set_lengthscales(kb_kernel *k, const double *lengthscales,
 /* NULL (all ordered), or dim entries: 0 = ordered, c >= 2 = categorical with c choices;
  * KB_EINVAL (field "choices[j]") for c = 1, KB_ENOMEM. */
 KB_API int kb_kernel_set_choices(kb_kernel *k, const size_t *choices, kb_error *err);
-/* A failed setter leaves the kernel as it was. */
 
 /* Parses "rbf" (alias "gaussian"), "matern12", "matern32", "matern52", "linear". */
 KB_API int kb_kernel_kind_parse(const char *name, kb_kernel_kind *out);
