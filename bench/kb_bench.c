@@ -241,8 +241,8 @@ static void apply_problem_settings(kb_config *cfg, const char *engine, const cha
 
 static void note_points(run *r, size_t npts)
 {
-    kb_stats st;
-    kb_engine_stats(r->e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(r->e, &st, NULL);
     if (st.dict_size) {
         r->dict_sum += (double)st.dict_size;
         r->dict_n++;
@@ -299,13 +299,13 @@ static void curve_alloc(run *r, size_t T, size_t window)
 static size_t timed_ask(run *r, size_t n, kb_point *pts, kb_ask_result *res)
 {
     kb_error err;
-    kb_stats before, after;
-    kb_engine_stats(r->e, &before);
+    kb_stats before = {.size = sizeof before}, after = {.size = sizeof after};
+    kb_engine_stats(r->e, &before, NULL);
     double t0 = now(), c0 = cpu_now();
     if (kb_engine_ask(r->e, n, pts, res, &err))
         die("ask", &err);
     double dt = now() - t0, dc = cpu_now() - c0;
-    kb_engine_stats(r->e, &after);
+    kb_engine_stats(r->e, &after, NULL);
     if (res->n && after.epoch == before.epoch &&
         after.sec_resparsify == before.sec_resparsify) {
         r->ask_us_sum += 1e6 * dt;
@@ -535,8 +535,8 @@ int main(int argc, char **argv)
         idle = simulate_async(&r, o.T, o.W, &clock_rng);
     double wall = now() - t0;
 
-    kb_stats st;
-    kb_engine_stats(r.e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(r.e, &st, NULL);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double bmean, bmax, b1, b2;

@@ -60,7 +60,8 @@ int bench_make_matern_rkhs(const bench_args *a, bench_problem *p, char *msg, siz
     double ls[MAX_D];
     for (size_t j = 0; j < d; j++)
         ls[j] = LENGTHSCALE;
-    kb_kernel k = {KB_KERNEL_MATERN32, d, 1.0, ls, NULL};
+    kb_kernel *k = NULL;
+    kb_error err;
     double *C = malloc(m * d * sizeof *C), *w = malloc(m * sizeof *w);
     double *K = malloc(m * m * sizeof *K), *Kw = malloc(m * sizeof *Kw);
     double *Kx = malloc(A * m * sizeof *Kx);
@@ -71,17 +72,22 @@ int bench_make_matern_rkhs(const bench_args *a, bench_problem *p, char *msg, siz
         snprintf(msg, len, "out of memory for a %zu-point grid", A);
         goto done;
     }
+    if (kb_kernel_create(KB_KERNEL_MATERN32, d, &k, &err) ||
+        kb_kernel_set_lengthscales(k, ls, &err)) {
+        snprintf(msg, len, "matern-rkhs kernel: %s", err.message);
+        goto done;
+    }
     kb_rng rng;
     kb_rng_seed(&rng, a->seed);
     for (size_t i = 0; i < m * d; i++)
         C[i] = kb_rng_uniform(&rng);
     for (size_t i = 0; i < m; i++)
         w[i] = 2.0 * kb_rng_uniform(&rng) - 1.0;
-    kb_kernel_matrix(&k, C, m, C, m, K);
+    kb_kernel_matrix(k, C, m, C, m, K);
     cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)m, 1.0, K, (int)m, w, 1, 0.0, Kw, 1);
     double norm = sqrt(fmax(0.0, cblas_ddot((int)m, w, 1, Kw, 1)));
     fill_grid(A, d, g, p->X);
-    kb_kernel_matrix(&k, p->X, A, C, m, Kx);
+    kb_kernel_matrix(k, p->X, A, C, m, Kx);
     cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)A, (int)m, 1.0, Kx, (int)m, w, 1, 0.0, p->f, 1);
     p->A = A;
     p->d = d;
@@ -91,6 +97,7 @@ int bench_make_matern_rkhs(const bench_args *a, bench_problem *p, char *msg, siz
              "input_scaling=none output_scaling=none", norm, LENGTHSCALE);
     rc = 0;
 done:
+    kb_kernel_free(k);
     free(C);
     free(w);
     free(K);

@@ -2,8 +2,8 @@
  * problems.c - the benchmark problems of kb-bench, as a table of constructors (see
  * problems.h for the invariants every problem keeps).
  *
- *   abalone    the UCI Abalone rows (shared/data/abalone.csv, protocol of
- *              shared/data/README.md and seed 004 App. D.1): raw features as arms (the
+ *   abalone    the UCI Abalone rows (data file and protocol: docs/REFERENCES.md, the
+ *              abalone protocol, seed 004 App. D.1): raw features as arms (the
  *              caller sets input_scaling=standardize), target rescaled to [0, 1];
  *   csv        any CSV file of numbers, last column the target (--data required);
  *   rkhs       f = sum_j a_j k(c_j, .) with 20 random centres c_j, a_j ~ N(0, 1), for a
@@ -295,43 +295,45 @@ static int make_rkhs(const bench_args *a, bench_problem *p, char *msg, size_t le
 {
     enum { M = 20 };
     size_t d = a->d ? a->d : 2, A = a->A ? a->A : 1000;
-    kb_kernel k = {KB_KERNEL_RBF, d, 1.0, malloc(d * sizeof(double)), NULL};
-    if (!k.lengthscales || alloc_problem(p, A, d)) {
-        free(k.lengthscales);
-        return -1;
-    }
-    if (kb_kernel_kind_parse(a->kernel ? a->kernel : "rbf", &k.kind)) {
+    kb_kernel_kind kind;
+    if (kb_kernel_kind_parse(a->kernel ? a->kernel : "rbf", &kind)) {
         snprintf(msg, len, "unknown --problem-kernel '%s'", a->kernel);
-        free(k.lengthscales);
         return -1;
     }
+    kb_kernel *k = NULL;
+    kb_error err;
+    double *ls = malloc(d * sizeof *ls), *C = malloc(M * d * sizeof *C), coef[M];
+    double *Kc = malloc(A * M * sizeof *Kc);
+    int rc = -1;
+    if (!ls || !C || !Kc || alloc_problem(p, A, d))
+        goto done;
     for (size_t j = 0; j < d; j++)
-        k.lengthscales[j] = a->lengthscale > 0 ? a->lengthscale : 0.2;
+        ls[j] = a->lengthscale > 0 ? a->lengthscale : 0.2;
+    if (kb_kernel_create(kind, d, &k, &err) || kb_kernel_set_lengthscales(k, ls, &err)) {
+        snprintf(msg, len, "rkhs kernel: %s", err.message);
+        goto done;
+    }
     kb_rng rng;
     kb_rng_seed(&rng, a->seed ^ 0x7c45);
-    double *C = malloc(M * d * sizeof *C), coef[M], *Kc = malloc(A * M * sizeof *Kc);
-    if (!C || !Kc) {
-        free(C);
-        free(Kc);
-        free(k.lengthscales);
-        return -1;
-    }
     for (size_t i = 0; i < M * d; i++)
         C[i] = kb_rng_uniform(&rng);
     for (int j = 0; j < M; j++)
         coef[j] = kb_rng_normal(&rng);
     bench_halton(A, d, &rng, p->X);
-    kb_kernel_matrix(&k, p->X, A, C, M, Kc);
+    kb_kernel_matrix(k, p->X, A, C, M, Kc);
     for (size_t i = 0; i < A; i++) {
         p->f[i] = 0;
         for (int j = 0; j < M; j++)
             p->f[i] += coef[j] * Kc[i * M + j];
     }
     bench_rescale01(p->f, A);
+    rc = 0;
+done:
+    kb_kernel_free(k);
+    free(ls);
     free(C);
     free(Kc);
-    free(k.lengthscales);
-    return 0;
+    return rc;
 }
 
 const bench_problem_entry bench_problems[] = {

@@ -446,8 +446,8 @@ static int study_rebuild(study *s)
                            (json_int_t)s->seq, "error", rc.kerr.message));
         return -1;
     }
-    kb_stats st;
-    kb_engine_stats(s->engine, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(s->engine, &st, NULL);
     s->epoch = st.epoch;
     if (st.epoch > s->epoch_high)
         s->epoch_high = st.epoch;
@@ -647,8 +647,8 @@ static int write_snapshot(study *s)
  * for COMMIT (s->ticket): the caller waits for it with unlock_settle. */
 static int finish_txn(study *s)
 {
-    kb_stats st;
-    kb_engine_stats(s->engine, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(s->engine, &st, NULL);
     if (st.epoch != s->epoch) {
         if (store_dictionary_put(reg.cfg.db, s->id, st.epoch, st.dict_size, st.last_batch,
                                  s->seq, now_ms()))
@@ -983,8 +983,8 @@ static json_t *hyperparameters_json(const kb_engine *e)
 
 static json_t *progress_json(study *s)
 {
-    kb_stats st;
-    kb_engine_stats(s->engine, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(s->engine, &st, NULL);
     return json_pack("{s:{s:I,s:I,s:I,s:I},s:o,s:I,s:I,s:I,s:I,s:b,s:o}", "trials", "pending",
                      (json_int_t)s->counts[TRIAL_PENDING], "completed",
                      (json_int_t)s->counts[TRIAL_COMPLETED], "failed",

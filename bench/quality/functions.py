@@ -4,7 +4,8 @@ best value found minus the minimum. Standard definitions (Surjanovic & Bingham, 
 Library of Simulation Experiments"); the embedded and mixed variants are built here.
 
 Which functions may be used to choose constants (TUNING) and which are only reported
-(HELD_OUT) is fixed here, as ../shared/docs/quality.md asks: never tune on a held-out one.
+(HELD_OUT) is fixed here, as the quality protocol (docs/REFERENCES.md) asks: never tune on
+a held-out one.
 """
 import math
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """This file is the quality suite of issue 12 (make bench-quality): kbandit's engines and
 Optuna's samplers on the same box functions, budgets and parallelism, through the real
-daemon over HTTP, as ../shared/docs/quality.md prescribes.
+daemon over HTTP, as the quality protocol (docs/REFERENCES.md) prescribes.
 
     bench/quality/run.py [--functions branin,hartmann6] [--engines default,gp-ucb,optuna-tpe]
                          [--seeds 1,2,3 | --set tuning|held-out] [--budgets 4x50,8x125]

@@ -51,8 +51,8 @@
  * Asynchrony: every ask draws a fresh sample, so concurrent asks already differ;
  * pending points are not hallucinated (the randomization of TS is what diversifies a
  * batch). Randomness comes only from e->rng, ask picks one point, so snapshot/restore
- * by replay is exact. ops->posterior is the model's exact posterior (PREAMBLE
- * convention), pending points not hallucinated.
+ * by replay is exact. ops->posterior is the model's exact posterior (the convention
+ * of docs/ARCHITECTURE.md, Engine contract), pending points not hallucinated.
  */
 #include "ts.h"
 

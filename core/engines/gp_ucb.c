@@ -20,8 +20,9 @@
  * not refunded from the product: removing a hallucinated point only moves sigma_t back
  * towards sigma_fb, so the ratio bound of Prop. 2 stays valid.
  *
- * Units follow the PREAMBLE convention: noise variance lambda, standardized outputs,
- * sigma^2 in the paper's frequentist normalization = Bayesian sd^2 / lambda. Outputs
+ * Units follow docs/ARCHITECTURE.md (Engine contract): noise variance lambda,
+ * standardized outputs, sigma^2 in the paper's frequentist normalization = Bayesian
+ * sd^2 / lambda. Outputs
  * are standardized over distinct points (kb__output_stats), so that repeating one arm
  * does not shrink the output scale; every observation still enters the GP as its own
  * row.

@@ -87,19 +87,29 @@ typedef enum kb_kernel_kind {
     KB_KERNEL_LINEAR,      /* x . y / l^2 (per-dimension l allowed) */
 } kb_kernel_kind;
 
-/* Every kernel is variance * base(x, y). Owned by whoever created it.
+/* A kernel (opaque; owned by whoever created it): variance * base(x, y). It is created
+ * with what never changes, its kind and dimension, and starts with variance 1, every
+ * lengthscale 1 and every coordinate ordered; the setters change those, and a failed
+ * setter leaves the kernel as it was.
  * A categorical coordinate (choices[j] = c >= 2) codes choice i as any value in the bin
  * [i / c, (i + 1) / c) and enters r^2 as 0 (same choice) or 1 / l_j^2 (different
  * choices): an exchangeable kernel, the same as a one-hot coding whose c coordinates
  * share one lengthscale, so the order of the choices does not matter. */
-typedef struct kb_kernel {
-    kb_kernel_kind kind;
-    size_t dim;
-    double variance;       /* > 0, k(x, x) for stationary kernels */
-    double *lengthscales;  /* dim entries, each > 0 (owned) */
-    size_t *choices;       /* NULL (all ordered), or dim entries: 0 = ordered, c >= 2 =
-                            * categorical with c choices (owned) */
-} kb_kernel;
+typedef struct kb_kernel kb_kernel;
+
+/* *out is the new kernel, or NULL on failure: KB_EINVAL (field "kind") for a kind not in
+ * kb_kernel_kind, KB_ERANGE (field "dim") unless 1 <= dim <= KB_MAX_DIM, KB_ENOMEM. */
+KB_API int kb_kernel_create(kb_kernel_kind kind, size_t dim, kb_kernel **out, kb_error *err);
+KB_API void kb_kernel_free(kb_kernel *k);
+KB_API size_t kb_kernel_dim(const kb_kernel *k);
+/* variance > 0 and finite, else KB_ERANGE (field "variance"). */
+KB_API int kb_kernel_set_variance(kb_kernel *k, double variance, kb_error *err);
+/* dim entries, each > 0 and finite, else KB_ERANGE (field "lengthscales[j]"). */
+KB_API int kb_kernel_set_lengthscales(kb_kernel *k, const double *lengthscales,
+                                      kb_error *err);
+/* NULL (all ordered), or dim entries: 0 = ordered, c >= 2 = categorical with c choices;
+ * KB_EINVAL (field "choices[j]") for c = 1, KB_ENOMEM. */
+KB_API int kb_kernel_set_choices(kb_kernel *k, const size_t *choices, kb_error *err);
 
 /* Parses "rbf" (alias "gaussian"), "matern12", "matern32", "matern52", "linear". */
 KB_API int kb_kernel_kind_parse(const char *name, kb_kernel_kind *out);
@@ -152,7 +162,7 @@ KB_API kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
  * coordinate takes the L values (i + 1/2) / L, the centres of L equal bins (an integer
  * parameter, or a categorical's choices), and pool points are placed on them;
  * categorical[j] != 0 (with L >= 2): the values are unordered choices, compared by
- * identity in the kernel (kb_kernel.choices), so their order changes nothing. NULL
+ * identity in the kernel (kb_kernel_set_choices), so their order changes nothing. NULL
  * arrays mean all 0. Copies the arrays and redraws the pool. KB_EINVAL (field
  * "levels[j]") for a categorical with fewer than 2 values, KB_EUNSUPPORTED for a finite
  * set. */
@@ -273,7 +283,12 @@ KB_API int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *
 typedef enum kb_trial_state { KB_TRIAL_PENDING = 0, KB_TRIAL_TOLD, KB_TRIAL_ABANDONED } kb_trial_state;
 KB_API int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_state *state);
 
+/* Counters and timings of an engine. The struct grows at its end (as SQLite's sqlite3_vfs
+ * does with iVersion): the caller sets `size` to sizeof(kb_stats) as it was compiled, the
+ * library writes only those bytes, and fields the library does not know (a caller built
+ * against a newer header) read 0, which every field uses for "not applicable". */
 typedef struct kb_stats {
+    size_t size;            /* set by the caller, >= KB_STATS_SIZE_MIN */
     uint64_t asks;          /* points handed out */
     uint64_t tells, abandons, observed, pending;
     uint64_t epoch;         /* resparsifications so far (0 before the first) */
@@ -294,7 +309,12 @@ typedef struct kb_stats {
                                * update of the previous ones (epoch_start = auto) */
 } kb_stats;
 
-KB_API void kb_engine_stats(const kb_engine *e, kb_stats *out);
+/* The size of the first kb_stats with a size field: never changes as the struct grows. */
+#define KB_STATS_SIZE_MIN (offsetof(kb_stats, epochs_low_rank) + sizeof(uint64_t))
+
+/* Fills out->size bytes of *out (out->size left as set). KB_EINVAL (field "size") when
+ * out->size < KB_STATS_SIZE_MIN, *out untouched. Use: kb_stats st = {.size = sizeof st}. */
+KB_API int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err);
 
 /* Posterior mean and standard deviation (in the engine's internal units: scaled
  * inputs, standardized outputs) at n points given in input coordinates, as the engine

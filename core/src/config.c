@@ -285,12 +285,12 @@ int kb__config_build_kernel(const kb_config *cfg, size_t dim, kb_kernel *k, kb_e
     if (ls && n != dim)
         return kb__fail(err, KB_EINVAL, "lengthscales",
                         "lengthscales has %zu entries, the space has %zu dimensions", n, dim);
-    kb_kernel_kind_parse(kb_config_string(cfg, "kernel"), &k->kind);
-    k->dim = dim;
+    kb_kernel_kind kind;
+    kb_kernel_kind_parse(kb_config_string(cfg, "kernel"), &kind);
+    int rc = kb__kernel_init(k, kind, dim, err);
+    if (rc)
+        return rc;
     k->variance = kb_config_number(cfg, "kernel_variance");
-    k->lengthscales = malloc(dim * sizeof *k->lengthscales);
-    if (!k->lengthscales)
-        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     for (size_t j = 0; j < dim; j++)
         k->lengthscales[j] = ls ? ls[j] : kb_config_number(cfg, "lengthscale");
     return KB_OK;

@@ -631,17 +631,26 @@ int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_
     return KB_OK;
 }
 
-void kb_engine_stats(const kb_engine *e, kb_stats *st)
+int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err)
 {
-    memset(st, 0, sizeof *st);
-    st->asks = e->n_trials;
-    st->tells = e->n_tells;
-    st->abandons = e->n_abandons;
-    st->observed = e->n_observed;
-    st->pending = e->n_pending;
-    st->candidates = e->space->n;
+    size_t size = out->size;
+    if (size < KB_STATS_SIZE_MIN)
+        return kb__fail(err, KB_EINVAL, "size", "kb_stats.size is %zu, at least %zu", size,
+                        (size_t)KB_STATS_SIZE_MIN);
+    kb_stats st = {.size = size};
+    st.asks = e->n_trials;
+    st.tells = e->n_tells;
+    st.abandons = e->n_abandons;
+    st.observed = e->n_observed;
+    st.pending = e->n_pending;
+    st.candidates = e->space->n;
     if (e->ops->stats)
-        e->ops->stats(e, st);
+        e->ops->stats(e, &st);
+    /* The caller's struct may be older (shorter) or newer (longer) than this library's. */
+    size_t known = size < sizeof st ? size : sizeof st;
+    memcpy(out, &st, known);
+    memset((unsigned char *)out + known, 0, size - known);
+    return KB_OK;
 }
 
 int kb_engine_posterior(kb_engine *e, const double *X, size_t n, double *mean, double *sd,

@@ -111,11 +111,30 @@ double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const d
 double kb__hyper_objective(const kb_kernel *shape, const double *U, const double *y, size_t n,
                            const double *theta, double *grad, int with_prior);
 
+/* ---------------------------------------------------- kernels (kernel.c) */
+
+/* The kernel behind the public handle. Engines embed one by value (kb_engine.kernel) and
+ * read its fields in their hot loops; callers outside the library only reach it through
+ * kb_kernel_create and the setters, which keep: variance > 0, lengthscales[j] > 0, and
+ * choices NULL or each entry 0 or >= 2. */
+struct kb_kernel {
+    kb_kernel_kind kind;
+    size_t dim;
+    double variance;       /* k(x, x) for stationary kernels */
+    double *lengthscales;  /* dim entries (owned) */
+    size_t *choices;       /* NULL (all ordered), or dim entries: 0 = ordered, c >= 2 =
+                            * categorical with c choices (owned) */
+};
+
+/* Fills *k as kb_kernel_create does (variance 1, lengthscales 1, all ordered), for a
+ * kernel held by value; release it with kb__kernel_release. */
+int kb__kernel_init(kb_kernel *k, kb_kernel_kind kind, size_t dim, kb_error *err);
+void kb__kernel_release(kb_kernel *k);
+
 /* -------------------------------------------------------- config */
 
 /* Engines read their options with kb_config_number / kb_config_string. */
 int kb__config_build_kernel(const kb_config *cfg, size_t dim, kb_kernel *k, kb_error *err);
-void kb__kernel_release(kb_kernel *k);
 /* The unit-variance profile base(r^2) of a stationary kernel (not linear), r the
  * lengthscale-scaled distance, and its derivative with respect to r^2 in *dk_dr2 (when
  * not NULL): the one place the gradients of hyperparameter fitting and acquisition

@@ -7,12 +7,16 @@
  * A categorical coordinate with c choices becomes c one-hot coordinates of height
  * 1 / (sqrt 2 l) there (kb__kernel_embed), so that different choices are 1 / l^2 apart in
  * r^2 as in kb_kernel_eval (kb__coord_d2).
+ * The public kb_kernel is an opaque handle over the struct of internal.h: callers build it
+ * with kb_kernel_create and the setters, which validate, so that the evaluation functions
+ * below (and the engines, which hold one by value) read its fields without checks.
  */
 #include "internal.h"
 
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,10 +178,95 @@ done:
     free(ny);
 }
 
+/* ------------------------------------------------ construction and setters */
+
+int kb__kernel_init(kb_kernel *k, kb_kernel_kind kind, size_t dim, kb_error *err)
+{
+    memset(k, 0, sizeof *k);
+    if ((int)kind < (int)KB_KERNEL_RBF || (int)kind > (int)KB_KERNEL_LINEAR)
+        return kb__fail(err, KB_EINVAL, "kind", "unknown kernel kind %d", (int)kind);
+    if (dim < 1 || dim > KB_MAX_DIM)
+        return kb__fail(err, KB_ERANGE, "dim", "dim is %zu, allowed 1..%d", dim, KB_MAX_DIM);
+    k->lengthscales = malloc(dim * sizeof *k->lengthscales);
+    if (!k->lengthscales)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    k->kind = kind;
+    k->dim = dim;
+    k->variance = 1.0;
+    for (size_t j = 0; j < dim; j++)
+        k->lengthscales[j] = 1.0;
+    return KB_OK;
+}
+
 void kb__kernel_release(kb_kernel *k)
 {
     free(k->lengthscales);
     free(k->choices);
     k->lengthscales = NULL;
     k->choices = NULL;
+}
+
+int kb_kernel_create(kb_kernel_kind kind, size_t dim, kb_kernel **out, kb_error *err)
+{
+    *out = NULL;
+    kb_kernel *k = malloc(sizeof *k);
+    if (!k)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    int rc = kb__kernel_init(k, kind, dim, err);
+    if (rc) {
+        free(k);
+        return rc;
+    }
+    *out = k;
+    return KB_OK;
+}
+
+void kb_kernel_free(kb_kernel *k)
+{
+    if (!k)
+        return;
+    kb__kernel_release(k);
+    free(k);
+}
+
+size_t kb_kernel_dim(const kb_kernel *k) { return k->dim; }
+
+int kb_kernel_set_variance(kb_kernel *k, double variance, kb_error *err)
+{
+    if (!(variance > 0.0 && isfinite(variance)))
+        return kb__fail(err, KB_ERANGE, "variance", "variance must be > 0 and finite");
+    k->variance = variance;
+    return KB_OK;
+}
+
+int kb_kernel_set_lengthscales(kb_kernel *k, const double *lengthscales, kb_error *err)
+{
+    for (size_t j = 0; j < k->dim; j++)
+        if (!(lengthscales[j] > 0.0 && isfinite(lengthscales[j]))) {
+            char field[KB_ERROR_FIELD_MAX];
+            snprintf(field, sizeof field, "lengthscales[%zu]", j);
+            return kb__fail(err, KB_ERANGE, field, "a lengthscale must be > 0 and finite");
+        }
+    memcpy(k->lengthscales, lengthscales, k->dim * sizeof *lengthscales);
+    return KB_OK;
+}
+
+int kb_kernel_set_choices(kb_kernel *k, const size_t *choices, kb_error *err)
+{
+    size_t *copy = NULL;
+    if (choices) {
+        for (size_t j = 0; j < k->dim; j++)
+            if (choices[j] == 1) {
+                char field[KB_ERROR_FIELD_MAX];
+                snprintf(field, sizeof field, "choices[%zu]", j);
+                return kb__fail(err, KB_EINVAL, field, "a categorical needs at least 2 choices");
+            }
+        copy = malloc(k->dim * sizeof *copy);
+        if (!copy)
+            return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+        memcpy(copy, choices, k->dim * sizeof *copy);
+    }
+    free(k->choices);
+    k->choices = copy;
+    return KB_OK;
 }

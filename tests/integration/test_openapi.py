@@ -1,7 +1,7 @@
 """This file contains the checks of openapi.yaml itself (the daemon's responses are
 checked against it by the response hook in conftest.py).
 
-Pure Python: the document is OpenAPI 3.1, every route of the API.md sketch is present,
+Pure Python: the document is OpenAPI 3.1, every route of ROUTES (the API of README.md) is present,
 every schema is a valid JSON Schema 2020-12 schema, and every local $ref resolves.
 The Redocly linter (installed by scripts/install-deps) must accept it.
 """
@@ -54,7 +54,7 @@ def test_openapi_version_and_routes(spec):
         key = "/".join("{}" if seg.startswith("{") else seg for seg in template.split("/"))
         normalized[key] = {m for m in item if m in METHODS}
     missing = [(m, p) for m, p in ROUTES if m not in normalized.get(p, set())]
-    assert not missing, f"routes of API.md missing from openapi.yaml: {missing}"
+    assert not missing, f"routes missing from openapi.yaml: {missing}"
 
 
 def test_openapi_refs_resolve(spec):

@@ -51,33 +51,37 @@ static void kernel_matrix_matches_pairwise(void **state)
     kb_rng_seed(&rng, 1);
     kb_kernel_kind kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN12, KB_KERNEL_MATERN32,
                               KB_KERNEL_MATERN52, KB_KERNEL_LINEAR};
+    double ls[3] = {0.7, 1.9, 0.7};
     for (size_t t = 0; t < sizeof kinds / sizeof kinds[0]; t++) {
-        kb_kernel k = tu_kernel(kinds[t], 3, 0.7);
-        k.lengthscales[1] = 1.9;
-        k.variance = 1.3;
+        kb_kernel *k = tu_kernel_with(kinds[t], 3, 1.3, ls);
         double *X = tu_uniform_matrix(&rng, 17, 3, -1, 1);
         double *Y = tu_uniform_matrix(&rng, 11, 3, -1, 1);
         double K[17 * 11], R[17 * 11];
-        kb_kernel_matrix(&k, X, 17, Y, 11, K);
+        kb_kernel_matrix(k, X, 17, Y, 11, K);
         for (size_t i = 0; i < 17; i++)
             for (size_t j = 0; j < 11; j++)
-                R[i * 11 + j] = kb_kernel_eval(&k, X + 3 * i, Y + 3 * j);
+                R[i * 11 + j] = kb_kernel_eval(k, X + 3 * i, Y + 3 * j);
         assert_true(tu_max_rel_err(K, R, 17 * 11, 1e-3) < 1e-10);
         free(X);
         free(Y);
-        tu_kernel_free(&k);
+        kb_kernel_free(k);
     }
     /* Known values: r = 1 after scaling. */
     double x[1] = {0}, y[1] = {2};
-    kb_kernel k = tu_kernel(KB_KERNEL_RBF, 1, 2.0);
-    assert_true(fabs(kb_kernel_eval(&k, x, y) - exp(-0.5)) < 1e-15);
-    k.kind = KB_KERNEL_MATERN32;
-    assert_true(fabs(kb_kernel_eval(&k, x, y) - (1 + sqrt(3)) * exp(-sqrt(3))) < 1e-15);
-    k.kind = KB_KERNEL_MATERN52;
-    assert_true(fabs(kb_kernel_eval(&k, x, y) - (1 + sqrt(5) + 5.0 / 3) * exp(-sqrt(5))) < 1e-15);
-    k.kind = KB_KERNEL_MATERN12;
-    assert_true(fabs(kb_kernel_eval(&k, x, y) - exp(-1)) < 1e-15);
-    tu_kernel_free(&k);
+    const struct {
+        kb_kernel_kind kind;
+        double value;
+    } known[] = {
+        {KB_KERNEL_RBF, exp(-0.5)},
+        {KB_KERNEL_MATERN32, (1 + sqrt(3)) * exp(-sqrt(3))},
+        {KB_KERNEL_MATERN52, (1 + sqrt(5) + 5.0 / 3) * exp(-sqrt(5))},
+        {KB_KERNEL_MATERN12, exp(-1)},
+    };
+    for (size_t t = 0; t < sizeof known / sizeof known[0]; t++) {
+        kb_kernel *k = tu_kernel(known[t].kind, 1, 2.0);
+        assert_true(fabs(kb_kernel_eval(k, x, y) - known[t].value) < 1e-15);
+        kb_kernel_free(k);
+    }
 }
 
 /* Expects `rc` to be `code` with err.field equal to `field`. */
@@ -128,6 +132,56 @@ static void config_rejects_bad_options(void **state)
     expect_error(err.code, &err, KB_EINVAL, "lengthscales");
     kb_space_free(sp);
     kb_config_free(cfg);
+}
+
+/* kb_kernel_create starts at variance 1, lengthscales 1, all ordered; every refusal
+ * names its field and leaves the kernel as it was. */
+static void kernel_create_and_setters_validate(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_kernel *k = (kb_kernel *)&err; /* must be reset to NULL on failure */
+    expect_error(kb_kernel_create((kb_kernel_kind)99, 2, &k, &err), &err, KB_EINVAL, "kind");
+    assert_null(k);
+    expect_error(kb_kernel_create(KB_KERNEL_RBF, 0, &k, &err), &err, KB_ERANGE, "dim");
+    expect_error(kb_kernel_create(KB_KERNEL_RBF, KB_MAX_DIM + 1, &k, &err), &err, KB_ERANGE,
+                 "dim");
+    assert_null(k);
+    kb_kernel_free(NULL);
+
+    assert_int_equal(kb_kernel_create(KB_KERNEL_RBF, 2, &k, &err), KB_OK);
+    assert_int_equal(kb_kernel_dim(k), 2);
+    double o[2] = {0.0, 0.0}, a[2] = {0.1, 0.0}, b[2] = {0.4, 0.0}, one[2] = {1.0, 0.0};
+    assert_true(kb_kernel_eval(k, o, o) == 1.0);
+    assert_true(fabs(kb_kernel_eval(k, o, one) - exp(-0.5)) < 1e-15);
+
+    double bad_v[] = {0.0, -1.0, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof bad_v / sizeof bad_v[0]; i++)
+        expect_error(kb_kernel_set_variance(k, bad_v[i], &err), &err, KB_ERANGE, "variance");
+    assert_true(kb_kernel_eval(k, o, o) == 1.0);
+    double ls_zero[2] = {1.0, 0.0}, ls_nan[2] = {NAN, 1.0}, ls_inf[2] = {1.0, INFINITY};
+    expect_error(kb_kernel_set_lengthscales(k, ls_zero, &err), &err, KB_ERANGE,
+                 "lengthscales[1]");
+    expect_error(kb_kernel_set_lengthscales(k, ls_nan, &err), &err, KB_ERANGE,
+                 "lengthscales[0]");
+    expect_error(kb_kernel_set_lengthscales(k, ls_inf, &err), &err, KB_ERANGE,
+                 "lengthscales[1]");
+    assert_true(fabs(kb_kernel_eval(k, o, one) - exp(-0.5)) < 1e-15);
+
+    assert_int_equal(kb_kernel_set_variance(k, 2.0, &err), KB_OK);
+    double ls[2] = {0.5, 3.0};
+    assert_int_equal(kb_kernel_set_lengthscales(k, ls, &err), KB_OK);
+    assert_true(kb_kernel_eval(k, o, o) == 2.0);
+    assert_true(fabs(kb_kernel_eval(k, o, one) - 2.0 * exp(-2.0)) < 1e-15);
+    /* 0.1 and 0.4 are the same choice of 2 (bin [0, 1/2)): distance 0. */
+    size_t two[2] = {2, 0}, single[2] = {0, 1};
+    assert_int_equal(kb_kernel_set_choices(k, two, &err), KB_OK);
+    assert_true(kb_kernel_eval(k, a, b) == 2.0);
+    expect_error(kb_kernel_set_choices(k, single, &err), &err, KB_EINVAL, "choices[1]");
+    assert_true(kb_kernel_eval(k, a, b) == 2.0);
+    assert_int_equal(kb_kernel_set_choices(k, NULL, &err), KB_OK);
+    assert_true(fabs(kb_kernel_eval(k, a, b) - 2.0 * exp(-0.5 * 0.09 / 0.25)) < 1e-15);
+    kb_kernel_free(k);
 }
 
 static void space_rejects_bad_candidates(void **state)
@@ -396,6 +450,16 @@ static void codes_without_error_struct(void **state)
     size_t one[2] = {1, 0};
     unsigned char cat[2] = {1, 0};
     assert_int_equal(kb_space_set_levels(box, one, cat, NULL), KB_EINVAL);
+    kb_kernel *k;
+    double bad[2] = {1.0, 0.0};
+    size_t single[2] = {1, 0};
+    assert_int_equal(kb_kernel_create((kb_kernel_kind)99, 2, &k, NULL), KB_EINVAL);
+    assert_int_equal(kb_kernel_create(KB_KERNEL_RBF, 0, &k, NULL), KB_ERANGE);
+    assert_int_equal(kb_kernel_create(KB_KERNEL_RBF, 2, &k, NULL), KB_OK);
+    assert_int_equal(kb_kernel_set_variance(k, 0.0, NULL), KB_ERANGE);
+    assert_int_equal(kb_kernel_set_lengthscales(k, bad, NULL), KB_ERANGE);
+    assert_int_equal(kb_kernel_set_choices(k, single, NULL), KB_EINVAL);
+    kb_kernel_free(k);
     kb_engine *e = kb_engine_create(cfg, box, NULL);
     assert_non_null(e);
     double x[2] = {NAN, 0.5};
@@ -409,9 +473,58 @@ static void codes_without_error_struct(void **state)
     assert_int_equal(kb_engine_tell(e, p.handle, 1.0, NULL), KB_OK);
     assert_int_equal(kb_engine_tell(e, p.handle, 1.0, NULL), KB_ESTATE);
     assert_int_equal(kb_engine_abandon(e, p.handle, NULL), KB_ESTATE);
+    kb_stats small = {.size = KB_STATS_SIZE_MIN - 1};
+    assert_int_equal(kb_engine_stats(e, &small, NULL), KB_EINVAL);
     kb_engine_free(e);
     kb_space_free(box);
     kb_config_free(cfg);
+}
+
+/* kb_stats.size is the caller's: the library refuses a size below the first versioned
+ * layout, writes exactly `size` bytes, and zeroes what a newer caller has beyond its own
+ * struct. */
+static void stats_follow_the_callers_size(void **state)
+{
+    (void)state;
+    double rows[3] = {0, 1, 2};
+    kb_space *sp = kb_space_new_finite(rows, 3, 1, NULL);
+    kb_config *cfg = kb_config_new("random", NULL);
+    kb_engine *e = kb_engine_create(cfg, sp, NULL);
+    assert_non_null(e);
+    kb_point p;
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 2, (kb_point[2]){0}, &res, NULL), KB_OK);
+    assert_int_equal(kb_engine_ask(e, 1, &p, &res, NULL), KB_OK);
+    assert_int_equal(kb_engine_tell(e, p.handle, 1.0, NULL), KB_OK);
+
+    kb_error err;
+    struct {
+        kb_stats st;
+        unsigned char beyond[16];
+    } buf;
+    memset(&buf, 0xab, sizeof buf);
+    buf.st.size = KB_STATS_SIZE_MIN - 1;
+    expect_error(kb_engine_stats(e, &buf.st, &err), &err, KB_EINVAL, "size");
+    assert_true(buf.st.size == KB_STATS_SIZE_MIN - 1 && buf.st.asks == 0xababababababababULL);
+
+    buf.st.size = sizeof buf.st;
+    assert_int_equal(kb_engine_stats(e, &buf.st, &err), KB_OK);
+    assert_true(buf.st.size == sizeof buf.st);
+    assert_true(buf.st.asks == 3 && buf.st.tells == 1 && buf.st.pending == 2);
+    assert_true(buf.st.candidates == 3 && buf.st.epoch == 0 && buf.st.dict_size == 0);
+    for (size_t i = 0; i < sizeof buf.beyond; i++)
+        assert_int_equal(buf.beyond[i], 0xab);
+
+    /* A caller built against a newer, longer kb_stats: its unknown fields read 0. */
+    memset(&buf, 0xab, sizeof buf);
+    buf.st.size = sizeof buf;
+    assert_int_equal(kb_engine_stats(e, &buf.st, &err), KB_OK);
+    assert_true(buf.st.size == sizeof buf && buf.st.asks == 3);
+    for (size_t i = sizeof buf.st; i < sizeof buf; i++)
+        assert_int_equal(((unsigned char *)&buf)[i], 0);
+    kb_engine_free(e);
+    kb_config_free(cfg);
+    kb_space_free(sp);
 }
 
 static void base_checks_handles_and_values(void **state)
@@ -440,8 +553,8 @@ static void base_checks_handles_and_values(void **state)
     expect_error(kb_engine_observe(e, x, 1.0, &err), &err, KB_EINVAL, "x[1]");
     x[1] = 0;
     assert_int_equal(kb_engine_observe(e, x, 2.0, &err), KB_OK);
-    kb_stats st;
-    kb_engine_stats(e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
     assert_int_equal(st.asks, 3);
     assert_int_equal(st.tells, 1);
     assert_int_equal(st.abandons, 1);
@@ -538,9 +651,9 @@ static void snapshot_restore_continues_identically(void **state)
     script(e1, 10, a + 20, &d1);
     script(r, 10, c + 20, &d3);
     assert_memory_equal(a + 20, c + 20, 20 * sizeof(size_t));
-    kb_stats s1, s2;
-    kb_engine_stats(e1, &s1);
-    kb_engine_stats(r, &s2);
+    kb_stats s1 = {.size = sizeof s1}, s2 = {.size = sizeof s2};
+    kb_engine_stats(e1, &s1, NULL);
+    kb_engine_stats(r, &s2, NULL);
     assert_int_equal(s1.asks, s2.asks);
     assert_int_equal(s1.pending, s2.pending);
 
@@ -610,6 +723,7 @@ int main(void)
         cmocka_unit_test(rng_is_deterministic_and_uniform),
         cmocka_unit_test(kernel_matrix_matches_pairwise),
         cmocka_unit_test(config_rejects_bad_options),
+        cmocka_unit_test(kernel_create_and_setters_validate),
         cmocka_unit_test(space_rejects_bad_candidates),
         cmocka_unit_test(base_checks_handles_and_values),
         cmocka_unit_test(repeats_policy_is_enforced),
@@ -618,6 +732,7 @@ int main(void)
         cmocka_unit_test(output_warp_matches_reference),
         cmocka_unit_test(categorical_order_does_not_matter),
         cmocka_unit_test(codes_without_error_struct),
+        cmocka_unit_test(stats_follow_the_callers_size),
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
         cmocka_unit_test(scaling_survives_extreme_columns),
     };

@@ -71,8 +71,8 @@ static int ask1(kb_engine *e, kb_point *pt, kb_ask_result *res)
 
 static void tell_all_pending(kb_engine *e, size_t d)
 {
-    kb_stats st;
-    kb_engine_stats(e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
     for (uint64_t h = 1; h <= st.asks; h++) {
         kb_point p;
         kb_trial_state s;
@@ -93,13 +93,13 @@ static void assert_posterior_is_exact(kb_engine *e, kb_kernel_kind kind, double 
     double *mean = malloc(M * sizeof *mean), *sd = malloc(M * sizeof *sd);
     double *emean = malloc(M * sizeof *emean), *evar = malloc(M * sizeof *evar);
     assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-    kb_kernel k = tu_kernel(kind, D, ls);
-    assert_int_equal(tu_exact_posterior(&k, X, y, n, lambda, Xc, M, emean, evar), 0);
+    kb_kernel *k = tu_kernel(kind, D, ls);
+    assert_int_equal(tu_exact_posterior(k, X, y, n, lambda, Xc, M, emean, evar), 0);
     for (size_t i = 0; i < M; i++)
         sd[i] *= sd[i];
     assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
     assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
-    tu_kernel_free(&k);
+    kb_kernel_free(k);
     free(mean);
     free(sd);
     free(emean);
@@ -145,8 +145,8 @@ static void full_dictionary_matches_exact_gp(void **state)
 static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dmean,
                         double *dsd)
 {
-    kb_stats st;
-    kb_engine_stats(e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
     size_t n = 0;
     for (uint64_t h = 1; h <= st.asks; h++) {
         kb_point p;
@@ -199,21 +199,21 @@ static void fitted_kernel_epochs_match_exact_gp(void **state)
         kb_engine_hyperparameters(e, &hp);
         assert_true(hp.fitting && hp.fits > fits);
         fits = hp.fits;
-        double ls[D] = {hp.lengthscales[0], hp.lengthscales[1]};
-        kb_kernel k = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = hp.kernel_variance,
-                       .lengthscales = ls};
+        kb_kernel *k = tu_kernel_with(KB_KERNEL_MATERN52, D, hp.kernel_variance,
+                                      hp.lengthscales);
         double mean[M], sd[M], emean[M], evar[M], dm, dsd;
         size_t n = (half + 1) * N, nt = told_data(e, D, Xall + n * D, yall + n, &dm, &dsd);
         memcpy(Xall, X, n * D * sizeof *X);
         memcpy(yall, y, n * sizeof *y);
         assert_true(nt + n <= 4 * N && (half == 0 || nt > 0));
         assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-        assert_int_equal(tu_exact_posterior(&k, Xall, yall, n + nt, hp.noise, Xc, M, emean,
+        assert_int_equal(tu_exact_posterior(k, Xall, yall, n + nt, hp.noise, Xc, M, emean,
                                             evar), 0);
         for (size_t i = 0; i < M; i++)
             sd[i] *= sd[i];
         assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
         assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
+        kb_kernel_free(k);
     }
     kb_engine_free(e);
     kb_space_free(s);
@@ -255,8 +255,8 @@ static void off_pool_observes_across_epochs_match_exact_gp(void **state)
     }
     assert_true(ask1(e, &p, &res)); /* a new epoch: every point is in the dictionary */
     assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
-    kb_stats st;
-    kb_engine_stats(e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
     assert_true(st.epoch >= ROUNDS && n + st.asks <= NMAX);
     double dmean, dsd;
     n += told_data(e, D, X + n * D, y + n, &dmean, &dsd);
@@ -299,17 +299,17 @@ static void outputs_standardized_over_distinct_points(void **state)
         }
     }
     assert_true(ask1(e, &p, &res));
-    kb_stats st;
-    kb_engine_stats(e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
     double *X = malloc(st.asks * D * sizeof *X), *y = malloc(st.asks * sizeof *y);
     double *ys = malloc(st.asks * sizeof *ys), dmean, dsd;
     size_t n = told_data(e, D, X, y, &dmean, &dsd);
     assert_true(n >= M + 10); /* repeats happened */
     assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-    kb_kernel k = tu_kernel(KB_KERNEL_RBF, D, 0.5);
+    kb_kernel *k = tu_kernel(KB_KERNEL_RBF, D, 0.5);
     for (size_t i = 0; i < n; i++)
         ys[i] = (y[i] - dmean) / dsd;
-    assert_int_equal(tu_exact_posterior(&k, X, ys, n, 0.05, Xc, M, emean, evar), 0);
+    assert_int_equal(tu_exact_posterior(k, X, ys, n, 0.05, Xc, M, emean, evar), 0);
     assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
     double pm = 0.0, ps2 = 0.0;
     for (size_t i = 0; i < n; i++)
@@ -318,12 +318,12 @@ static void outputs_standardized_over_distinct_points(void **state)
         ps2 += (y[i] - pm) * (y[i] - pm);
     for (size_t i = 0; i < n; i++)
         ys[i] = (y[i] - pm) / sqrt(ps2 / (double)(n - 1));
-    assert_int_equal(tu_exact_posterior(&k, X, ys, n, 0.05, Xc, M, pmean, evar), 0);
+    assert_int_equal(tu_exact_posterior(k, X, ys, n, 0.05, Xc, M, pmean, evar), 0);
     assert_true(tu_max_rel_err(pmean, emean, M, 1e-3) > 1e-2); /* the test discriminates */
     free(X);
     free(y);
     free(ys);
-    tu_kernel_free(&k);
+    kb_kernel_free(k);
     kb_engine_free(e);
     kb_space_free(s);
     kb_config_free(c);
@@ -335,7 +335,7 @@ static void outputs_standardized_over_distinct_points(void **state)
 static void dtc_reference(const kb_kernel *k, const double *S, size_t m, const double *X,
                           size_t n, double lambda, const double *T, size_t nt, double *var)
 {
-    size_t d = k->dim;
+    size_t d = kb_kernel_dim(k);
     double *KS = malloc(m * m * sizeof *KS), *BX = malloc(m * n * sizeof *BX);
     double *BT = malloc(m * nt * sizeof *BT), *Q = malloc(n * n * sizeof *Q);
     double *q = malloc(n * nt * sizeof *q);
@@ -384,13 +384,13 @@ static void assert_variances_are_dtc(kb_engine *e, const double *S, size_t m, co
     kb_error err;
     double *mean = malloc(M * sizeof *mean), *sd = malloc(M * sizeof *sd);
     double *ref = malloc(M * sizeof *ref);
-    kb_kernel k = tu_kernel(KB_KERNEL_MATERN52, D, 0.4);
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 0.4);
     assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-    dtc_reference(&k, S, m, X, n, lambda, Xc, M, ref);
+    dtc_reference(k, S, m, X, n, lambda, Xc, M, ref);
     for (size_t i = 0; i < M; i++)
         sd[i] *= sd[i];
     assert_true(tu_max_rel_err(sd, ref, M, 1e-6) <= 1e-9);
-    tu_kernel_free(&k);
+    kb_kernel_free(k);
     free(mean);
     free(sd);
     free(ref);
@@ -440,8 +440,8 @@ static void rank_one_updates_match_recomputation(void **state)
 static size_t trial_points(kb_engine *e, uint64_t before, int distinct, double *X, size_t n)
 {
     enum { D = 2 };
-    kb_stats st;
-    kb_engine_stats(e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
     size_t seen[256], n_seen = 0;
     for (uint64_t h = 1; h <= st.asks && h < before; h++) {
         kb_point p;
@@ -520,8 +520,8 @@ static void lazy_argmax_case(const char *dictionary)
     kb_engine *e = kb_engine_create(c, s, &err);
     size_t compared = 0;
     for (int step = 0; step < STEPS; step++) {
-        kb_stats before, after;
-        kb_engine_stats(e, &before);
+        kb_stats before = {.size = sizeof before}, after = {.size = sizeof after};
+        kb_engine_stats(e, &before, NULL);
         assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
         kb_point p;
         kb_ask_result res;
@@ -530,7 +530,7 @@ static void lazy_argmax_case(const char *dictionary)
             tell_all_pending(e, D);
             continue;
         }
-        kb_engine_stats(e, &after);
+        kb_engine_stats(e, &after, NULL);
         if (after.epoch != before.epoch)
             continue; /* the ask resparsified: the posterior above is the old one */
         size_t best = 0;
@@ -544,8 +544,8 @@ static void lazy_argmax_case(const char *dictionary)
         compared++;
     }
     assert_true(compared > STEPS / 2);
-    kb_stats st;
-    kb_engine_stats(e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
     assert_true(st.epochs_low_rank > 0); /* the heap keys of low-rank starts were checked */
     kb_engine_free(e);
     kb_space_free(s);
@@ -683,8 +683,8 @@ static void asynchronous_semantics(void **state)
         assert_true(res.n >= 1 && res.n < 64);
         assert_int_equal(res.status, KB_ASK_AWAIT_FEEDBACK);
         assert_int_equal(res.awaiting, res.n);
-        kb_stats st;
-        kb_engine_stats(e, &st);
+        kb_stats st = {.size = sizeof st};
+        kb_engine_stats(e, &st, NULL);
         assert_int_equal(st.epoch, (uint64_t)epoch + 1);
         assert_int_equal(st.epoch_asks, res.n);
         for (size_t i = 0; i + 1 < res.n; i++)
@@ -702,7 +702,7 @@ static void asynchronous_semantics(void **state)
         assert_true(ask1(e, &more, &r2));
         if (epoch > 0) /* (the first epoch, with no data, draws uniformly) */
             assert_int_equal(more.index, last.index);
-        kb_engine_stats(e, &st);
+        kb_engine_stats(e, &st, NULL);
         assert_int_equal(st.epoch, (uint64_t)epoch + 1);
         assert_int_equal(kb_engine_tell(e, more.handle, objective(more.x, D), &err), 0);
     }
@@ -723,11 +723,11 @@ static void asynchronous_semantics(void **state)
     /* Uncertainty sampling to parallelism P needs no feedback until it ends. */
     c = make_config("bbkb", KB_KERNEL_RBF, 0.5, 1.0, "parallelism", "4", NULL);
     e = kb_engine_create(c, s, &err);
-    kb_stats st;
+    kb_stats st = {.size = sizeof st};
     int steps = 0;
     do {
         assert_true(ask1(e, &pts[0], &res));
-        kb_engine_stats(e, &st);
+        kb_engine_stats(e, &st, NULL);
     } while (st.init_phase && ++steps < 200);
     assert_int_equal(st.init_phase, 0);
     kb_engine_free(e);
@@ -756,8 +756,8 @@ static void partial_feedback_starts_next_epoch(void **state)
     for (int epoch = 0; epoch < 8; epoch++) {
         assert_int_equal(kb_engine_ask(e, 256, pts, &res, &err), 0);
         assert_int_equal(res.status, KB_ASK_AWAIT_FEEDBACK);
-        kb_stats before, after;
-        kb_engine_stats(e, &before);
+        kb_stats before = {.size = sizeof before}, after = {.size = sizeof after};
+        kb_engine_stats(e, &before, NULL);
         /* The closed epoch may have begun with the previous iteration's (told) point;
          * its pending points are the last of this ask's. */
         size_t n_epoch = before.epoch_asks;
@@ -769,7 +769,7 @@ static void partial_feedback_starts_next_epoch(void **state)
         kb_point p;
         kb_ask_result r2;
         assert_true(ask1(e, &p, &r2)); /* a new epoch, the rest still pending */
-        kb_engine_stats(e, &after);
+        kb_engine_stats(e, &after, NULL);
         assert_int_equal(after.epoch, before.epoch + 1);
         checked += res.n > need;
         assert_int_equal(after.pending, before.pending - need + 1);
@@ -802,8 +802,8 @@ static void drive(kb_engine *e, kb_rng *drv, int steps, size_t *rec, size_t D, i
             continue;
         }
         rec[i] = (size_t)-1;
-        kb_stats st;
-        kb_engine_stats(e, &st);
+        kb_stats st = {.size = sizeof st};
+        kb_engine_stats(e, &st, NULL);
         for (uint64_t h = 1; h <= st.asks; h++) {
             kb_trial_state s;
             assert_int_equal(kb_engine_trial(e, h, &p, &s), 0);
@@ -898,11 +898,11 @@ static void low_rank_start_asks_as_full(void **state)
             kb_config_free(c);
             kb_rng_seed(&drv[full], 5);
         }
-        kb_stats st[2];
+        kb_stats st[2] = {{.size = sizeof st[0]}, {.size = sizeof st[1]}};
         for (int i = 0; i < STEPS; i++) {
             for (int full = 0; full < 2; full++) {
                 drive(e[full], &drv[full], 1, rec[full] + i, D, k == observing);
-                kb_engine_stats(e[full], &st[full]);
+                kb_engine_stats(e[full], &st[full], NULL);
             }
             assert_int_equal(rec[0][i], rec[1][i]);
             assert_true(fabs(st[0].start_var_max - st[1].start_var_max) <=
@@ -928,13 +928,13 @@ static void dictionary_sizes(const char *retain, const double *Xc, size_t M, siz
     kb_space *s = kb_space_new_finite(Xc, M, D, &err);
     kb_engine *e = kb_engine_create(c, s, &err);
     assert_non_null(e);
-    kb_stats st = {0};
+    kb_stats st = {.size = sizeof st};
     for (size_t k = 0; k < n;) {
         kb_point p;
         kb_ask_result res;
         if (!ask1(e, &p, &res))
             tell_all_pending(e, D);
-        kb_engine_stats(e, &st);
+        kb_engine_stats(e, &st, NULL);
         if (st.epoch > k)
             sizes[k++] = st.dict_size;
     }
@@ -980,8 +980,8 @@ static void box_space_runs(void **state)
         if (!ask1(e, &p, &res))
             tell_all_pending(e, 2);
     }
-    kb_stats st;
-    kb_engine_stats(e, &st);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
     assert_true(st.epoch >= 2 && st.dict_size >= 1);
     kb_engine_free(e);
     kb_space_free(s);

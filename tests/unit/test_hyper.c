@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../../core/src/internal.h"
+#include "util/testutil.h"
 
 enum { D = 3 };
 
@@ -35,12 +36,12 @@ static double dense_log_marginal(const kb_kernel *shape, const double *theta, co
     double ls[D];
     for (size_t k = 0; k < D; k++)
         ls[k] = exp(theta[k]);
-    kb_kernel ker = *shape;
-    ker.variance = exp(theta[D]);
-    ker.lengthscales = ls;
+    kb_kernel *ker = tu_kernel_with(shape->kind, D, exp(theta[D]), ls);
+    assert_int_equal(kb_kernel_set_choices(ker, shape->choices, NULL), KB_OK);
     double *A = malloc(n * n * sizeof *A), *b = malloc(n * sizeof *b);
     lapack_int *piv = malloc(n * sizeof *piv);
-    kb_kernel_matrix(&ker, U, n, U, n, A);
+    kb_kernel_matrix(ker, U, n, U, n, A);
+    kb_kernel_free(ker);
     for (size_t i = 0; i < n; i++)
         A[i * n + i] += exp(theta[D + 1]);
     memcpy(b, y, n * sizeof *b);
@@ -71,12 +72,13 @@ static void likelihood_matches_dense_and_gradient_matches_differences(void **sta
     double theta[D + 2] = {log(0.3), log(0.7), log(1.9), log(1.3), log(0.02)};
     size_t choices[D] = {0, 0, 3}; /* the third coordinate: 3 unordered choices */
     for (size_t k = 0; k < 2 * sizeof kinds / sizeof kinds[0]; k++) {
-        kb_kernel shape = {.kind = kinds[k / 2], .dim = D, .choices = k % 2 ? choices : NULL};
+        kb_kernel *shape = tu_kernel(kinds[k / 2], D, 1.0);
+        assert_int_equal(kb_kernel_set_choices(shape, k % 2 ? choices : NULL, NULL), KB_OK);
         for (int prior = 0; prior <= 1; prior++) {
             double g[D + 2];
-            double v = kb__hyper_objective(&shape, U, y, N, theta, g, prior);
+            double v = kb__hyper_objective(shape, U, y, N, theta, g, prior);
             if (!prior) {
-                double ref = dense_log_marginal(&shape, theta, U, y, N);
+                double ref = dense_log_marginal(shape, theta, U, y, N);
                 assert_true(fabs(v - ref) <= 1e-9 * fabs(ref));
             }
             for (size_t j = 0; j < D + 2; j++) {
@@ -85,14 +87,15 @@ static void likelihood_matches_dense_and_gradient_matches_differences(void **sta
                 memcpy(tm, theta, sizeof tm);
                 tp[j] += h;
                 tm[j] -= h;
-                double fd = (kb__hyper_objective(&shape, U, y, N, tp, NULL, prior) -
-                             kb__hyper_objective(&shape, U, y, N, tm, NULL, prior)) /
+                double fd = (kb__hyper_objective(shape, U, y, N, tp, NULL, prior) -
+                             kb__hyper_objective(shape, U, y, N, tm, NULL, prior)) /
                             (2 * h);
                 if (fabs(fd - g[j]) > 1e-5 * (1.0 + fabs(fd)))
                     fail_msg("kernel %zu prior %d theta[%zu]: gradient %.10g, differences %.10g",
                              k, prior, j, g[j], fd);
             }
         }
+        kb_kernel_free(shape);
     }
 }
 
@@ -101,10 +104,10 @@ static void gp_draw(kb_rng *rng, size_t n, const double *true_l, double noise_sd
                     double *y)
 {
     random_points(rng, n, U);
-    kb_kernel ker = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = 1.0,
-                     .lengthscales = (double *)true_l};
+    kb_kernel *ker = tu_kernel_with(KB_KERNEL_MATERN52, D, 1.0, true_l);
     double *K = malloc(n * n * sizeof *K);
-    kb_kernel_matrix(&ker, U, n, U, n, K);
+    kb_kernel_matrix(ker, U, n, U, n, K);
+    kb_kernel_free(ker);
     for (size_t i = 0; i < n; i++)
         K[i * n + i] += 1e-8;
     assert_int_equal(LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, K, (int)n), 0);
@@ -140,16 +143,18 @@ static void recovers_ard_lengthscales_and_noise(void **state)
     kb_rng rng;
     kb_rng_seed(&rng, 5);
     gp_draw(&rng, N, true_l, noise_sd, U, y);
-    double ls[D] = {1, 1, 1}, noise = 0.1;
-    kb_kernel k = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = 1.0, .lengthscales = ls};
+    double noise = 0.1;
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
+    const double *ls = k->lengthscales; /* the fitted values, read inside the struct */
     kb_hyper_opts o = {.max_rows = N, .starts = 2, .max_evals = 200};
-    fit(&k, &noise, U, y, N, &o, 1);
+    fit(k, &noise, U, y, N, &o, 1);
     for (size_t j = 0; j < D; j++)
         if (fabs(ls[j] - true_l[j]) > 0.25 * true_l[j])
             fail_msg("lengthscale %zu: fitted %g, true %g", j, ls[j], true_l[j]);
     double true_noise = noise_sd * noise_sd;
     if (fabs(noise - true_noise) > 0.3 * true_noise)
         fail_msg("noise: fitted %g, true %g", noise, true_noise);
+    kb_kernel_free(k);
     free(U);
     free(y);
 }
@@ -163,36 +168,41 @@ static void fixed_values_held_and_fit_deterministic(void **state)
     kb_rng rng;
     kb_rng_seed(&rng, 9);
     gp_draw(&rng, N, true_l, 0.05, U, y);
-    double a[D] = {1, 1, 1}, b[D] = {1, 1, 1}, na = 0.1, nb = 0.1;
-    kb_kernel ka = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = 1.0, .lengthscales = a};
-    kb_kernel kb = ka;
-    kb.lengthscales = b;
+    double na = 0.1, nb = 0.1;
+    kb_kernel *ka = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
+    kb_kernel *kb = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
+    const double *a = ka->lengthscales;
     kb_hyper_opts o = {.starts = 3};
-    fit(&ka, &na, U, y, N, &o, 4);
-    fit(&kb, &nb, U, y, N, &o, 4);
-    assert_memory_equal(a, b, sizeof a);
-    assert_true(na == nb && ka.variance == kb.variance);
+    fit(ka, &na, U, y, N, &o, 4);
+    fit(kb, &nb, U, y, N, &o, 4);
+    assert_memory_equal(a, kb->lengthscales, D * sizeof *a);
+    assert_true(na == nb && ka->variance == kb->variance);
     assert_true(a[0] != 1.0 && na != 0.1);
     /* The fit maximizes the posterior: no start of the optimizer found a better point. */
-    double theta[D + 2] = {log(a[0]), log(a[1]), log(a[2]), log(ka.variance), log(na)};
-    double best = kb__hyper_objective(&ka, U, y, N, theta, NULL, 1);
+    double theta[D + 2] = {log(a[0]), log(a[1]), log(a[2]), log(ka->variance), log(na)};
+    double best = kb__hyper_objective(ka, U, y, N, theta, NULL, 1);
     for (size_t j = 0; j < D + 2; j++)
         for (int s = -1; s <= 1; s += 2) {
             double t[D + 2];
             memcpy(t, theta, sizeof t);
             t[j] += s * 0.05;
-            assert_true(kb__hyper_objective(&ka, U, y, N, t, NULL, 1) <=
+            assert_true(kb__hyper_objective(ka, U, y, N, t, NULL, 1) <=
                         best + 1e-6);
         }
     kb_hyper_opts hold = {.fix_lengthscales = 1, .fix_noise = 1};
-    double c[D] = {0.5, 0.5, 0.5}, nc = 0.01;
-    kb_kernel kc = {.kind = KB_KERNEL_MATERN52, .dim = D, .variance = 1.0, .lengthscales = c};
-    fit(&kc, &nc, U, y, N, &hold, 4);
+    double nc = 0.01;
+    kb_kernel *kc = tu_kernel(KB_KERNEL_MATERN52, D, 0.5);
+    const double *c = kc->lengthscales;
+    fit(kc, &nc, U, y, N, &hold, 4);
     assert_true(c[0] == 0.5 && c[1] == 0.5 && c[2] == 0.5 && nc == 0.01);
-    assert_true(kc.variance != 1.0);
+    assert_true(kc->variance != 1.0);
     kb_error err;
-    kb_kernel lin = {.kind = KB_KERNEL_LINEAR, .dim = D, .variance = 1.0, .lengthscales = c};
-    assert_int_equal(kb__hyper_fit(&lin, &nc, U, y, N, &o, &rng, &err), KB_EUNSUPPORTED);
+    kb_kernel *lin = tu_kernel(KB_KERNEL_LINEAR, D, 0.5);
+    assert_int_equal(kb__hyper_fit(lin, &nc, U, y, N, &o, &rng, &err), KB_EUNSUPPORTED);
+    kb_kernel_free(ka);
+    kb_kernel_free(kb);
+    kb_kernel_free(kc);
+    kb_kernel_free(lin);
 }
 
 int main(void)

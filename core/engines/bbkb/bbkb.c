@@ -50,10 +50,11 @@
  *     until max sigma~^2_start <= 1/P; such epochs need no feedback, so they resparsify
  *     without waiting), and warm start from observed data.
  *
- * Asynchronous semantics (docs/brief.md): a closed epoch answers AWAIT_FEEDBACK until
- * every pending point is told or abandoned (or, with resparsify_on_partial = f < 1, until
- * f of the epoch's points are told, the others staying hallucinated), then the next ask
- * resparsifies. A tell only stores data (the mean is frozen). An abandon removes the
+ * Asynchronous semantics (docs/ARCHITECTURE.md, BBKB with asynchronous workers): a
+ * closed epoch answers AWAIT_FEEDBACK until every pending point is told or abandoned (or,
+ * with resparsify_on_partial = f < 1, until f of the epoch's points are told, the others
+ * staying hallucinated), then the next ask resparsifies. A tell only stores data (the
+ * mean is frozen). An abandon removes the
  * hallucinated point from V_t (exact: V_t is refactored from its sum, epoch_factor) and
  * from the epoch's batch sum; since variances then grow, every variance is recomputed
  * before the next selection.
@@ -487,8 +488,9 @@ static int bbkb_observe(kb_engine *e, kb_error *err)
 
 /* ---------------------------------------------------------- posterior, stats */
 
-/* Bayesian view (PREAMBLE): mean = z^T w, sd^2 = lambda sigma~^2_t, the mean in the
- * units of kb__output_stats at the start of the epoch. */
+/* Bayesian view (docs/ARCHITECTURE.md, Engine contract): mean = z^T w,
+ * sd^2 = lambda sigma~^2_t, the mean in the units of kb__output_stats at the start of the
+ * epoch. */
 static int bbkb_posterior(kb_engine *e, const double *U, size_t n, double *mean, double *sd,
                           kb_error *err)
 {

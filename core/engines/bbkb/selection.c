@@ -21,7 +21,7 @@
 #include <string.h>
 
 /* alpha = C~ beta~ (Theorem 2). The theoretical width is a worst case over every f with
- * ||f|| <= F and over-explores in practice: on the abalone protocol (data/README.md,
+ * ||f|| <= F and over-explores in practice: on the abalone protocol (docs/REFERENCES.md,
  * T = 2000, C~ = 2, RBF 17.5 on standardized features) beta = theory gives regret ratios
  * 0.3-0.7. The defaults beta = scaled, beta_scale = 0.5, lambda = 0.01 (a little above
  * the protocol's noise variance in standardized units, 0.087^2 = 0.0076) keep Theorem 2's

@@ -21,7 +21,7 @@ double *tu_uniform_matrix(kb_rng *rng, size_t n, size_t d, double lo, double hi)
 int tu_exact_posterior(const kb_kernel *k, const double *X, const double *y, size_t n,
                        double noise, const double *Xs, size_t m, double *mean, double *var)
 {
-    size_t d = k->dim;
+    size_t d = kb_kernel_dim(k);
     double *K = malloc((n * n + 1) * sizeof *K);
     double *B = malloc((n * (m + 1) + 1) * sizeof *B); /* columns: y, k_*1..k_*m */
     int rc = -1;
@@ -187,18 +187,28 @@ double tu_max_rel_err(const double *a, const double *b, size_t n, double floor)
     return worst;
 }
 
-kb_kernel tu_kernel(kb_kernel_kind kind, size_t d, double l)
+kb_kernel *tu_kernel_with(kb_kernel_kind kind, size_t d, double variance, const double *ls)
 {
-    kb_kernel k = {kind, d, 1.0, malloc(d * sizeof(double)), NULL};
-    for (size_t j = 0; j < d; j++)
-        k.lengthscales[j] = l;
+    kb_kernel *k;
+    kb_error err;
+    if (kb_kernel_create(kind, d, &k, &err) || kb_kernel_set_variance(k, variance, &err) ||
+        kb_kernel_set_lengthscales(k, ls, &err)) {
+        fprintf(stderr, "tu_kernel: %s: %s\n", err.field, err.message);
+        abort();
+    }
     return k;
 }
 
-void tu_kernel_free(kb_kernel *k)
+kb_kernel *tu_kernel(kb_kernel_kind kind, size_t d, double l)
 {
-    free(k->lengthscales);
-    k->lengthscales = NULL;
+    double *ls = malloc(d * sizeof *ls);
+    if (!ls)
+        abort();
+    for (size_t j = 0; j < d; j++)
+        ls[j] = l;
+    kb_kernel *k = tu_kernel_with(kind, d, 1.0, ls);
+    free(ls);
+    return k;
 }
 
 char *tu_temp_db(const char *prefix)

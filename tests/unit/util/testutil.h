@@ -36,10 +36,11 @@ double tu_output_y(const double *X, const double *y, size_t n, size_t d, int war
 /* max_i |a_i - b_i| / max(|b_i|, floor) */
 double tu_max_rel_err(const double *a, const double *b, size_t n, double floor);
 
-/* A kernel of the given kind in d dimensions with lengthscale l (freed by caller with
- * tu_kernel_free). */
-kb_kernel tu_kernel(kb_kernel_kind kind, size_t d, double l);
-void tu_kernel_free(kb_kernel *k);
+/* A kernel of the given kind in d dimensions with every lengthscale l and variance 1, or
+ * with the given variance and lengthscales ls (d entries); owned by the caller
+ * (kb_kernel_free). Aborts when kb_kernel_create or a setter refuses: a bug of the test. */
+kb_kernel *tu_kernel(kb_kernel_kind kind, size_t d, double l);
+kb_kernel *tu_kernel_with(kb_kernel_kind kind, size_t d, double variance, const double *ls);
 
 /* A fresh path for a temporary SQLite database (the file does not exist yet), owned by
  * the caller; tu_remove_db deletes the database with its -wal and -shm files and frees
