@@ -1,7 +1,7 @@
 /*
  * handlers.c - This file contains the route table of the REST API (the contract is
  * openapi.yaml) and one handler per route. Handlers parse with proto/, act through
- * study.c or storage.h, and answer with exactly one reply (or suspend a long-poll).
+ * study.h or storage.h, and answer with exactly one reply (or suspend a long-poll).
  */
 #include "handlers.h"
 

@@ -6,7 +6,7 @@
  * whose writes need no fsync) its last durable write is fsynced, unless the wait is
  * deferred (see below).
  *
- * Locking (see the definitions in study.c):
+ * Locking (the definitions and invariants are in study_internal.h):
  *   - the registry's rwlock protects only the array of live studies; it is held for
  *     lookup/insert/remove, never while an engine runs;
  *   - each study has its own mutex around its engine, its trials and the queueing of its

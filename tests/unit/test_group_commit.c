@@ -1,6 +1,6 @@
 /*
  * test_group_commit.c - unit tests of the queued group commit (server/storage.c) and of
- * the study write path built on it (server/study.c): an operation queued after a failed
+ * the study write path built on it (server/study_write.c): an operation queued after a failed
  * one is not applied; concurrent tells on one study, repeated from several threads, are
  * each applied and logged exactly once and survive a restart; a failed commit answers
  * an error, and the study is rebuilt to the store's state and goes on.

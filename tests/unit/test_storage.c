@@ -1,5 +1,5 @@
 /*
- * test_storage.c - unit tests of server/storage.c and of recovery in server/study.c:
+ * test_storage.c - unit tests of server/storage.c and of recovery in server/rebuild.c:
  * migrations on a fresh database, refusal of a newer schema, integrity, the queries'
  * round trips, and a restored study making exactly the choices an uninterrupted one
  * makes (snapshot + event replay).
