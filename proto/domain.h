@@ -6,8 +6,14 @@
  * a spec keeps as given (categorical choices, engine settings) are held through the
  * incomplete type struct json_t, so this header needs no jansson include.
  *
- * Ownership: every pointer member is owned by the struct that holds it; a study_spec is
- * released by proto_study_spec_clear (proto.h), a trial_rec's members with free().
+ * It also holds what the study layer answers with, as plain C copies made under a
+ * study's mutex and rendered (proto/render.c) after it is released: a study's document
+ * with its progress (study_doc) and trials (trial_rec copies).
+ *
+ * Ownership: every pointer member is owned by the struct that holds it, except
+ * study_doc.spec (borrowed from a study the holder keeps a reference to). A study_spec is
+ * released by proto_study_spec_clear (proto.h), the rest by the *_clear / *_free below,
+ * which accept a zeroed struct.
  */
 #ifndef KB_DOMAIN_H
 #define KB_DOMAIN_H
@@ -71,5 +77,35 @@ typedef struct trial_rec {
     int64_t created_ms, lease_ms, completed_ms; /* completed_ms 0 = none */
     double *x;           /* dim entries (owned) */
 } trial_rec;
+
+/* Deep copy of src (dim coordinates; a NULL worker becomes ""): 0, or -1 out of memory
+ * (dst then owns nothing). */
+int trial_rec_copy(trial_rec *dst, const trial_rec *src, size_t dim);
+void trial_rec_clear(trial_rec *t);      /* frees the members, zeroes t */
+void trial_recs_free(trial_rec *v, size_t n); /* clears each and frees the array */
+
+/* A study's progress at one instant (only for a restored study). */
+typedef struct study_progress {
+    size_t trials[TRIAL__STATES]; /* counts by state */
+    trial_rec best;               /* a copy; best.id == 0 when no trial completed */
+    uint64_t epoch, epoch_asks, last_batch;
+    size_t dict_size;
+    int init_phase;
+    /* The kernel the engine uses now (fitted unless hyperparameters = fixed). */
+    int fitted;
+    uint64_t fits;
+    size_t dim;
+    double *lengthscales;         /* dim entries (owned) */
+    double kernel_variance, noise;
+} study_progress;
+
+/* A study's document: its spec, id, creation time and, when has_progress, progress. */
+typedef struct study_doc {
+    int64_t id, created_ms;
+    const study_spec *spec; /* borrowed: valid while the study is referenced */
+    int has_progress;
+    study_progress progress;
+} study_doc;
+void study_doc_clear(study_doc *d);
 
 #endif /* KB_DOMAIN_H */

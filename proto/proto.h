@@ -130,4 +130,42 @@ json_t *proto_trial_json(const trial_rec *t, int64_t study_id, const study_spec 
 /* RFC 3339 UTC with milliseconds into buf (>= 32 bytes). */
 void proto_time_format(int64_t ms, char *buf, size_t size);
 
+/* ------------------------------------ answers of the study layer (render.c) */
+
+/* What one ask attempt handed out. */
+typedef struct ask_answer {
+    trial_rec *trials;      /* n copies (owned) */
+    size_t n;
+    const char *status;     /* static: ok, awaiting_feedback, exhausted, max_trials_reached */
+    size_t awaiting;        /* pending trials whose feedback closes the wait */
+    int64_t retry_after_ms; /* 0 when trials were handed out */
+} ask_answer;
+void proto_ask_answer_clear(ask_answer *a);
+/* {"trials", "status", "awaiting", "retry_after_ms"} */
+json_t *proto_ask_json(const ask_answer *a, int64_t study_id, const study_spec *s);
+
+/* One item of a batch tell: the trial after it, or its error. */
+typedef struct tell_outcome {
+    int64_t trial_id;
+    api_error err;   /* err.code == API_OK: told (or a repeated identical tell) */
+    trial_rec trial; /* a copy (owned) when err.code == API_OK */
+} tell_outcome;
+void proto_tell_outcomes_free(tell_outcome *v, size_t n);
+/* {"results": [{"trial_id", "status", "trial" | "error"}]} */
+json_t *proto_tell_batch_json(const tell_outcome *v, size_t n, int64_t study_id,
+                              const study_spec *s);
+
+/* A Study: the spec summarised, "id", "created_at", "progress" (null without it). */
+json_t *proto_study_json(const study_doc *d);
+/* {"studies": [...], "next_cursor"} and {"trials": [...], "next_cursor"}: next_cursor
+ * 0 renders null, else its decimal string. */
+json_t *proto_study_page_json(const study_doc *docs, size_t n, int64_t next_cursor);
+json_t *proto_trial_page_json(const trial_rec *v, size_t n, int64_t next_cursor,
+                              int64_t study_id, const study_spec *s);
+/* Exports of a study and its trials: {"study", "trials"}, and CSV text (malloc'd, NULL
+ * out of memory) with the columns id,state,worker,value and one per coordinate (the
+ * parameter names of a box, x0.. for candidates). */
+json_t *proto_export_json(const study_doc *d, const trial_rec *v, size_t n);
+char *proto_export_csv(const study_spec *s, const trial_rec *v, size_t n, size_t *len);
+
 #endif /* KB_PROTO_H */

@@ -12,12 +12,13 @@
 #include "log.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-json_t *study_heartbeat(study *s, int64_t trial_id, api_error *err)
+int study_heartbeat(study *s, int64_t trial_id, trial_rec *out, api_error *err)
 {
+    memset(out, 0, sizeof *out);
     if (study_lock_live(s, err))
-        return NULL;
-    json_t *o = NULL;
+        return -1;
     trial_rec *t = study_find_pending(s, trial_id, err);
     if (t) {
         int64_t old = t->lease_ms;
@@ -26,11 +27,10 @@ json_t *study_heartbeat(study *s, int64_t trial_id, api_error *err)
             study_finish_txn(s)) {
             t->lease_ms = old;
             study_abort_txn(s, err);
-        } else {
-            o = study_trial_json(s, t);
+            t = NULL;
         }
     }
-    return study_unlock_settle_relaxed(s, o, err);
+    return study_answer_trial(s, t, 1, out, err);
 }
 
 static size_t sweep_study(study *s, int64_t now)
@@ -81,7 +81,7 @@ static size_t sweep_study(study *s, int64_t now)
     }
     free(ts);
     free(kinds);
-    return study_unlock_settle_relaxed(s, json_true(), &err) ? n : 0;
+    return study_unlock_settle_relaxed(s, 0, &err) == 0 ? n : 0;
 }
 
 size_t registry_sweep(int64_t now)

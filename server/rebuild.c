@@ -107,27 +107,11 @@ static void trial_account(study *s, const trial_rec *t)
         s->best = t->id;
 }
 
-int study_trial_copy(trial_rec *dst, const trial_rec *src, size_t dim)
-{
-    *dst = *src;
-    dst->worker = strdup(src->worker ? src->worker : "");
-    dst->reason = src->reason ? strdup(src->reason) : NULL;
-    dst->x = malloc(dim * sizeof *dst->x);
-    if (!dst->worker || (src->reason && !dst->reason) || !dst->x) {
-        free(dst->worker);
-        free(dst->reason);
-        free(dst->x);
-        return -1;
-    }
-    memcpy(dst->x, src->x, dim * sizeof *dst->x);
-    return 0;
-}
-
 static int load_trial_cb(void *ud, const trial_rec *t)
 {
     study *s = ud;
     if ((size_t)t->id != s->n_trials + 1 || study_trials_reserve(s, s->n_trials + 1) ||
-        study_trial_copy(&s->trials[s->n_trials], t, s->spec.dim))
+        trial_rec_copy(&s->trials[s->n_trials], t, s->spec.dim))
         return -1;
     s->n_trials++;
     trial_account(s, t);
@@ -169,9 +153,7 @@ int study_rebuild(study *s)
     kb_engine_free(s->engine);
     s->engine = NULL;
     for (size_t i = 0; i < s->n_trials; i++) {
-        free(s->trials[i].worker);
-        free(s->trials[i].reason);
-        free(s->trials[i].x);
+        trial_rec_clear(&s->trials[i]);
     }
     s->n_trials = s->first_pending = 0;
     s->best = 0;

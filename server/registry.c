@@ -46,9 +46,7 @@ void study_free(study *s)
 {
     kb_engine_free(s->engine);
     for (size_t i = 0; i < s->n_trials; i++) {
-        free(s->trials[i].worker);
-        free(s->trials[i].reason);
-        free(s->trials[i].x);
+        trial_rec_clear(&s->trials[i]);
     }
     free(s->trials);
     proto_study_spec_clear(&s->spec);
@@ -280,42 +278,64 @@ void registry_shutting_down(void)
 
 uint64_t study_version(study *s) { return atomic_load(&s->version); }
 
-json_t *study_list(int64_t after, size_t limit, const char *name)
+void study_page_clear(study_page *p)
 {
-    size_t n;
-    study **v = reg_all(&n, NULL);
-    json_t *arr = json_array(), *next = json_null();
-    size_t taken = 0;
-    int64_t last = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        study_doc_clear(&p->docs[i]);
+        study_put(p->refs[i]);
+    }
+    free(p->docs);
+    free(p->refs);
+    memset(p, 0, sizeof *p);
+}
+
+/* Fills the page from v (references; the page takes those it lists, NULL in v). */
+static int list_page(study **v, size_t n, int64_t after, size_t limit, const char *name,
+                     study_page *out, api_error *err)
+{
     for (size_t i = 0; i < n; i++) {
-        if (v[i]->id <= after || (name && strcmp(v[i]->spec.name, name)))
+        study *s = v[i];
+        if (s->id <= after || (name && strcmp(s->spec.name, name)))
             continue; /* the name is immutable: compared without the lock */
         /* A study not restored yet is listed without its lock, which its restore may hold
          * for seconds, and without progress (deleted meanwhile, it may still be listed, as
          * if deleted just after). */
-        int restored = atomic_load(&v[i]->restore) == RESTORED;
+        int restored = atomic_load(&s->restore) == RESTORED;
         if (restored)
-            pthread_mutex_lock(&v[i]->mu);
-        int listed = !restored || !v[i]->deleted;
-        if (listed && taken == limit) { /* a further study exists: a next page */
+            pthread_mutex_lock(&s->mu);
+        int listed = !restored || !s->deleted, rc = 0;
+        if (listed && out->n == limit) { /* a further study exists: a next page */
+            out->next_cursor = out->docs[out->n - 1].id;
             if (restored)
-                pthread_mutex_unlock(&v[i]->mu);
-            char c[32];
-            snprintf(c, sizeof c, "%lld", (long long)last);
-            json_decref(next);
-            next = json_string(c);
-            break;
+                pthread_mutex_unlock(&s->mu);
+            return 0;
         }
-        if (listed) {
-            json_array_append_new(arr, study_json_locked(v[i], restored));
-            taken++;
-            last = v[i]->id;
+        if (listed && (rc = study_doc_fill(s, restored, &out->docs[out->n], err)) == 0) {
+            out->refs[out->n++] = s;
+            v[i] = NULL;
         }
         if (restored)
-            pthread_mutex_unlock(&v[i]->mu);
+            pthread_mutex_unlock(&s->mu);
+        if (rc)
+            return -1;
     }
+    return 0;
+}
+
+int study_list(int64_t after, size_t limit, const char *name, study_page *out,
+               api_error *err)
+{
+    memset(out, 0, sizeof *out);
+    size_t n;
+    study **v = reg_all(&n, NULL);
+    out->refs = malloc((limit ? limit : 1) * sizeof *out->refs);
+    out->docs = calloc(limit ? limit : 1, sizeof *out->docs);
+    int rc = out->refs && out->docs ? list_page(v, n, after, limit, name, out, err)
+                                    : api_fail(err, API_INTERNAL, NULL, "out of memory");
     reg_put_all(v, n);
-    return json_pack("{s:o,s:o}", "studies", arr, "next_cursor", next);
+    if (rc)
+        study_page_clear(out);
+    return rc;
 }
 
 void registry_stats_get(registry_stats *out)

@@ -11,17 +11,14 @@
 #include "study_internal.h"
 
 #include "log.h"
-#include "../proto/csv.h"
-#include "../proto/numfmt.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ operations */
 
-json_t *study_create(study_spec *spec, api_error *err)
+study *study_create(study_spec *spec, api_error *err)
 {
     if (atomic_load(&registry.closing)) {
         proto_study_spec_clear(spec);
@@ -67,6 +64,7 @@ json_t *study_create(study_spec *spec, api_error *err)
     s->engine = e; /* complete before it is visible */
     e = NULL;
     atomic_store(&s->restore, RESTORED);
+    atomic_fetch_add(&s->refs, 1); /* the caller's, taken before a delete can drop the registry's */
     if (reg_insert(s)) {
         api_fail(err, API_INTERNAL, NULL, "out of memory");
         goto fail;
@@ -77,7 +75,7 @@ json_t *study_create(study_spec *spec, api_error *err)
     log_json(LOG_INFO, "study created",
              json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "name", s->spec.name,
                        "engine", s->spec.engine));
-    return study_json(s, err);
+    return s;
 fail:
     kb_engine_free(e);
     json_decref(cfg);
@@ -120,54 +118,54 @@ int study_delete(int64_t id, api_error *err)
     return 0;
 }
 
-/* The kernel the engine uses now (fitted unless hyperparameters = fixed). */
-static json_t *hyperparameters_json(const kb_engine *e)
-{
-    kb_hyperparameters hp;
-    kb_engine_hyperparameters(e, &hp);
-    json_t *ls = json_array();
-    for (size_t j = 0; j < hp.dim; j++)
-        json_array_append_new(ls, json_real(hp.lengthscales[j]));
-    return json_pack("{s:b,s:I,s:o,s:f,s:f}", "fitted", hp.fitting, "fits",
-                     (json_int_t)hp.fits, "lengthscales", ls, "kernel_variance",
-                     hp.kernel_variance, "noise", hp.noise);
-}
-
-static json_t *progress_json(study *s)
+/* Copies what a Study shows of s's progress (s->mu held, s restored). */
+static int progress_copy(study *s, study_progress *p, api_error *err)
 {
     kb_stats st;
+    kb_hyperparameters hp;
     kb_engine_stats(s->engine, &st);
-    return json_pack("{s:{s:I,s:I,s:I,s:I},s:o,s:I,s:I,s:I,s:I,s:b,s:o}", "trials", "pending",
-                     (json_int_t)s->counts[TRIAL_PENDING], "completed",
-                     (json_int_t)s->counts[TRIAL_COMPLETED], "failed",
-                     (json_int_t)s->counts[TRIAL_FAILED], "expired",
-                     (json_int_t)s->counts[TRIAL_EXPIRED], "best",
-                     s->best ? study_trial_json(s, &s->trials[s->best - 1]) : json_null(), "epoch",
-                     (json_int_t)st.epoch, "epoch_asks", (json_int_t)st.epoch_asks,
-                     "last_batch", (json_int_t)st.last_batch, "dictionary_size",
-                     (json_int_t)st.dict_size, "init_phase", st.init_phase, "hyperparameters",
-                     hyperparameters_json(s->engine));
+    kb_engine_hyperparameters(s->engine, &hp);
+    memcpy(p->trials, s->counts, sizeof p->trials);
+    p->epoch = st.epoch;
+    p->epoch_asks = st.epoch_asks;
+    p->last_batch = st.last_batch;
+    p->dict_size = st.dict_size;
+    p->init_phase = st.init_phase;
+    p->fitted = hp.fitting;
+    p->fits = hp.fits;
+    p->kernel_variance = hp.kernel_variance;
+    p->noise = hp.noise;
+    p->lengthscales = malloc((hp.dim ? hp.dim : 1) * sizeof *p->lengthscales);
+    if (!p->lengthscales)
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
+    p->dim = hp.dim;
+    memcpy(p->lengthscales, hp.lengthscales, hp.dim * sizeof *p->lengthscales);
+    return s->best ? study_trial_copy(s, &s->trials[s->best - 1], &p->best, err) : 0;
 }
 
-/* Study document without locking (spec is immutable); progress (else null) needs s->mu
- * and a restored study. */
-json_t *study_json_locked(study *s, int with_progress)
+int study_doc_fill(study *s, int with_progress, study_doc *out, api_error *err)
 {
-    json_t *o = proto_study_spec_json(&s->spec, 0);
-    char ts[40];
-    proto_time_format(s->created_ms, ts, sizeof ts);
-    json_object_set_new(o, "id", json_integer(s->id));
-    json_object_set_new(o, "created_at", json_string(ts));
-    json_object_set_new(o, "progress", with_progress ? progress_json(s) : json_null());
-    return o;
+    memset(out, 0, sizeof *out);
+    out->id = s->id;
+    out->created_ms = s->created_ms;
+    out->spec = &s->spec;
+    out->has_progress = with_progress;
+    if (with_progress && progress_copy(s, &out->progress, err)) {
+        study_doc_clear(out);
+        return -1;
+    }
+    return 0;
 }
 
-json_t *study_json(study *s, api_error *err)
+int study_describe(study *s, study_doc *out, api_error *err)
 {
+    memset(out, 0, sizeof *out);
     if (study_lock_live(s, err))
-        return NULL;
-    json_t *o = study_json_locked(s, 1);
-    return study_unlock_settle(s, o, err);
+        return -1;
+    int rc = study_unlock_settle(s, study_doc_fill(s, 1, out, err), err);
+    if (rc)
+        study_doc_clear(out);
+    return rc;
 }
 
 static const char *ask_status_name(kb_ask_status st)
@@ -219,7 +217,7 @@ static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char
                        .cand_index = s->spec.space == SPACE_CANDIDATES ? (int64_t)pts[i].index : -1,
                        .created_ms = now, .lease_ms = now + s->spec.lease_seconds * 1000,
                        .x = (double *)pts[i].x};
-        if (t.id != (int64_t)(base + i + 1) || study_trial_copy(&s->trials[base + i], &t, s->spec.dim)) {
+        if (t.id != (int64_t)(base + i + 1) || trial_rec_copy(&s->trials[base + i], &t, s->spec.dim)) {
             s->n_trials = base + i;
             return study_abort_txn(s, err);
         }
@@ -234,15 +232,31 @@ static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char
     return (int)res->n;
 }
 
-json_t *study_ask(study *s, const ask_req *req, int *can_wait, uint64_t *version,
-                  int64_t *retry_after_ms, api_error *err)
+/* Copies trials v[0..n) for an answer (*out: trial_recs_free(*out, n)). */
+static int trials_copy(const study *s, const trial_rec *v, size_t n, trial_rec **out,
+                       api_error *err)
 {
-    if (atomic_load(&registry.closing)) {
-        api_fail(err, API_UNAVAILABLE, NULL, "shutting down");
-        return NULL;
+    *out = calloc(n ? n : 1, sizeof **out);
+    if (!*out)
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (study_trial_copy(s, &v[i], &(*out)[i], err)) {
+            trial_recs_free(*out, i);
+            *out = NULL;
+            return -1;
+        }
     }
+    return 0;
+}
+
+int study_ask(study *s, const ask_req *req, ask_answer *out, int *can_wait,
+              uint64_t *version, api_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (atomic_load(&registry.closing))
+        return api_fail(err, API_UNAVAILABLE, NULL, "shutting down");
     if (study_lock_live(s, err))
-        return NULL;
+        return -1;
     kb_ask_result res;
     const char *status = "ok";
     *version = atomic_load(&s->version);
@@ -250,7 +264,7 @@ json_t *study_ask(study *s, const ask_req *req, int *can_wait, uint64_t *version
     int n = ask_once(s, req, &res, &status, err);
     if (n < 0) {
         pthread_mutex_unlock(&s->mu);
-        return NULL;
+        return -1;
     }
     /* Feedback can change an empty answer only when the engine waits for it, or when
      * pending trials may expire or fail and free excluded candidates. */
@@ -258,14 +272,16 @@ json_t *study_ask(study *s, const ask_req *req, int *can_wait, uint64_t *version
                 (res.status == KB_ASK_AWAIT_FEEDBACK ||
                  (res.status == KB_ASK_EXHAUSTED && s->counts[TRIAL_PENDING])) &&
                 strcmp(status, "max_trials_reached") != 0;
-    json_t *arr = json_array();
-    for (size_t i = first; i < first + (size_t)n; i++)
-        json_array_append_new(arr, study_trial_json(s, &s->trials[i]));
-    *retry_after_ms = n > 0 ? 0 : 1000;
-    json_t *o = json_pack("{s:o,s:s,s:I,s:o}", "trials", arr, "status", status, "awaiting",
-                          (json_int_t)res.awaiting, "retry_after_ms",
-                          n > 0 ? json_null() : json_integer(*retry_after_ms));
-    return study_unlock_settle_relaxed(s, o, err);
+    out->status = status;
+    out->awaiting = res.awaiting;
+    out->retry_after_ms = n > 0 ? 0 : 1000;
+    int rc = trials_copy(s, &s->trials[first], (size_t)n, &out->trials, err);
+    if (rc == 0)
+        out->n = (size_t)n;
+    rc = study_unlock_settle_relaxed(s, rc, err);
+    if (rc)
+        proto_ask_answer_clear(out);
+    return rc;
 }
 
 /* Checks a tell and applies it to the engine and to memory (s->mu held, no
@@ -303,130 +319,154 @@ static trial_rec *tell_apply(study *s, int64_t id, double value, int *changed, a
     study_set_state(s, t, TRIAL_COMPLETED);
     return t;
 }
-json_t *study_tell(study *s, int64_t trial_id, double value, api_error *err)
+int study_tell(study *s, int64_t trial_id, double value, trial_rec *out, api_error *err)
 {
+    memset(out, 0, sizeof *out);
     if (study_lock_live(s, err))
-        return NULL;
+        return -1;
     int changed;
     trial_rec *t = tell_apply(s, trial_id, value, &changed, err);
     if (t && changed && study_persist(s, &t, "t", 1, 1, err))
         t = NULL;
-    json_t *o = t ? study_trial_json(s, t) : NULL;
     if (t && changed)
         study_wake(s);
-    return study_unlock_settle(s, o, err);
+    return study_answer_trial(s, t, 0, out, err);
 }
 
-json_t *study_tell_batch(study *s, const tell_item *items, size_t n, api_error *err)
+/* Applies items to the engine and memory (s->mu held), one outcome each in out[]; the
+ * trials told (not repeats) are listed in told[0..*nt). 0, or -1 out of memory. */
+static int tell_each(study *s, const tell_item *items, size_t n, tell_outcome *out,
+                     trial_rec **told, size_t *nt, api_error *err)
 {
-    if (study_lock_live(s, err))
-        return NULL;
-    json_t *arr = json_array(), *o = NULL;
-    trial_rec **told = malloc(n * sizeof *told);
-    char *kinds = malloc(n);
-    size_t nt = 0;
-    if (!told || !kinds) {
-        api_fail(err, API_INTERNAL, NULL, "out of memory");
-        goto out;
-    }
     for (size_t i = 0; i < n; i++) {
-        api_error ie = {0};
         int changed;
-        trial_rec *t = tell_apply(s, items[i].trial_id, items[i].value, &changed, &ie);
-        if (changed) {
-            kinds[nt] = 't';
-            told[nt++] = t;
-        }
-        json_t *r = json_pack("{s:I,s:i}", "trial_id", (json_int_t)items[i].trial_id, "status",
-                              t ? 200 : api_status(ie.code));
-        if (t) {
-            json_object_set_new(r, "trial", study_trial_json(s, t));
-        } else {
-            json_t *ej = api_error_json(&ie);
-            json_object_set(r, "error", json_object_get(ej, "error"));
-            json_decref(ej);
-        }
-        json_array_append_new(arr, r);
+        out[i].trial_id = items[i].trial_id;
+        trial_rec *t = tell_apply(s, items[i].trial_id, items[i].value, &changed, &out[i].err);
+        if (changed)
+            told[(*nt)++] = t;
+        if (t && study_trial_copy(s, t, &out[i].trial, err))
+            return -1;
     }
+    return 0;
+}
+
+int study_tell_batch(study *s, const tell_item *items, size_t n, tell_outcome **out,
+                     api_error *err)
+{
+    *out = NULL;
+    if (study_lock_live(s, err))
+        return -1;
+    tell_outcome *v = calloc(n ? n : 1, sizeof *v);
+    trial_rec **told = malloc((n ? n : 1) * sizeof *told);
+    char *kinds = malloc(n ? n : 1);
+    size_t nt = 0;
+    int rc = -1;
+    if (!v || !told || !kinds) {
+        api_fail(err, API_INTERNAL, NULL, "out of memory");
+    } else {
+        memset(kinds, 't', n);
+        rc = tell_each(s, items, n, v, told, &nt, err);
+    }
+    /* Tells applied to the engine are recorded even when an answer could not be copied. */
     if (nt && study_persist(s, told, kinds, nt, 1, err))
-        goto out;
-    if (nt)
+        rc = -1;
+    else if (nt)
         study_wake(s);
-    o = json_pack("{s:O}", "results", arr);
-out:
     free(told);
     free(kinds);
-    json_decref(arr);
-    return study_unlock_settle(s, o, err);
+    rc = study_unlock_settle(s, rc, err);
+    if (rc)
+        proto_tell_outcomes_free(v, n);
+    else
+        *out = v;
+    return rc;
 }
 
-json_t *study_fail(study *s, int64_t trial_id, const char *reason, api_error *err)
+int study_fail(study *s, int64_t trial_id, const char *reason, trial_rec *out,
+               api_error *err)
 {
+    memset(out, 0, sizeof *out);
     if (study_lock_live(s, err))
-        return NULL;
-    json_t *o = NULL;
+        return -1;
     trial_rec *t = study_find_pending(s, trial_id, err);
     if (t) {
         free(t->reason);
         t->reason = reason ? strdup(reason) : NULL;
         if (study_abandon_apply(s, t, TRIAL_FAILED)) {
             study_abort_txn(s, err);
-        } else if (study_persist(s, &t, "b", 1, 1, err) == 0) {
-            o = study_trial_json(s, t);
+            t = NULL;
+        } else if (study_persist(s, &t, "b", 1, 1, err)) {
+            t = NULL;
+        } else {
             study_wake(s);
         }
     }
-    return study_unlock_settle(s, o, err);
+    return study_answer_trial(s, t, 0, out, err);
 }
 
-json_t *study_trial(study *s, int64_t trial_id, api_error *err)
+int study_trial(study *s, int64_t trial_id, trial_rec *out, api_error *err)
 {
+    memset(out, 0, sizeof *out);
     if (study_lock_live(s, err))
-        return NULL;
-    trial_rec *t = study_find_trial(s, trial_id, err);
-    json_t *o = t ? study_trial_json(s, t) : NULL;
-    return study_unlock_settle(s, o, err);
+        return -1;
+    return study_answer_trial(s, study_find_trial(s, trial_id, err), 0, out, err);
 }
 
-json_t *study_trials(study *s, int state, int64_t after, size_t limit, api_error *err)
+int study_best(study *s, trial_rec *out, api_error *err)
 {
+    memset(out, 0, sizeof *out);
     if (study_lock_live(s, err))
-        return NULL;
-    json_t *arr = json_array(), *next = json_null();
-    size_t taken = 0;
+        return -1;
+    trial_rec *t = s->best ? &s->trials[s->best - 1] : NULL;
+    if (!t)
+        api_fail(err, API_NOT_FOUND, NULL, "no completed trial yet");
+    return study_answer_trial(s, t, 0, out, err);
+}
+
+/* Copies the trials of a page (s->mu held); see study_trials. */
+static int trials_page(study *s, int state, int64_t after, size_t limit, trial_rec *v,
+                       size_t *n, int64_t *next_cursor, api_error *err)
+{
     for (size_t i = after > 0 ? (size_t)after : 0; i < s->n_trials; i++) {
         if (state >= 0 && s->trials[i].state != (trial_state)state)
             continue;
-        if (taken == limit) {
-            char c[32];
-            snprintf(c, sizeof c, "%lld", (long long)json_integer_value(
-                json_object_get(json_array_get(arr, taken - 1), "id")));
-            json_decref(next);
-            next = json_string(c);
+        if (*n == limit) {
+            *next_cursor = v[*n - 1].id;
             break;
         }
-        json_array_append_new(arr, study_trial_json(s, &s->trials[i]));
-        taken++;
+        if (study_trial_copy(s, &s->trials[i], &v[*n], err))
+            return -1;
+        (*n)++;
     }
-    return study_unlock_settle(s, json_pack("{s:o,s:o}", "trials", arr, "next_cursor", next), err);
+    return 0;
 }
 
-json_t *study_best(study *s, api_error *err)
+int study_trials(study *s, int state, int64_t after, size_t limit, trial_rec **out,
+                 size_t *n, int64_t *next_cursor, api_error *err)
 {
+    *out = NULL;
+    *n = 0;
+    *next_cursor = 0;
     if (study_lock_live(s, err))
-        return NULL;
-    json_t *o = s->best ? study_trial_json(s, &s->trials[s->best - 1]) : NULL;
-    if (!o)
-        api_fail(err, API_NOT_FOUND, NULL, "no completed trial yet");
-    return study_unlock_settle(s, o, err);
+        return -1;
+    trial_rec *v = calloc(limit ? limit : 1, sizeof *v);
+    int rc = v ? trials_page(s, state, after, limit, v, n, next_cursor, err)
+               : api_fail(err, API_INTERNAL, NULL, "out of memory");
+    rc = study_unlock_settle(s, rc, err);
+    if (rc) {
+        trial_recs_free(v, *n);
+        *n = 0;
+        *next_cursor = 0;
+    } else {
+        *out = v;
+    }
+    return rc;
 }
 
-json_t *study_observe(study *s, const double *xs, const double *values, size_t n,
-                      api_error *err)
+/* Applies and records observations (s->mu held); on failure the study is rebuilt. */
+static int observe_locked(study *s, const double *xs, const double *values, size_t n,
+                          api_error *err)
 {
-    if (study_lock_live(s, err))
-        return NULL;
-    json_t *o = NULL;
     size_t dim = s->spec.dim;
     for (size_t i = 0; i < n; i++) {
         kb_error kerr = {0};
@@ -434,105 +474,47 @@ json_t *study_observe(study *s, const double *xs, const double *values, size_t n
             char field[API_FIELD_MAX];
             snprintf(field, sizeof field, "observations[%zu]", i);
             study_abort_txn(s, err); /* undoes the observations applied so far */
-            api_fail(err, API_INVALID, field, "%s", kerr.message);
-            goto out;
+            return api_fail(err, API_INVALID, field, "%s", kerr.message);
         }
     }
     int64_t now = now_ms();
-    if (study_begin_write(s, 1)) {
-        study_abort_txn(s, err);
-        goto out;
-    }
+    if (study_begin_write(s, 1))
+        return study_abort_txn(s, err);
     for (size_t i = 0; i < n; i++) {
         const double *x = xs + i * dim;
         if (study_append_event(s, 'o', 0, study_engine_value(s, values[i]), x) ||
-            store_observation_insert(registry.cfg.db, s->id, s->seq, x, dim, values[i], now)) {
-            study_abort_txn(s, err);
-            goto out;
-        }
+            store_observation_insert(registry.cfg.db, s->id, s->seq, x, dim, values[i], now))
+            return study_abort_txn(s, err);
     }
-    if (study_finish_txn(s)) {
-        study_abort_txn(s, err);
-        goto out;
-    }
-    o = json_pack("{s:I}", "added", (json_int_t)n);
-out:
-    return study_unlock_settle(s, o, err);
+    return study_finish_txn(s) ? study_abort_txn(s, err) : 0;
 }
 
-json_t *study_export_json(study *s, api_error *err)
+int study_observe(study *s, const double *xs, const double *values, size_t n,
+                  api_error *err)
 {
     if (study_lock_live(s, err))
-        return NULL;
-    json_t *arr = json_array();
-    for (size_t i = 0; i < s->n_trials; i++)
-        json_array_append_new(arr, study_trial_json(s, &s->trials[i]));
-    json_t *o = json_pack("{s:o,s:o}", "study", study_json_locked(s, 1), "trials", arr);
-    return study_unlock_settle(s, o, err);
+        return -1;
+    return study_unlock_settle(s, observe_locked(s, xs, values, n, err), err);
 }
 
-/* A CSV field: numbers at their shortest round-trip form, strings quoted with "" doubled. */
-static void csv_put(FILE *f, json_t *v)
+int study_export(study *s, study_doc *doc, trial_rec **trials, size_t *n, api_error *err)
 {
-    char num[KB_DOUBLE_BUF];
-    if (json_is_string(v)) {
-        csv_put_string(f, json_string_value(v));
-    } else if (json_is_integer(v)) {
-        fprintf(f, "%lld", (long long)json_integer_value(v));
-    } else if (json_is_number(v)) {
-        fputs(kb_format_double(num, json_number_value(v)), f);
-    } else if (json_is_boolean(v)) {
-        fputs(json_is_true(v) ? "true" : "false", f);
-    }
-}
-
-char *study_export_csv(study *s, size_t *len, api_error *err)
-{
+    memset(doc, 0, sizeof *doc);
+    *trials = NULL;
+    *n = 0;
     if (study_lock_live(s, err))
-        return NULL;
-    char *buf = NULL;
-    FILE *f = open_memstream(&buf, len);
-    if (!f) {
-        pthread_mutex_unlock(&s->mu);
-        api_fail(err, API_INTERNAL, NULL, "out of memory");
-        return NULL;
+        return -1;
+    int rc = study_doc_fill(s, 1, doc, err);
+    if (rc == 0)
+        rc = trials_copy(s, s->trials, s->n_trials, trials, err);
+    if (rc == 0)
+        *n = s->n_trials;
+    rc = study_unlock_settle(s, rc, err);
+    if (rc) {
+        study_doc_clear(doc);
+        trial_recs_free(*trials, *n);
+        *trials = NULL;
+        *n = 0;
     }
-    const study_spec *sp = &s->spec;
-    char num[KB_DOUBLE_BUF];
-    fputs("id,state,worker,value", f);
-    for (size_t j = 0; j < sp->dim; j++) {
-        if (sp->space == SPACE_BOX) {
-            fputc(',', f);
-            csv_put_string(f, sp->params[j].name);
-        } else {
-            fprintf(f, ",x%zu", j);
-        }
-    }
-    fputc('\n', f);
-    for (size_t i = 0; i < s->n_trials; i++) {
-        const trial_rec *t = &s->trials[i];
-        fprintf(f, "%lld,%s,", (long long)t->id, proto_trial_state_name(t->state));
-        if (t->worker)
-            csv_put_string(f, t->worker);
-        fputc(',', f);
-        if (t->state == TRIAL_COMPLETED)
-            fputs(kb_format_double(num, t->value), f);
-        json_t *ps = sp->space == SPACE_BOX ? proto_params_from_x(sp, t->x) : NULL;
-        for (size_t j = 0; j < sp->dim; j++) {
-            fputc(',', f);
-            if (ps)
-                csv_put(f, json_object_get(ps, sp->params[j].name));
-            else
-                fputs(kb_format_double(num, t->x[j]), f);
-        }
-        json_decref(ps);
-        fputc('\n', f);
-    }
-    fclose(f);
-    if (!study_unlock_settle(s, json_true(), err)) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
+    return rc;
 }
-

@@ -133,7 +133,6 @@ kb_engine *study_engine_new(const study_spec *sp, api_error *err);
 int study_load_candidates(study_spec *sp, api_error *err);
 int study_trials_reserve(study *s, size_t need);
 int study_better(const study *s, double a, double b);
-int study_trial_copy(trial_rec *dst, const trial_rec *src, size_t dim);
 /* Rebuilds engine and trials of s from the store (s->mu held or s unpublished). */
 int study_rebuild(study *s);
 /* A study not yet published, taking over *spec (cleared), with one reference. */
@@ -153,7 +152,8 @@ int study_lock_undeleted(study *s, api_error *err);
 int study_lock_live(study *s, api_error *err);
 trial_rec *study_find_trial(study *s, int64_t id, api_error *err); /* or 404 */
 trial_rec *study_find_pending(study *s, int64_t id, api_error *err); /* or 404, 409 */
-json_t *study_trial_json(study *s, const trial_rec *t);
+/* A caller-owned copy of t for an answer: 0, or -1 with err (500, out is zeroed). */
+int study_trial_copy(const study *s, const trial_rec *t, trial_rec *out, api_error *err);
 /* Moves t to a new state, keeping counts and best in step. */
 void study_set_state(study *s, trial_rec *t, trial_state st);
 /* The write path, s->mu held: begin, record (events, rows), finish (queue the commit);
@@ -169,10 +169,16 @@ int study_persist(study *s, trial_rec *const *ts, const char *kinds, size_t n, i
 int study_abandon_apply(study *s, trial_rec *t, trial_state to);
 /* Stores a snapshot of the engine at s->seq (inside the caller's transaction). */
 int study_write_snapshot(study *s);
-/* Ends an operation: releases s->mu and waits for the commit (and unless relaxed the
- * fsync) its answer depends on, unless deferred. Returns o, or NULL with err. */
-json_t *study_unlock_settle(study *s, json_t *o, api_error *err);
-json_t *study_unlock_settle_relaxed(study *s, json_t *o, api_error *err);
+/* Ends an operation whose outcome is rc (0, or -1 with err filled): releases s->mu and
+ * waits for the commit (and unless relaxed the fsync) its answer depends on, unless
+ * deferred. Returns rc, or -1 with err (503) when that commit failed: the caller then
+ * releases the answer it copied. */
+int study_unlock_settle(study *s, int rc, api_error *err);
+int study_unlock_settle_relaxed(study *s, int rc, api_error *err);
+/* Ends a one-trial operation: copies t (NULL: the operation failed, err filled) into
+ * *out, then study_unlock_settle(_relaxed); out is cleared when -1 is returned. */
+int study_answer_trial(study *s, const trial_rec *t, int relaxed, trial_rec *out,
+                       api_error *err);
 
 static inline double study_engine_value(const study *s, double v)
 {
@@ -181,8 +187,8 @@ static inline double study_engine_value(const study *s, double v)
 
 /* ------------------------------------------------------------ study.c */
 
-/* Study document without locking (spec is immutable); progress (else null) needs s->mu
- * and a restored study. */
-json_t *study_json_locked(study *s, int with_progress);
+/* Fills *out with s's document (spec borrowed; s->mu held when with_progress, which
+ * needs a restored study): 0, or -1 with err (out cleared). */
+int study_doc_fill(study *s, int with_progress, study_doc *out, api_error *err);
 
 #endif /* KB_STUDY_INTERNAL_H */

@@ -108,34 +108,32 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 } defer;
 
 /* Waits for the commit of ticket and the fsync of durable (<= ticket; 0: none), s->mu
- * not held. Returns o, or NULL with err (o released) when the commit failed; then s is
+ * not held. Returns rc, or -1 with err (a 503) when the commit failed; then s is
  * rebuilt unless a later write did it. A failed durable write fails every later write
  * of the study too (each is queued `after` the previous one), so checking ticket is
  * enough. */
-static json_t *settle(study *s, uint64_t ticket, uint64_t durable, json_t *o, api_error *err)
+static int settle(study *s, uint64_t ticket, uint64_t durable, int rc, api_error *err)
 {
     if (!ticket || (store_wait(registry.cfg.db, ticket, 0) == 0 &&
                     (!durable || store_wait(registry.cfg.db, durable, 1) == 0)))
-        return o;
-    json_decref(o);
+        return rc;
     pthread_mutex_lock(&s->mu);
     if (!s->deleted && s->ticket == ticket)
         resync(s);
     pthread_mutex_unlock(&s->mu);
-    fail_write(err);
-    return NULL;
+    return fail_write(err);
 }
 
 /* Ends an operation on s: releases s->mu, then waits for the commit of the study's
  * last write, which is the operation's own or one its answer depends on (a repeated
  * tell of a trial whose tell is in flight, a read), and unless relaxed for the fsync
  * of its last durable write; unless the wait is deferred. */
-static json_t *unlock_answer(study *s, json_t *o, int relaxed, api_error *err)
+static int unlock_answer(study *s, int rc, int relaxed, api_error *err)
 {
     uint64_t ticket = s->ticket, durable = relaxed ? 0 : s->durable;
     pthread_mutex_unlock(&s->mu);
     if (!defer.on)
-        return settle(s, ticket, durable, o, err);
+        return settle(s, ticket, durable, rc, err);
     if (ticket && ticket >= defer.ticket) {
         if (defer.s != s) {
             atomic_fetch_add(&s->refs, 1);
@@ -146,18 +144,18 @@ static json_t *unlock_answer(study *s, json_t *o, int relaxed, api_error *err)
     }
     if (durable > defer.durable)
         defer.durable = durable;
-    return o;
+    return rc;
 }
 
-json_t *study_unlock_settle(study *s, json_t *o, api_error *err)
+int study_unlock_settle(study *s, int rc, api_error *err)
 {
-    return unlock_answer(s, o, 0, err);
+    return unlock_answer(s, rc, 0, err);
 }
 
 /* For answers that show no state a relaxed write does not already depend on. */
-json_t *study_unlock_settle_relaxed(study *s, json_t *o, api_error *err)
+int study_unlock_settle_relaxed(study *s, int rc, api_error *err)
 {
-    return unlock_answer(s, o, 1, err);
+    return unlock_answer(s, rc, 1, err);
 }
 
 void study_defer_begin(void)
@@ -188,10 +186,10 @@ int study_pending_ready(const study_pending *p)
 
 int study_pending_finish(study_pending *p, api_error *err)
 {
-    json_t *o = settle(p->s, p->ticket, p->durable, json_true(), err);
+    int rc = settle(p->s, p->ticket, p->durable, 0, err);
     study_put(p->s);
     p->s = NULL;
-    return o ? 0 : -1;
+    return rc;
 }
 
 int study_append_event(study *s, char kind, int64_t trial_id, double value, const double *x)
@@ -248,9 +246,24 @@ trial_rec *study_find_pending(study *s, int64_t id, api_error *err)
     return t;
 }
 
-json_t *study_trial_json(study *s, const trial_rec *t)
+int study_trial_copy(const study *s, const trial_rec *t, trial_rec *out, api_error *err)
 {
-    return proto_trial_json(t, s->id, &s->spec);
+    if (trial_rec_copy(out, t, s->spec.dim) == 0)
+        return 0;
+    memset(out, 0, sizeof *out);
+    return api_fail(err, API_INTERNAL, NULL, "out of memory");
+}
+
+/* Ends a one-trial operation (s->mu held): copies t (NULL: rc is -1 with err) into
+ * *out, releases s->mu and waits for the commit the answer depends on. */
+int study_answer_trial(study *s, const trial_rec *t, int relaxed, trial_rec *out,
+                       api_error *err)
+{
+    int rc = t ? study_trial_copy(s, t, out, err) : -1;
+    rc = relaxed ? study_unlock_settle_relaxed(s, rc, err) : study_unlock_settle(s, rc, err);
+    if (rc)
+        trial_rec_clear(out);
+    return rc;
 }
 
 /* Moves t to a new state, keeping counts and best in step. */
