@@ -7,10 +7,12 @@
  * matching *_clear; functions returning json_t * return a new reference. Parsers never
  * keep a reference to the input document. Field paths in errors are JSON paths
  * relative to the request body ("space.candidates[3][1]", "engine.settings.seed").
+ * The domain types parsed and rendered here (study_spec, trial_rec) are in domain.h.
  */
 #ifndef KB_PROTO_H
 #define KB_PROTO_H
 
+#include "domain.h"
 #include "kbandit.h"
 
 #include <jansson.h>
@@ -60,36 +62,7 @@ int api_fail_kb(api_error *err, const kb_error *kerr, const char *field_prefix);
  * a non-object -> invalid. Returns a new reference or NULL. */
 json_t *proto_parse_object(const char *body, size_t len, api_error *err);
 
-typedef enum space_kind { SPACE_CANDIDATES = 0, SPACE_BOX } space_kind;
-typedef enum param_type { PARAM_FLOAT = 0, PARAM_INT, PARAM_CATEGORICAL } param_type;
-
-typedef struct param_spec {
-    char *name;
-    param_type type;
-    double low, high;   /* float / int */
-    int log;            /* float / int: log scale */
-    json_t *choices;    /* categorical: array of scalars (owned) */
-} param_spec;
-
-/* POST /v1/studies, and the stored configuration of a study (same document). */
-typedef struct study_spec {
-    char *name;
-    int minimize;
-    space_kind space;
-    /* candidates: inline rows (owned, rows x dim) unless candidate_set > 0, in which case
-     * the caller loads them and sets candidates/rows/dim. */
-    double *candidates;
-    size_t rows, dim;
-    int64_t candidate_set;
-    param_spec *params;  /* box: n_params == dim */
-    size_t n_params;
-    char *engine;
-    json_t *settings;    /* engine.settings as given (owned object) */
-    kb_config *cfg;      /* engine + settings: NULL until proto_study_spec_config */
-    int64_t lease_seconds;
-    int64_t max_trials;  /* 0 = unlimited */
-} study_spec;
-
+/* A study document: POST /v1/studies, or a stored configuration. */
 int proto_study_spec_parse(json_t *doc, study_spec *out, api_error *err);
 /* The rules only a new study must pass (categorical choices are distinct; field
  * space.params[i].choices[j], the first repeat). A stored study is loaded under the
@@ -153,30 +126,46 @@ int proto_params_to_x(const study_spec *s, json_t *params, const char *path, dou
 
 /* -------------------------------------------------------- renderings */
 
-typedef enum trial_state {
-    TRIAL_PENDING = 0,
-    TRIAL_COMPLETED,
-    TRIAL_FAILED,
-    TRIAL_EXPIRED,
-    TRIAL__STATES
-} trial_state;
-
-const char *proto_trial_state_name(trial_state s);
-int proto_trial_state_parse(const char *name, trial_state *out);
-
-typedef struct trial_rec {
-    int64_t id;          /* == the engine's handle */
-    trial_state state;
-    char *worker;        /* owned */
-    char *reason;        /* owned, NULL unless failed with a reason */
-    int64_t cand_index;  /* candidates: row; box: -1 */
-    double value;        /* user's direction; valid when completed */
-    int64_t created_ms, lease_ms, completed_ms; /* completed_ms 0 = none */
-    double *x;           /* dim entries (owned) */
-} trial_rec;
-
 json_t *proto_trial_json(const trial_rec *t, int64_t study_id, const study_spec *s);
 /* RFC 3339 UTC with milliseconds into buf (>= 32 bytes). */
 void proto_time_format(int64_t ms, char *buf, size_t size);
+
+/* ------------------------------------ answers of the study layer (render.c) */
+
+/* What one ask attempt handed out. */
+typedef struct ask_answer {
+    trial_rec *trials;      /* n copies (owned) */
+    size_t n;
+    const char *status;     /* static: ok, awaiting_feedback, exhausted, max_trials_reached */
+    size_t awaiting;        /* pending trials whose feedback closes the wait */
+    int64_t retry_after_ms; /* 0 when trials were handed out */
+} ask_answer;
+void proto_ask_answer_clear(ask_answer *a);
+/* {"trials", "status", "awaiting", "retry_after_ms"} */
+json_t *proto_ask_json(const ask_answer *a, int64_t study_id, const study_spec *s);
+
+/* One item of a batch tell: the trial after it, or its error. */
+typedef struct tell_outcome {
+    int64_t trial_id;
+    api_error err;   /* err.code == API_OK: told (or a repeated identical tell) */
+    trial_rec trial; /* a copy (owned) when err.code == API_OK */
+} tell_outcome;
+void proto_tell_outcomes_free(tell_outcome *v, size_t n);
+/* {"results": [{"trial_id", "status", "trial" | "error"}]} */
+json_t *proto_tell_batch_json(const tell_outcome *v, size_t n, int64_t study_id,
+                              const study_spec *s);
+
+/* A Study: the spec summarised, "id", "created_at", "progress" (null without it). */
+json_t *proto_study_json(const study_doc *d);
+/* {"studies": [...], "next_cursor"} and {"trials": [...], "next_cursor"}: next_cursor
+ * 0 renders null, else its decimal string. */
+json_t *proto_study_page_json(const study_doc *docs, size_t n, int64_t next_cursor);
+json_t *proto_trial_page_json(const trial_rec *v, size_t n, int64_t next_cursor,
+                              int64_t study_id, const study_spec *s);
+/* Exports of a study and its trials: {"study", "trials"}, and CSV text (malloc'd, NULL
+ * out of memory) with the columns id,state,worker,value and one per coordinate (the
+ * parameter names of a box, x0.. for candidates). */
+json_t *proto_export_json(const study_doc *d, const trial_rec *v, size_t n);
+char *proto_export_csv(const study_spec *s, const trial_rec *v, size_t n, size_t *len);
 
 #endif /* KB_PROTO_H */

@@ -1,7 +1,7 @@
 /*
  * handlers.c - This file contains the route table of the REST API (the contract is
  * openapi.yaml) and one handler per route. Handlers parse with proto/, act through
- * study.c or storage.h, and answer with exactly one reply (or suspend a long-poll).
+ * study.h or storage.h, and answer with exactly one reply (or suspend a long-poll).
  */
 #include "handlers.h"
 
@@ -19,10 +19,26 @@ static store *db; /* set once by handlers_init, before the HTTP threads start */
 
 void handlers_init(store *s) { db = s; }
 
-/* Answers a handler result: the JSON with `status`, or the error. */
-static int answer(request *rq, int status, json_t *o, const api_error *err)
+/* Answers an operation on s that gave trial *t (rc 0, cleared here) or failed. */
+static int answer_trial(request *rq, study *s, int rc, trial_rec *t, const api_error *err)
 {
-    return o ? reply_json(rq, status, o) : reply_error(rq, err);
+    if (rc)
+        return reply_error(rq, err);
+    json_t *o = proto_trial_json(t, study_id(s), study_spec_of(s));
+    trial_rec_clear(t);
+    return reply_json(rq, 200, o);
+}
+
+/* Answers a Study document (status 200 or 201): rendered after the study's lock. */
+static int answer_study(request *rq, int status, study *s)
+{
+    api_error err;
+    study_doc d;
+    if (study_describe(s, &d, &err))
+        return reply_error(rq, &err);
+    json_t *o = proto_study_json(&d);
+    study_doc_clear(&d);
+    return reply_json(rq, status, o);
 }
 
 static int not_found(request *rq, const char *what)
@@ -142,7 +158,12 @@ static int h_study_create(request *rq)
         proto_study_spec_clear(&spec);
         return reply_error(rq, &err);
     }
-    return answer(rq, 201, study_create(&spec, &err), &err);
+    study *s = study_create(&spec, &err);
+    if (!s)
+        return reply_error(rq, &err);
+    int rc = answer_study(rq, 201, s);
+    study_put(s);
+    return rc;
 }
 
 /* ?name=: a study name as POST /v1/studies accepts it (1 to 200 bytes), so that a
@@ -159,7 +180,13 @@ static int h_study_list(request *rq)
         api_fail(&err, API_INVALID, "name", "must have 1 to 200 characters");
         return reply_error(rq, &err);
     }
-    return reply_json(rq, 200, study_list(cursor, (size_t)limit, name));
+    study_page page;
+    api_error err;
+    if (study_list(cursor, (size_t)limit, name, &page, &err))
+        return reply_error(rq, &err);
+    json_t *o = proto_study_page_json(page.docs, page.n, page.next_cursor);
+    study_page_clear(&page);
+    return reply_json(rq, 200, o);
 }
 
 /* Looks the path's study up; NULL after answering 404. */
@@ -173,11 +200,10 @@ static study *path_study(request *rq)
 
 static int h_study_get(request *rq)
 {
-    api_error err;
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
-    int rc = answer(rq, 200, study_json(s, &err), &err);
+    int rc = answer_study(rq, 200, s);
     study_put(s);
     return rc;
 }
@@ -228,12 +254,14 @@ static int h_ask(request *rq)
     for (;;) {
         int can_wait;
         uint64_t version;
-        int64_t retry_ms;
-        json_t *o = study_ask(s, &st->req, &can_wait, &version, &retry_ms, &err);
-        if (!o) {
+        ask_answer a;
+        if (study_ask(s, &st->req, &a, &can_wait, &version, &err)) {
             rc = reply_error(rq, &err);
             break;
         }
+        json_t *o = proto_ask_json(&a, study_id(s), study_spec_of(s));
+        int64_t retry_ms = a.retry_after_ms;
+        proto_ask_answer_clear(&a);
         if (can_wait && now_ms() < st->deadline_ms) {
             json_decref(o);
             if (rq_suspend(rq, study_id(s), version, st->deadline_ms, version_of, s) == 0) {
@@ -260,7 +288,8 @@ static int h_tell(request *rq)
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
-    int rc = answer(rq, 200, study_tell(s, rq_id(rq, 1), value, &err), &err);
+    trial_rec t;
+    int rc = answer_trial(rq, s, study_tell(s, rq_id(rq, 1), value, &t, &err), &t, &err);
     study_put(s);
     return rc;
 }
@@ -275,7 +304,14 @@ static int h_tell_batch(request *rq)
     study *s = path_study(rq);
     int rc = MHD_YES;
     if (s) {
-        rc = answer(rq, 200, study_tell_batch(s, items, n, &err), &err);
+        tell_outcome *out;
+        if (study_tell_batch(s, items, n, &out, &err)) {
+            rc = reply_error(rq, &err);
+        } else {
+            json_t *o = proto_tell_batch_json(out, n, study_id(s), study_spec_of(s));
+            proto_tell_outcomes_free(out, n);
+            rc = reply_json(rq, 200, o);
+        }
         study_put(s);
     }
     free(items);
@@ -291,7 +327,8 @@ static int h_fail(request *rq)
     study *s = path_study(rq);
     int rc = MHD_YES;
     if (s) {
-        rc = answer(rq, 200, study_fail(s, rq_id(rq, 1), reason, &err), &err);
+        trial_rec t;
+        rc = answer_trial(rq, s, study_fail(s, rq_id(rq, 1), reason, &t, &err), &t, &err);
         study_put(s);
     }
     free(reason);
@@ -306,7 +343,8 @@ static int h_heartbeat(request *rq)
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
-    int rc = answer(rq, 200, study_heartbeat(s, rq_id(rq, 1), &err), &err);
+    trial_rec t;
+    int rc = answer_trial(rq, s, study_heartbeat(s, rq_id(rq, 1), &t, &err), &t, &err);
     study_put(s);
     return rc;
 }
@@ -317,7 +355,8 @@ static int h_trial(request *rq)
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
-    int rc = answer(rq, 200, study_trial(s, rq_id(rq, 1), &err), &err);
+    trial_rec t;
+    int rc = answer_trial(rq, s, study_trial(s, rq_id(rq, 1), &t, &err), &t, &err);
     study_put(s);
     return rc;
 }
@@ -342,7 +381,17 @@ static int h_trials(request *rq)
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
-    int rc = answer(rq, 200, study_trials(s, state, cursor, (size_t)limit, &err), &err);
+    trial_rec *v;
+    size_t n;
+    int64_t next;
+    int rc;
+    if (study_trials(s, state, cursor, (size_t)limit, &v, &n, &next, &err)) {
+        rc = reply_error(rq, &err);
+    } else {
+        json_t *o = proto_trial_page_json(v, n, next, study_id(s), study_spec_of(s));
+        trial_recs_free(v, n);
+        rc = reply_json(rq, 200, o);
+    }
     study_put(s);
     return rc;
 }
@@ -353,7 +402,8 @@ static int h_best(request *rq)
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
-    int rc = answer(rq, 200, study_best(s, &err), &err);
+    trial_rec t;
+    int rc = answer_trial(rq, s, study_best(s, &t, &err), &t, &err);
     study_put(s);
     return rc;
 }
@@ -370,12 +420,28 @@ static int h_observe(request *rq)
     if (proto_observations_parse(rq_json(rq), study_spec_of(s), &xs, &ys, &n, &err)) {
         rc = reply_error(rq, &err);
     } else {
-        rc = answer(rq, 200, study_observe(s, xs, ys, n, &err), &err);
+        rc = study_observe(s, xs, ys, n, &err)
+                 ? reply_error(rq, &err)
+                 : reply_json(rq, 200, json_pack("{s:I}", "added", (json_int_t)n));
         free(xs);
         free(ys);
     }
     study_put(s);
     return rc;
+}
+
+/* Renders an export after the study's lock: JSON, or CSV when csv. */
+static int reply_export(request *rq, int csv, const study_doc *d, const trial_rec *v, size_t n)
+{
+    if (!csv)
+        return reply_json(rq, 200, proto_export_json(d, v, n));
+    size_t len;
+    char *text = proto_export_csv(d->spec, v, n, &len);
+    if (text)
+        return reply_text(rq, 200, "text/csv", text, len);
+    api_error err;
+    api_fail(&err, API_INTERNAL, NULL, "out of memory");
+    return reply_error(rq, &err);
 }
 
 static int h_export(request *rq)
@@ -389,13 +455,16 @@ static int h_export(request *rq)
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
+    study_doc d;
+    trial_rec *v;
+    size_t n;
     int rc;
-    if (fmt && strcmp(fmt, "csv") == 0) {
-        size_t len;
-        char *text = study_export_csv(s, &len, &err);
-        rc = text ? reply_text(rq, 200, "text/csv", text, len) : reply_error(rq, &err);
+    if (study_export(s, &d, &v, &n, &err)) {
+        rc = reply_error(rq, &err);
     } else {
-        rc = answer(rq, 200, study_export_json(s, &err), &err);
+        rc = reply_export(rq, fmt && strcmp(fmt, "csv") == 0, &d, v, n);
+        study_doc_clear(&d);
+        trial_recs_free(v, n);
     }
     study_put(s);
     return rc;

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../proto/proto.h"
+#include "../proto/domain.h"
 
 #define STORE_NOTFOUND 1
 #define STORE_CONFLICT 2

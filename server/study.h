@@ -6,7 +6,7 @@
  * whose writes need no fsync) its last durable write is fsynced, unless the wait is
  * deferred (see below).
  *
- * Locking (see the definitions in study.c):
+ * Locking (the definitions and invariants are in study_internal.h):
  *   - the registry's rwlock protects only the array of live studies; it is held for
  *     lookup/insert/remove, never while an engine runs;
  *   - each study has its own mutex around its engine, its trials and the queueing of its
@@ -15,7 +15,10 @@
  *   - a study is reference counted: study_get() returns a reference that the caller
  *     gives back with study_put(); a deleted study stays valid until its last reference.
  *
- * Functions that build a JSON answer return a new reference, or NULL with err filled.
+ * Results are C values (domain.h, proto.h), copied under the study's mutex and
+ * rendered to JSON or CSV by the caller (proto/render.c) after it is released; they are
+ * caller-owned and released by the *_clear / *_free named at each call. Operations
+ * return 0, or -1 with err filled and nothing to release.
  */
 #ifndef KB_STUDY_H
 #define KB_STUDY_H
@@ -54,34 +57,53 @@ int64_t study_id(const study *s);
 const study_spec *study_spec_of(const study *s); /* immutable: no lock needed */
 void study_put(study *s);
 
-/* POST /v1/studies: takes ownership of *spec (cleared on return). */
-json_t *study_create(study_spec *spec, api_error *err);
+/* POST /v1/studies: takes ownership of *spec (cleared on return). Returns a new
+ * reference to the study (study_put), or NULL with err. */
+study *study_create(study_spec *spec, api_error *err);
 int study_delete(int64_t id, api_error *err);
-/* {"studies": [...], "next_cursor"} for ids > after, only the study of that exact name
- * when name is not NULL; next_cursor is non-null only when a further study matches. A
- * study not restored yet has "progress": null (listing restores nothing). */
-json_t *study_list(int64_t after, size_t limit, const char *name);
 
-json_t *study_json(study *s, api_error *err);
-/* One ask attempt, never blocking. *retry_after_ms > 0 when no trial was handed out;
- * *can_wait = 1 when feedback could change that empty answer, and *version is the
- * study's feedback version the answer was computed at (for long-polls, see http.c). */
-json_t *study_ask(study *s, const ask_req *req, int *can_wait, uint64_t *version,
-                  int64_t *retry_after_ms, api_error *err);
+/* A page of the listing: docs[i] borrows the spec of refs[i], which the page holds. */
+typedef struct study_page {
+    study **refs;
+    study_doc *docs;
+    size_t n;
+    int64_t next_cursor; /* 0: no further study */
+} study_page;
+void study_page_clear(study_page *p);
+/* The studies with ids > after, only the one of that exact name when name is not NULL;
+ * next_cursor is set only when a further study matches. A study not restored yet has
+ * no progress (listing restores nothing). 0, or -1 (500) out of memory. */
+int study_list(int64_t after, size_t limit, const char *name, study_page *out,
+               api_error *err);
+
+/* The study's document with its progress (study_doc_clear; out->spec borrows s's). */
+int study_describe(study *s, study_doc *out, api_error *err);
+/* One ask attempt, never blocking: out->trials are the trials handed out
+ * (proto_ask_answer_clear); out->retry_after_ms > 0 when none was. *can_wait = 1 when
+ * feedback could change that empty answer, and *version is the study's feedback version
+ * the answer was computed at (for long-polls, see http.c). */
+int study_ask(study *s, const ask_req *req, ask_answer *out, int *can_wait,
+              uint64_t *version, api_error *err);
 uint64_t study_version(study *s);
-json_t *study_tell(study *s, int64_t trial_id, double value, api_error *err);
-json_t *study_tell_batch(study *s, const tell_item *items, size_t n, api_error *err);
-json_t *study_fail(study *s, int64_t trial_id, const char *reason, api_error *err);
-json_t *study_heartbeat(study *s, int64_t trial_id, api_error *err);
-json_t *study_trial(study *s, int64_t trial_id, api_error *err);
-/* state < 0: all states. */
-json_t *study_trials(study *s, int state, int64_t after, size_t limit, api_error *err);
-json_t *study_best(study *s, api_error *err);
-json_t *study_observe(study *s, const double *xs, const double *values, size_t n,
-                      api_error *err);
-json_t *study_export_json(study *s, api_error *err);
-/* CSV text (malloc'd) of all trials. */
-char *study_export_csv(study *s, size_t *len, api_error *err);
+/* Operations on one trial: *out is a copy of the trial after it (trial_rec_clear). */
+int study_tell(study *s, int64_t trial_id, double value, trial_rec *out, api_error *err);
+int study_fail(study *s, int64_t trial_id, const char *reason, trial_rec *out,
+               api_error *err);
+int study_heartbeat(study *s, int64_t trial_id, trial_rec *out, api_error *err);
+int study_trial(study *s, int64_t trial_id, trial_rec *out, api_error *err);
+int study_best(study *s, trial_rec *out, api_error *err); /* 404 when none completed */
+/* One outcome per item, in order (*out: proto_tell_outcomes_free(*out, n)). */
+int study_tell_batch(study *s, const tell_item *items, size_t n, tell_outcome **out,
+                     api_error *err);
+/* Trials with ids > after, in id order, state < 0: all states; at most limit of them
+ * (*out: trial_recs_free(*out, *n)); *next_cursor is the last one's id when a further
+ * trial matches, else 0. */
+int study_trials(study *s, int state, int64_t after, size_t limit, trial_rec **out,
+                 size_t *n, int64_t *next_cursor, api_error *err);
+int study_observe(study *s, const double *xs, const double *values, size_t n,
+                  api_error *err);
+/* The study's document and all its trials (study_doc_clear, trial_recs_free). */
+int study_export(study *s, study_doc *doc, trial_rec **trials, size_t *n, api_error *err);
 
 /* Deferred commit waits, so that a server thread need not block on a commit: after
  * study_defer_begin(), this thread's study calls return their answer without waiting

@@ -1,6 +1,6 @@
 /*
  * test_group_commit.c - unit tests of the queued group commit (server/storage.c) and of
- * the study write path built on it (server/study.c): an operation queued after a failed
+ * the study write path built on it (server/study_write.c): an operation queued after a failed
  * one is not applied; concurrent tells on one study, repeated from several threads, are
  * each applied and logged exactly once and survive a restart; a failed commit answers
  * an error, and the study is rebuilt to the store's state and goes on.
@@ -78,11 +78,10 @@ static void ask_n(int64_t sid, int n)
     api_error err;
     int can_wait;
     uint64_t version;
-    int64_t retry;
-    json_t *o = study_ask(s, &req, &can_wait, &version, &retry, &err);
-    assert_non_null(o);
-    assert_int_equal(json_array_size(json_object_get(o, "trials")), (size_t)n);
-    json_decref(o);
+    ask_answer a;
+    assert_int_equal(study_ask(s, &req, &a, &can_wait, &version, &err), 0);
+    assert_int_equal(a.n, (size_t)n);
+    proto_ask_answer_clear(&a);
     study_put(s);
 }
 
@@ -103,11 +102,11 @@ static void *tell_all(void *p)
     for (int i = 0; i < a->n; i++) {
         int64_t id = (int64_t)((i * 7 + a->k * a->n / 4) % a->n) + 1;
         api_error err;
-        json_t *o = study_tell(s, id, value_of(id), &err);
-        json_t *v = json_object_get(o, "value");
-        if (!o || !json_is_real(v) || json_real_value(v) != value_of(id))
+        trial_rec t;
+        if (study_tell(s, id, value_of(id), &t, &err) || t.state != TRIAL_COMPLETED ||
+            t.value != value_of(id))
             a->failures++;
-        json_decref(o);
+        trial_rec_clear(&t);
     }
     study_put(s);
     return NULL;
@@ -150,10 +149,11 @@ static void concurrent_tells_are_durable_exactly_once(void **state)
     study *s = study_get(sid);
     for (int64_t id = 1; id <= N; id++) {
         api_error e;
-        json_t *t = study_trial(s, id, &e);
-        assert_string_equal(json_string_value(json_object_get(t, "state")), "completed");
-        assert_true(json_real_value(json_object_get(t, "value")) == value_of(id));
-        json_decref(t);
+        trial_rec t;
+        assert_int_equal(study_trial(s, id, &t, &e), 0);
+        assert_int_equal(t.state, TRIAL_COMPLETED);
+        assert_true(t.value == value_of(id));
+        trial_rec_clear(&t);
     }
     study_put(s);
     int counts[N + 1] = {0};
@@ -176,13 +176,21 @@ static void sql_exec(const char *path, const char *sql)
 
 static const char *state_of(study *s, int64_t id)
 {
-    static char buf[16];
     api_error e;
-    json_t *t = study_trial(s, id, &e);
-    assert_non_null(t);
-    snprintf(buf, sizeof buf, "%s", json_string_value(json_object_get(t, "state")));
-    json_decref(t);
-    return buf;
+    trial_rec t;
+    assert_int_equal(study_trial(s, id, &t, &e), 0);
+    trial_state st = t.state;
+    trial_rec_clear(&t);
+    return proto_trial_state_name(st);
+}
+
+/* study_tell, the answer dropped: its result code. */
+static int tell(study *s, int64_t id, double value, api_error *e)
+{
+    trial_rec t;
+    int rc = study_tell(s, id, value, &t, e);
+    trial_rec_clear(&t);
+    return rc;
 }
 
 static void failed_commit_rebuilds_the_study(void **state)
@@ -196,19 +204,17 @@ static void failed_commit_rebuilds_the_study(void **state)
     ask_n(sid, 4);
     study *s = study_get(sid);
     api_error e;
-    json_decref(study_tell(s, 1, 1.0, &e));
+    assert_int_equal(tell(s, 1, 1.0, &e), 0);
     /* The store refuses the tell of trial 2 (a failed commit, injected). */
     sql_exec(path, "CREATE TRIGGER refuse BEFORE INSERT ON events WHEN NEW.trial_id = 2 "
                    "AND NEW.kind = 'tell' BEGIN SELECT RAISE(ABORT, 'injected'); END;");
-    assert_null(study_tell(s, 2, 2.0, &e)); /* 503: the write may succeed when retried */
+    assert_int_equal(tell(s, 2, 2.0, &e), -1); /* 503: the write may succeed when retried */
     assert_int_equal(e.code, API_UNAVAILABLE);
     assert_string_equal(state_of(s, 2), "pending"); /* memory followed the store back */
     assert_string_equal(state_of(s, 1), "completed");
     sql_exec(path, "DROP TRIGGER refuse;");
-    json_t *o = study_tell(s, 2, 2.0, &e);
-    assert_non_null(o);
-    json_decref(o);
-    json_decref(study_tell(s, 3, 3.0, &e));
+    assert_int_equal(tell(s, 2, 2.0, &e), 0);
+    assert_int_equal(tell(s, 3, 3.0, &e), 0);
     ask_n(sid, 1); /* the engine goes on from the rebuilt state */
     study_put(s);
     registry_close();

@@ -1,5 +1,5 @@
 /*
- * test_storage.c - unit tests of server/storage.c and of recovery in server/study.c:
+ * test_storage.c - unit tests of server/storage.c and of recovery in server/rebuild.c:
  * migrations on a fresh database, refusal of a newer schema, integrity, the queries'
  * round trips, and a restored study making exactly the choices an uninterrupted one
  * makes (snapshot + event replay).
@@ -274,24 +274,19 @@ static void drive(int64_t sid, int rounds, double *xs_out, int *n_out)
         api_error err;
         int can_wait;
         uint64_t version;
-        int64_t retry;
-        json_t *o = study_ask(s, &req, &can_wait, &version, &retry, &err);
-        assert_non_null(o);
-        json_t *trials = json_object_get(o, "trials");
-        for (size_t i = 0; i < json_array_size(trials); i++) {
-            json_t *t = json_array_get(trials, i);
-            int64_t tid = json_integer_value(json_object_get(t, "id"));
-            xs_out[(*n_out)++] = json_real_value(json_array_get(json_object_get(t, "x"), 0));
-            json_t *res;
+        ask_answer a;
+        assert_int_equal(study_ask(s, &req, &a, &can_wait, &version, &err), 0);
+        for (size_t i = 0; i < a.n; i++) {
+            int64_t tid = a.trials[i].id;
+            xs_out[(*n_out)++] = a.trials[i].x[0];
+            trial_rec res = {0};
             if (i == 1)
-                res = study_fail(s, tid, "boom", &err);
-            else if (i == 2)
-                res = NULL; /* left pending */
-            else
-                res = study_tell(s, tid, (double)tid * 0.5, &err);
-            json_decref(res);
+                assert_int_equal(study_fail(s, tid, "boom", &res, &err), 0);
+            else if (i == 0) /* the third is left pending */
+                assert_int_equal(study_tell(s, tid, (double)tid * 0.5, &res, &err), 0);
+            trial_rec_clear(&res);
         }
-        json_decref(o);
+        proto_ask_answer_clear(&a);
     }
     study_put(s);
 }
@@ -339,11 +334,11 @@ static void restored_study_continues_identically(void **state)
     drive(id, 20, b, &nb);
     study *st = study_get(id);
     api_error e;
-    json_t *j = study_json(st, &e);
-    json_t *counts = json_object_get(json_object_get(j, "progress"), "trials");
-    assert_int_equal(json_integer_value(json_object_get(counts, "pending")), 60);
-    assert_int_equal(json_integer_value(json_object_get(counts, "failed")), 60);
-    json_decref(j);
+    study_doc d;
+    assert_int_equal(study_describe(st, &d, &e), 0);
+    assert_int_equal(d.progress.trials[TRIAL_PENDING], 60);
+    assert_int_equal(d.progress.trials[TRIAL_FAILED], 60);
+    study_doc_clear(&d);
     study_put(st);
     registry_close();
     assert_int_equal(store_integrity_check(s), 0);

@@ -21,10 +21,10 @@ int64_t tu_new_study(const char *doc)
     assert_non_null(j);
     assert_int_equal(proto_study_spec_parse(j, &spec, &err), 0);
     json_decref(j);
-    json_t *st = study_create(&spec, &err);
-    assert_non_null(st);
-    int64_t id = json_integer_value(json_object_get(st, "id"));
-    json_decref(st);
+    study *s = study_create(&spec, &err);
+    assert_non_null(s);
+    int64_t id = study_id(s);
+    study_put(s);
     return id;
 }
 

@@ -1,0 +1,199 @@
+/*
+ * render.c - This file contains the JSON and CSV renderings of what the study layer
+ * answers (server/study.h): a Study with its progress, pages of studies and trials, an
+ * ask's answer, a batch tell's results and the two exports. They take C copies made
+ * under a study's mutex, so they run after it is released and never block a study.
+ *
+ * The shapes are those of openapi.yaml, key order included (jansson keeps insertion
+ * order). Reals are printed by the JSON layer or, in CSV, at their shortest round-trip
+ * form (numfmt.c); CSV strings are quoted by csv.c.
+ */
+#include "proto.h"
+
+#include "csv.h"
+#include "numfmt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static json_t *cursor_json(int64_t next_cursor)
+{
+    char c[32];
+    if (!next_cursor)
+        return json_null();
+    snprintf(c, sizeof c, "%lld", (long long)next_cursor);
+    return json_string(c);
+}
+
+static json_t *trials_json(const trial_rec *v, size_t n, int64_t study_id, const study_spec *s)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, proto_trial_json(&v[i], study_id, s));
+    return arr;
+}
+
+static json_t *hyperparameters_json(const study_progress *p)
+{
+    json_t *ls = json_array();
+    for (size_t j = 0; j < p->dim; j++)
+        json_array_append_new(ls, json_real(p->lengthscales[j]));
+    return json_pack("{s:b,s:I,s:o,s:f,s:f}", "fitted", p->fitted, "fits",
+                     (json_int_t)p->fits, "lengthscales", ls, "kernel_variance",
+                     p->kernel_variance, "noise", p->noise);
+}
+
+static json_t *progress_json(const study_doc *d)
+{
+    const study_progress *p = &d->progress;
+    return json_pack("{s:{s:I,s:I,s:I,s:I},s:o,s:I,s:I,s:I,s:I,s:b,s:o}", "trials", "pending",
+                     (json_int_t)p->trials[TRIAL_PENDING], "completed",
+                     (json_int_t)p->trials[TRIAL_COMPLETED], "failed",
+                     (json_int_t)p->trials[TRIAL_FAILED], "expired",
+                     (json_int_t)p->trials[TRIAL_EXPIRED], "best",
+                     p->best.id ? proto_trial_json(&p->best, d->id, d->spec) : json_null(),
+                     "epoch", (json_int_t)p->epoch, "epoch_asks", (json_int_t)p->epoch_asks,
+                     "last_batch", (json_int_t)p->last_batch, "dictionary_size",
+                     (json_int_t)p->dict_size, "init_phase", p->init_phase, "hyperparameters",
+                     hyperparameters_json(p));
+}
+
+json_t *proto_study_json(const study_doc *d)
+{
+    json_t *o = proto_study_spec_json(d->spec, 0);
+    char ts[40];
+    proto_time_format(d->created_ms, ts, sizeof ts);
+    json_object_set_new(o, "id", json_integer(d->id));
+    json_object_set_new(o, "created_at", json_string(ts));
+    json_object_set_new(o, "progress", d->has_progress ? progress_json(d) : json_null());
+    return o;
+}
+
+json_t *proto_study_page_json(const study_doc *docs, size_t n, int64_t next_cursor)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, proto_study_json(&docs[i]));
+    return json_pack("{s:o,s:o}", "studies", arr, "next_cursor", cursor_json(next_cursor));
+}
+
+json_t *proto_trial_page_json(const trial_rec *v, size_t n, int64_t next_cursor,
+                              int64_t study_id, const study_spec *s)
+{
+    return json_pack("{s:o,s:o}", "trials", trials_json(v, n, study_id, s), "next_cursor",
+                     cursor_json(next_cursor));
+}
+
+void proto_ask_answer_clear(ask_answer *a)
+{
+    trial_recs_free(a->trials, a->n);
+    a->trials = NULL;
+    a->n = 0;
+}
+
+json_t *proto_ask_json(const ask_answer *a, int64_t study_id, const study_spec *s)
+{
+    return json_pack("{s:o,s:s,s:I,s:o}", "trials", trials_json(a->trials, a->n, study_id, s),
+                     "status", a->status, "awaiting", (json_int_t)a->awaiting,
+                     "retry_after_ms",
+                     a->n > 0 ? json_null() : json_integer(a->retry_after_ms));
+}
+
+void proto_tell_outcomes_free(tell_outcome *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        trial_rec_clear(&v[i].trial);
+    free(v);
+}
+
+json_t *proto_tell_batch_json(const tell_outcome *v, size_t n, int64_t study_id,
+                              const study_spec *s)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        int ok = v[i].err.code == API_OK;
+        json_t *r = json_pack("{s:I,s:i}", "trial_id", (json_int_t)v[i].trial_id, "status",
+                              ok ? 200 : api_status(v[i].err.code));
+        if (ok) {
+            json_object_set_new(r, "trial", proto_trial_json(&v[i].trial, study_id, s));
+        } else {
+            json_t *ej = api_error_json(&v[i].err);
+            json_object_set(r, "error", json_object_get(ej, "error"));
+            json_decref(ej);
+        }
+        json_array_append_new(arr, r);
+    }
+    return json_pack("{s:o}", "results", arr);
+}
+
+json_t *proto_export_json(const study_doc *d, const trial_rec *v, size_t n)
+{
+    json_t *trials = trials_json(v, n, d->id, d->spec);
+    return json_pack("{s:o,s:o}", "study", proto_study_json(d), "trials", trials);
+}
+
+/* A CSV field: numbers at their shortest round-trip form, strings quoted with "" doubled. */
+static void csv_put(FILE *f, json_t *v)
+{
+    char num[KB_DOUBLE_BUF];
+    if (json_is_string(v)) {
+        csv_put_string(f, json_string_value(v));
+    } else if (json_is_integer(v)) {
+        fprintf(f, "%lld", (long long)json_integer_value(v));
+    } else if (json_is_number(v)) {
+        fputs(kb_format_double(num, json_number_value(v)), f);
+    } else if (json_is_boolean(v)) {
+        fputs(json_is_true(v) ? "true" : "false", f);
+    }
+}
+
+static void csv_header(FILE *f, const study_spec *sp)
+{
+    fputs("id,state,worker,value", f);
+    for (size_t j = 0; j < sp->dim; j++) {
+        if (sp->space == SPACE_BOX) {
+            fputc(',', f);
+            csv_put_string(f, sp->params[j].name);
+        } else {
+            fprintf(f, ",x%zu", j);
+        }
+    }
+    fputc('\n', f);
+}
+
+static void csv_row(FILE *f, const study_spec *sp, const trial_rec *t)
+{
+    char num[KB_DOUBLE_BUF];
+    fprintf(f, "%lld,%s,", (long long)t->id, proto_trial_state_name(t->state));
+    if (t->worker)
+        csv_put_string(f, t->worker);
+    fputc(',', f);
+    if (t->state == TRIAL_COMPLETED)
+        fputs(kb_format_double(num, t->value), f);
+    json_t *ps = sp->space == SPACE_BOX ? proto_params_from_x(sp, t->x) : NULL;
+    for (size_t j = 0; j < sp->dim; j++) {
+        fputc(',', f);
+        if (ps)
+            csv_put(f, json_object_get(ps, sp->params[j].name));
+        else
+            fputs(kb_format_double(num, t->x[j]), f);
+    }
+    json_decref(ps);
+    fputc('\n', f);
+}
+
+char *proto_export_csv(const study_spec *s, const trial_rec *v, size_t n, size_t *len)
+{
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    if (!f)
+        return NULL;
+    csv_header(f, s);
+    for (size_t i = 0; i < n; i++)
+        csv_row(f, s, &v[i]);
+    if (fclose(f)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}

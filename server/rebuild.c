@@ -1,0 +1,256 @@
+/*
+ * rebuild.c - This file contains how a study is built from the store: its engine from
+ * the spec (space, levels, config), its candidates from a candidate set, and its whole
+ * state (engine and trials) from the latest snapshot plus the replay of the events after
+ * it. Used at start-up (registration, then restore in the background or on first use)
+ * and after a failed commit (memory is rebuilt to what the store holds).
+ *
+ * Invariant: a rebuild leaves s->engine equal to the replay of events 1..s->seq, and
+ * s->trials[i] holding the trials row of id i + 1; a replayed ask must return the
+ * recorded handle, otherwise the rebuild fails (logged) and the study is not served.
+ */
+#include "study_internal.h"
+
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail_engine(api_error *err, const kb_error *kerr)
+{
+    if (strcmp(kerr->field, "dim") == 0) /* the space as a whole is too wide for the engine */
+        return api_fail(err, API_INVALID, "space", "%s", kerr->message);
+    const char *prefix = strncmp(kerr->field, "candidates", 10) == 0 ? "space." : "engine.settings.";
+    return api_fail_kb(err, kerr, prefix);
+}
+
+/* Integer and categorical parameters: pool points on their values, choices unordered. */
+static int set_levels(const study_spec *sp, kb_space *space, kb_error *kerr)
+{
+    size_t *levels = malloc(sp->dim * sizeof *levels);
+    unsigned char *cat = malloc(sp->dim);
+    int rc = KB_ENOMEM;
+    if (levels && cat) {
+        proto_box_levels(sp, levels, cat);
+        rc = kb_space_set_levels(space, levels, cat, kerr);
+    } else {
+        *kerr = (kb_error){.code = KB_ENOMEM, .message = "out of memory"};
+    }
+    free(levels);
+    free(cat);
+    return rc;
+}
+
+kb_engine *study_engine_new(const study_spec *sp, api_error *err)
+{
+    kb_error kerr = {0};
+    kb_space *space = sp->space == SPACE_BOX
+                          ? kb_space_new_box(sp->dim, (size_t)kb_config_number(sp->cfg, "pool_size"), &kerr)
+                          : kb_space_new_finite(sp->candidates, sp->rows, sp->dim, &kerr);
+    if (space && sp->space == SPACE_BOX && set_levels(sp, space, &kerr)) {
+        kb_space_free(space);
+        space = NULL;
+    }
+    if (!space) {
+        fail_engine(err, &kerr);
+        return NULL;
+    }
+    kb_engine *e = kb_engine_create(sp->cfg, space, &kerr);
+    kb_space_free(space);
+    if (!e)
+        fail_engine(err, &kerr);
+    return e;
+}
+
+/* Loads the rows of a candidate_set reference into the spec. */
+int study_load_candidates(study_spec *sp, api_error *err)
+{
+    if (sp->space != SPACE_CANDIDATES || !sp->candidate_set)
+        return 0;
+    char *names = NULL;
+    int rc = store_candidate_set_get(registry.cfg.db, sp->candidate_set, &sp->candidates, &sp->rows,
+                                     &sp->dim, &names);
+    free(names);
+    if (rc == STORE_NOTFOUND)
+        return api_fail(err, API_INVALID, "space.candidate_set", "no candidate set %lld",
+                        (long long)sp->candidate_set);
+    return rc ? api_fail(err, API_INTERNAL, NULL, "database error") : 0;
+}
+
+int study_trials_reserve(study *s, size_t need)
+{
+    if (need <= s->cap_trials)
+        return 0;
+    size_t nc = s->cap_trials ? s->cap_trials : 64;
+    while (nc < need)
+        nc *= 2;
+    trial_rec *t = realloc(s->trials, nc * sizeof *t);
+    if (!t)
+        return -1;
+    s->trials = t;
+    s->cap_trials = nc;
+    return 0;
+}
+
+int study_better(const study *s, double a, double b)
+{
+    return s->spec.minimize ? a < b : a > b;
+}
+
+/* Accounts for trial t's state in counts/best/first_pending. */
+static void trial_account(study *s, const trial_rec *t)
+{
+    s->counts[t->state]++;
+    if (t->state == TRIAL_COMPLETED &&
+        (!s->best || study_better(s, t->value, s->trials[s->best - 1].value)))
+        s->best = t->id;
+}
+
+static int load_trial_cb(void *ud, const trial_rec *t)
+{
+    study *s = ud;
+    if ((size_t)t->id != s->n_trials + 1 || study_trials_reserve(s, s->n_trials + 1) ||
+        trial_rec_copy(&s->trials[s->n_trials], t, s->spec.dim))
+        return -1;
+    s->n_trials++;
+    trial_account(s, t);
+    return 0;
+}
+
+typedef struct replay_ctx {
+    study *s;
+    kb_error kerr;
+} replay_ctx;
+
+static int replay_cb(void *ud, const store_event *ev)
+{
+    replay_ctx *rc = ud;
+    kb_engine *e = rc->s->engine;
+    int r = 0;
+    if (ev->kind == 'a') {
+        kb_point pt;
+        kb_ask_result res;
+        r = kb_engine_ask(e, 1, &pt, &res, &rc->kerr);
+        if (r == 0 && (res.n != 1 || pt.handle != (uint64_t)ev->trial_id))
+            r = -1, snprintf(rc->kerr.message, sizeof rc->kerr.message,
+                             "replayed ask diverged at event %lld", (long long)ev->seq);
+    } else if (ev->kind == 't') {
+        r = kb_engine_tell(e, (uint64_t)ev->trial_id, ev->value, &rc->kerr);
+    } else if (ev->kind == 'b') {
+        r = kb_engine_abandon(e, (uint64_t)ev->trial_id, &rc->kerr);
+    } else {
+        r = kb_engine_observe(e, ev->x, ev->value, &rc->kerr);
+    }
+    rc->s->seq = ev->seq;
+    return r;
+}
+
+/* Rebuilds engine and trials of s from the store (s->mu held or s unpublished). */
+int study_rebuild(study *s)
+{
+    api_error err;
+    kb_engine_free(s->engine);
+    s->engine = NULL;
+    for (size_t i = 0; i < s->n_trials; i++) {
+        trial_rec_clear(&s->trials[i]);
+    }
+    s->n_trials = s->first_pending = 0;
+    s->best = 0;
+    s->ticket = s->durable = 0;
+    memset(s->counts, 0, sizeof s->counts);
+    unsigned char *snap = NULL;
+    size_t len = 0;
+    replay_ctx rc = {.s = s};
+    int r = store_snapshot_latest(registry.cfg.db, s->id, &snap, &len, &s->snap_seq);
+    if (r == 0) {
+        s->engine = kb_engine_restore(snap, len, &rc.kerr);
+        free(snap);
+    } else if (r == STORE_NOTFOUND) {
+        s->snap_seq = 0;
+        s->engine = study_engine_new(&s->spec, &err);
+    }
+    s->seq = s->snap_seq;
+    if (!s->engine || store_events_each(registry.cfg.db, s->id, s->snap_seq, s->spec.dim,
+                                        replay_cb, &rc) ||
+        store_trials_each(registry.cfg.db, s->id, s->spec.dim, load_trial_cb, s)) {
+        log_json(LOG_ERROR, "study rebuild failed",
+                 json_pack("{s:I,s:I,s:s}", "study", (json_int_t)s->id, "seq",
+                           (json_int_t)s->seq, "error", rc.kerr.message));
+        return -1;
+    }
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(s->engine, &st, NULL);
+    s->epoch = st.epoch;
+    if (st.epoch > s->epoch_high)
+        s->epoch_high = st.epoch;
+    return 0;
+}
+
+study *study_alloc(int64_t id, int64_t created_ms, study_spec *spec)
+{
+    study *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->id = id;
+    s->created_ms = created_ms;
+    s->spec = *spec;
+    memset(spec, 0, sizeof *spec);
+    atomic_init(&s->refs, 1);
+    atomic_init(&s->restore, RESTORE_PENDING);
+    pthread_mutex_init(&s->mu, NULL);
+    return s;
+}
+
+int study_load_stored(void *ud, int64_t id, const char *name, const char *config,
+                         int64_t created_ms)
+{
+    (void)ud;
+    api_error err = {0};
+    study_spec spec;
+    json_t *doc = proto_parse_object(config, strlen(config), &err);
+    if (!doc || proto_study_spec_parse(doc, &spec, &err)) {
+        json_decref(doc);
+        log_json(LOG_ERROR, "stored study config invalid",
+                 json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "field", err.field,
+                           "error", err.message));
+        return -1;
+    }
+    json_decref(doc);
+    if (study_load_candidates(&spec, &err) || proto_study_spec_config(&spec, &err)) {
+        log_json(LOG_ERROR, "stored study cannot be rebuilt",
+                 json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "field", err.field,
+                           "error", err.message));
+        proto_study_spec_clear(&spec);
+        return -1;
+    }
+    study *s = study_alloc(id, created_ms, &spec);
+    if (!s || reg_insert(s)) {
+        if (s)
+            study_free(s);
+        return -1;
+    }
+    reg_count_restore(-1, RESTORE_PENDING);
+    return 0;
+}
+
+/* Restores s from the store unless that was done (s->mu held): by a restore thread or
+ * by the first operation on s, whichever locks it first. 0 when s is restored. */
+int study_ensure_restored(study *s, const char *by)
+{
+    int state = atomic_load(&s->restore);
+    if (state != RESTORE_PENDING)
+        return state == RESTORED ? 0 : -1;
+    double t0 = mono_sec();
+    state = study_rebuild(s) ? RESTORE_FAILED : RESTORED;
+    atomic_store(&s->restore, state);
+    reg_count_restore(RESTORE_PENDING, state);
+    if (state != RESTORED)
+        return -1;
+    log_json(LOG_INFO, "study restored",
+             json_pack("{s:I,s:s,s:I,s:I,s:f,s:s}", "study", (json_int_t)s->id, "name",
+                       s->spec.name, "events", (json_int_t)s->seq, "snapshot_seq",
+                       (json_int_t)s->snap_seq, "seconds", mono_sec() - t0, "by", by));
+    return 0;
+}
+
