@@ -343,6 +343,11 @@ size_t kb__pi_locate(const kb_engine *e, const double *u); /* cell holding u (in
  * gamma = 0.5 ln det(I + K / lambda) over the rows. */
 int kb__gp_candidate_posterior(kb_engine *e, double *mean, double *var, double *gamma);
 
+/* bbkb / bkb (engines/bbkb/bbkb.c), for tests: the current dictionary, *m rows of
+ * space->dim internal coordinates in slot order (borrowed; valid until the next ask,
+ * which may resparsify); NULL with *m = 0 for another engine. */
+const double *kb__bbkb_dictionary(const kb_engine *e, size_t *m);
+
 /* ------------------------------------------------------- snapshot */
 
 struct kb_log;
