@@ -14,6 +14,7 @@
 #include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kbandit.h"
@@ -521,6 +522,110 @@ static void sampled_dictionary_posterior_is_dtc(void **state)
         kb_config_free(c);
         free(X);
     }
+    tu_kernel_free(&k);
+    free(Xc);
+}
+
+/* Bounds lo <= hi on a Binomial(K, p) count with P(X < lo) <= a / 2 and P(X > hi) <=
+ * a / 2 (exact tails, pmf summed in logs), so [lo, hi] holds it with probability
+ * at least 1 - a. */
+static void binomial_bounds(size_t K, double p, double a, size_t *lo, size_t *hi)
+{
+    *lo = 0;
+    *hi = K;
+    if (p <= 0.0 || p >= 1.0) {
+        *lo = *hi = p >= 1.0 ? K : 0;
+        return;
+    }
+    double below = 0.0, above = 0.0;
+    for (size_t c = 0; c <= K; c++) {
+        double pmf = exp(lgamma(K + 1.0) - lgamma(c + 1.0) - lgamma(K - c + 1.0) +
+                         (double)c * log(p) + (double)(K - c) * log1p(-p));
+        if (below + pmf > a / 2) {
+            *lo = c;
+            break;
+        }
+        below += pmf;
+    }
+    for (size_t c = K + 1; c-- > 0;) {
+        double pmf = exp(lgamma(K + 1.0) - lgamma(c + 1.0) - lgamma(K - c + 1.0) +
+                         (double)c * log(p) + (double)(K - c) * log1p(-p));
+        if (above + pmf > a / 2) {
+            *hi = c;
+            break;
+        }
+        above += pmf;
+    }
+}
+
+/* Algorithm 1 L11-16 (seed 004): at a resparsification each selected or observed point
+ * enters the dictionary independently with p = min(1, q sigma~^2_start(x)), "start" being
+ * the start of the closing epoch. A fixed instance: bkb (one point per epoch), lambda =
+ * 0.5, q = 1, N observes (four of them clustered) before the first ask, whose
+ * resparsification takes every observe (p = q k(x,x) / lambda = 2), so the first epoch's
+ * posterior is the exact GP on them and the point it hands out is the same for every
+ * seed; after its tell, the second resparsification draws each of the N + 1 points with
+ * p_i = min(1, q var_i / lambda), var_i the exact GP variance given the N observes
+ * (tu_exact_posterior, independent of the engine). Over K seeds, point i's inclusion
+ * count must lie in its exact Binomial(K, p_i) bounds at level 1e-6 / (N + 1): the
+ * probability that the test fails on a correct engine is at most 1e-6 (union bound;
+ * the seeds are fixed, so the outcome is deterministic). At K = 8000 the bounds are
+ * within +-0.031 of p_i (p_i from 0.18 to 1 here). */
+static void dictionary_inclusion_frequency(void **state)
+{
+    (void)state;
+    enum { N = 10, M = 60, D = 2, K = 8000 };
+    const double lambda = 0.5, alpha = 1e-6;
+    kb_rng rng;
+    kb_rng_seed(&rng, 41);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    double P[(N + 1) * D], y[N], mean[N + 1], var[N + 1];
+    for (size_t i = 0; i < N; i++)
+        for (size_t j = 0; j < D; j++)
+            P[i * D + j] = i < 4 ? 0.3 + 0.05 * kb_rng_uniform(&rng) : kb_rng_uniform(&rng);
+    for (size_t i = 0; i < N; i++)
+        y[i] = objective(P + i * D, D);
+    size_t count[N + 1] = {0}, first = 0;
+    for (uint64_t seed = 1; seed <= K; seed++) {
+        kb_error err;
+        char seed_str[32];
+        snprintf(seed_str, sizeof seed_str, "%llu", (unsigned long long)seed);
+        kb_config *c = make_config("bkb", KB_KERNEL_RBF, 0.3, lambda, "q", "1", "retain",
+                                   "0", "seed", seed_str, NULL);
+        kb_space *s = kb_space_new_finite(Xc, M, D, &err);
+        kb_engine *e = kb_engine_create(c, s, &err);
+        for (size_t i = 0; i < N; i++)
+            assert_int_equal(kb_engine_observe(e, P + i * D, y[i], &err), 0);
+        kb_point p;
+        kb_ask_result res;
+        assert_true(ask1(e, &p, &res));
+        size_t m;
+        kb__bbkb_dictionary(e, &m);
+        assert_int_equal(m, N);
+        if (seed == 1)
+            first = p.index;
+        assert_int_equal(p.index, first);
+        memcpy(P + N * D, p.x, D * sizeof *P);
+        assert_int_equal(kb_engine_tell(e, p.handle, objective(p.x, D), &err), 0);
+        assert_true(ask1(e, &p, &res)); /* the second resparsification */
+        const double *S = kb__bbkb_dictionary(e, &m);
+        for (size_t i = 0; i <= N; i++)
+            count[i] += rows_outside(P + i * D, 1, S, m, D) == 0;
+        kb_engine_free(e);
+        kb_space_free(s);
+        kb_config_free(c);
+    }
+    kb_kernel k = tu_kernel(KB_KERNEL_RBF, D, 0.3);
+    assert_int_equal(tu_exact_posterior(&k, P, y, N, lambda, P, N + 1, mean, var), 0);
+    size_t inner = 0;
+    for (size_t i = 0; i <= N; i++) {
+        double prob = fmin(1.0, var[i] / lambda);
+        size_t lo, hi;
+        binomial_bounds(K, prob, alpha / (N + 1), &lo, &hi);
+        assert_true(count[i] >= lo && count[i] <= hi);
+        inner += prob > 0.1 && prob < 0.9;
+    }
+    assert_true(inner >= N / 2); /* the probabilities are spread, not all 0 or 1 */
     tu_kernel_free(&k);
     free(Xc);
 }
@@ -1131,6 +1236,7 @@ int main(void)
         cmocka_unit_test(off_pool_observes_across_epochs_match_exact_gp),
         cmocka_unit_test(outputs_standardized_over_distinct_points),
         cmocka_unit_test(sampled_dictionary_posterior_is_dtc),
+        cmocka_unit_test(dictionary_inclusion_frequency),
         cmocka_unit_test(rank_one_updates_match_recomputation),
         cmocka_unit_test(abandon_across_epochs_matches_recomputation),
         cmocka_unit_test(lazy_argmax_equals_full_argmax),
