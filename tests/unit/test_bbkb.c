@@ -858,6 +858,95 @@ static void local_rule_batches_at_least_global(void **state)
     free(Xc);
 }
 
+/* Where the global-then-local rule closes a batch, from the epoch-start covariance
+ * kt[a * M + b] = k~_start(x_a, x_b) over the M candidates and the batch's candidate
+ * indices b[0..n): the first t with 1 + sum_{s<=t} sigma~^2_start(x_s) > C (Lemma 1) and
+ * max_x 1 + sum_{s<=t} k~_start(x, x_s)^2 / sigma~^2_start(x) > C (Lemma 3); n + 1 when
+ * neither closes it within the batch. *margin gets the smallest distance to C of a
+ * value that decided (so that rounding cannot have flipped the engine's decision), and
+ * *global_first whether Lemma 1 alone would have closed the batch earlier. */
+static size_t lemma3_close(const double *kt, size_t M, const size_t *b, size_t n, double C,
+                           double *margin, int *global_first)
+{
+    double *rsum = calloc(M, sizeof *rsum), sum = 0.0;
+    *margin = INFINITY;
+    *global_first = 0;
+    size_t t = 0;
+    int closed = 0;
+    while (t < n && !closed) {
+        sum += kt[b[t] * M + b[t]];
+        double worst = 0.0;
+        for (size_t x = 0; x < M; x++) {
+            rsum[x] += kt[x * M + b[t]] * kt[x * M + b[t]];
+            worst = fmax(worst, rsum[x] / kt[x * M + x]);
+        }
+        t++;
+        *margin = fmin(*margin, fabs(1.0 + sum - C));
+        if (1.0 + sum > C) {
+            *margin = fmin(*margin, fabs(1.0 + worst - C));
+            closed = 1.0 + worst > C;
+            *global_first |= !closed;
+        }
+    }
+    free(rsum);
+    return closed ? t : n + 1;
+}
+
+/* Global-then-local (Lemma 3, appendix B.3) against an independent evaluation on a
+ * fixed instance: at each epoch start, k~_start = cov / lambda from the DTC covariance
+ * for the engine's sampled dictionary and the data (tu_sparse_posterior), and the batch
+ * the engine hands out closes exactly where lemma3_close says; in some epochs the local
+ * rule extends the batch beyond Lemma 1's. */
+static void local_rule_closes_where_lemma3_says(void **state)
+{
+    (void)state;
+    enum { N = 8, M = 150, D = 2, EPOCHS = 6, NMAX = 512 };
+    const double lambda = 0.5, C = 3.0;
+    kb_rng rng;
+    kb_rng_seed(&rng, 13);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1), *X = tu_uniform_matrix(&rng, NMAX, D, 0, 1);
+    double *kt = malloc(M * M * sizeof *kt), y[NMAX];
+    kb_kernel k = tu_kernel(KB_KERNEL_RBF, D, 0.3);
+    kb_error err;
+    kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, lambda, "batch_rule", "local",
+                               "C", "3", "seed", "2", NULL);
+    kb_space *s = kb_space_new_finite(Xc, M, D, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    for (size_t i = 0; i < N; i++) {
+        y[i] = objective(X + i * D, D);
+        assert_int_equal(kb_engine_observe(e, X + i * D, y[i], &err), 0);
+    }
+    int extended = 0;
+    for (int epoch = 0; epoch < EPOCHS; epoch++) {
+        double dm, dsd;
+        size_t n = N + told_data(e, D, X + N * D, y + N, &dm, &dsd), m, b[NMAX], nb = 0;
+        kb_point p;
+        kb_ask_result res;
+        while (nb < NMAX && ask1(e, &p, &res))
+            b[nb++] = p.index;
+        assert_int_equal(res.status, KB_ASK_AWAIT_FEEDBACK);
+        const double *S = kb__bbkb_dictionary(e, &m);
+        assert_int_equal(tu_sparse_posterior(&k, S, m, X, NULL, n, lambda, Xc, M, NULL, kt),
+                         0);
+        for (size_t i = 0; i < M * M; i++)
+            kt[i] /= lambda;
+        double margin;
+        int global_first;
+        assert_int_equal(lemma3_close(kt, M, b, nb, C, &margin, &global_first), nb);
+        assert_true(margin > 1e-6);
+        extended += global_first;
+        tell_all_pending(e, D);
+    }
+    assert_true(extended > 0);
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    tu_kernel_free(&k);
+    free(kt);
+    free(X);
+    free(Xc);
+}
+
 /* Closed epochs answer AWAIT_FEEDBACK with the pending count; a new epoch starts once
  * every pending point is told or abandoned; BKB hands out one point per epoch. */
 static void asynchronous_semantics(void **state)
@@ -1242,6 +1331,7 @@ int main(void)
         cmocka_unit_test(lazy_argmax_equals_full_argmax),
         cmocka_unit_test(lemma1_ratio_bound_and_batch_rule),
         cmocka_unit_test(local_rule_batches_at_least_global),
+        cmocka_unit_test(local_rule_closes_where_lemma3_says),
         cmocka_unit_test(asynchronous_semantics),
         cmocka_unit_test(partial_feedback_starts_next_epoch),
         cmocka_unit_test(deterministic_and_snapshot_restore),
