@@ -904,7 +904,8 @@ static void local_rule_closes_where_lemma3_says(void **state)
     const double lambda = 0.5, C = 3.0;
     kb_rng rng;
     kb_rng_seed(&rng, 13);
-    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1), *X = tu_uniform_matrix(&rng, NMAX, D, 0, 1);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    double *X = tu_uniform_matrix(&rng, NMAX, D, 0, 1);
     double *kt = malloc(M * M * sizeof *kt), y[NMAX];
     kb_kernel k = tu_kernel(KB_KERNEL_RBF, D, 0.3);
     kb_error err;
