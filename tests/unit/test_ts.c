@@ -219,6 +219,30 @@ static void gp_ts_samples_have_exact_posterior(void **state)
     kb_engine_free(e);
 }
 
+/* sgp-ts's posterior at the NTEST points U against mean (relative tol_mean) and the
+ * diagonal of cov (tol_var), and the moments of 4000 of its samples against mean and cov.
+ * The samples use fresh features each: the sample covariance is linear in the feature
+ * kernel, whose expectation is k, so the moments are unbiased for the model's posterior. */
+static void check_sgp_ts(kb_engine *e, const double *U, const double *mean, const double *cov,
+                         double tol_mean, double tol_var)
+{
+    double pm[NTEST], psd[NTEST], pvar[NTEST], var[NTEST];
+    kb_error err;
+    assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
+    for (size_t i = 0; i < NTEST; i++) {
+        pvar[i] = psd[i] * psd[i];
+        var[i] = cov[i * NTEST + i];
+    }
+    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < tol_mean);
+    assert_true(tu_max_rel_err(pvar, var, NTEST, 1e-3) < tol_var);
+    enum { S = 4000 };
+    double *F = malloc(S * NTEST * sizeof *F);
+    for (size_t s = 0; s < S; s++)
+        assert_int_equal(kb__sgp_ts_draw(e, U, NTEST, 1, F + s * NTEST, &err), 0);
+    check_moments(F, S, NTEST, mean, cov);
+    free(F);
+}
+
 static void sgp_ts_samples_match_exact_posterior(void **state)
 {
     (void)state;
@@ -238,23 +262,7 @@ static void sgp_ts_samples_match_exact_posterior(void **state)
     assert_true(hp.fits > 0 && hp.kernel_variance != 1.0); /* the fitted path is covered */
     assert_int_equal(tu_exact_posterior(&k, X, y, NOBS, 0.05, U, NTEST, mean, var), 0);
     exact_cov(&k, X, NOBS, 0.05, U, NTEST, cov);
-
-    double pm[NTEST], psd[NTEST], pvar[NTEST];
-    kb_error err;
-    assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
-    for (size_t i = 0; i < NTEST; i++)
-        pvar[i] = psd[i] * psd[i];
-    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < 1e-7);
-    assert_true(tu_max_rel_err(pvar, var, NTEST, 1e-3) < 1e-6);
-
-    /* Fresh features per sample: the sample covariance is linear in the feature kernel,
-     * whose expectation is k, so the moments are unbiased for the exact posterior. */
-    enum { S = 4000 };
-    double *F = malloc(S * NTEST * sizeof *F);
-    for (size_t s = 0; s < S; s++)
-        assert_int_equal(kb__sgp_ts_draw(e, U, NTEST, 1, F + s * NTEST, &err), 0);
-    check_moments(F, S, NTEST, mean, cov);
-    free(F);
+    check_sgp_ts(e, U, mean, cov, 1e-7, 1e-6);
     tu_kernel_free(&k);
     kb_engine_free(e);
 }
@@ -282,21 +290,7 @@ static void sgp_ts_sparse_posterior_matches_titsias(void **state)
     for (size_t i = 0; i < NTEST; i++)
         var[i] = cov[i * NTEST + i];
     assert_true(tu_max_rel_err(var, evar, NTEST, 1e-3) > 1e-2); /* sparse is not exact */
-
-    double pm[NTEST], psd[NTEST], pvar[NTEST];
-    kb_error err;
-    assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
-    for (size_t i = 0; i < NTEST; i++)
-        pvar[i] = psd[i] * psd[i];
-    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < 1e-7); /* measured 1e-9 */
-    assert_true(tu_max_rel_err(pvar, var, NTEST, 1e-3) < 1e-7); /* measured 4e-9 */
-
-    enum { S = 4000 };
-    double *F = malloc(S * NTEST * sizeof *F);
-    for (size_t s = 0; s < S; s++)
-        assert_int_equal(kb__sgp_ts_draw(e, U, NTEST, 1, F + s * NTEST, &err), 0);
-    check_moments(F, S, NTEST, mean, cov);
-    free(F);
+    check_sgp_ts(e, U, mean, cov, 1e-7, 1e-7); /* measured 1e-9 and 4e-9 */
     tu_kernel_free(&k);
     kb_engine_free(e);
 }
