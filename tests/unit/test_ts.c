@@ -10,7 +10,9 @@
  *   - a random-feature kernel estimate (mean of M i.i.d. products): the sample sd of
  *     the products / sqrt(M).
  * Exact quantities are checked against tu_exact_posterior (and a dense posterior
- * covariance written here, independently of the engines) with tight tolerances.
+ * covariance written here, independently of the engines) with tight tolerances; sgp-ts
+ * with fewer inducing points than data against tu_sparse_posterior (Titsias 2009) for
+ * the inducing points it drew (kb__sgp_ts_inducing).
  */
 #include <setjmp.h>
 #include <stdarg.h>

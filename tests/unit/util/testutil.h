@@ -1,6 +1,7 @@
 /*
- * testutil.h - helpers shared by the unit tests: random instances and an independent
- * exact GP posterior (dense Cholesky through LAPACKE) to check engines against.
+ * testutil.h - helpers shared by the unit tests: random instances and independent
+ * exact and sparse (Titsias / DTC) GP posteriors (dense Cholesky through LAPACKE) to
+ * check engines against.
  */
 #ifndef KB_TESTUTIL_H
 #define KB_TESTUTIL_H
