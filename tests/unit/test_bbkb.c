@@ -520,72 +520,89 @@ static void binomial_bounds(size_t K, double p, double a, size_t *lo, size_t *hi
 
 /* Algorithm 1 L11-16 (seed 004): at a resparsification each selected or observed point
  * enters the dictionary independently with p = min(1, q sigma~^2_start(x)), "start" being
- * the start of the closing epoch. A fixed instance: bkb (one point per epoch), lambda =
- * 0.5, q = 1, N observes (four of them clustered) before the first ask, whose
- * resparsification takes every observe (p = q k(x,x) / lambda = 2), so the first epoch's
- * posterior is the exact GP on them and the point it hands out is the same for every
- * seed; after its tell, the second resparsification draws each of the N + 1 points with
- * p_i = min(1, q var_i / lambda), var_i the exact GP variance given the N observes
- * (tu_exact_posterior, independent of the engine). Over K seeds, point i's inclusion
- * count must lie in its exact Binomial(K, p_i) bounds at level 1e-6 / (N + 1): the
- * probability that the test fails on a correct engine is at most 1e-6 (union bound;
- * the seeds are fixed, so the outcome is deterministic). At K = 8000 the bounds are
- * within +-0.031 of p_i (p_i from 0.18 to 1 here). */
+ * the start of the closing epoch; a candidate selected n times (one data row) enters if
+ * any of its n draws does, p' = 1 - (1 - p)^n. A fixed instance: bbkb (C~ = 3, a small
+ * fixed width, so the batch takes one candidate 6 times), lambda = 0.5, q = 1, N
+ * observes (four of them clustered) before the first ask, whose resparsification takes
+ * every observe (p = q k(x,x) / lambda = 2), so the first epoch's posterior is the exact
+ * GP on them and its batch is the same for every seed; once it is told, the second
+ * resparsification draws the observes and the batch's distinct candidates with p_i from
+ * var_i, the exact GP variance given the N observes (tu_exact_posterior, independent of
+ * the engine). Over K seeds, row i's inclusion count must lie in its exact
+ * Binomial(K, p'_i) bounds at level 1e-6 / rows: the probability that the test fails on
+ * a correct engine is at most 1e-6 (union bound; the seeds are fixed, so the outcome is
+ * deterministic). At K = 8000 the bounds are within +-0.031 of p'_i. */
 static void dictionary_inclusion_frequency(void **state)
 {
     (void)state;
-    enum { N = 10, M = 60, D = 2, K = 8000 };
+    enum { N = 10, M = 60, D = 2, K = 8000, B = 32 };
     const double lambda = 0.5, alpha = 1e-6;
     kb_rng rng;
     kb_rng_seed(&rng, 41);
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
-    double P[(N + 1) * D], y[N], mean[N + 1], var[N + 1];
-    for (size_t i = 0; i < N; i++)
+    double P[(N + B) * D], y[N], mean[N + B], var[N + B], times[N + B];
+    for (size_t i = 0; i < N; i++) {
         for (size_t j = 0; j < D; j++)
             P[i * D + j] = i < 4 ? 0.3 + 0.05 * kb_rng_uniform(&rng) : kb_rng_uniform(&rng);
-    for (size_t i = 0; i < N; i++)
         y[i] = objective(P + i * D, D);
-    size_t count[N + 1] = {0}, first = 0;
+        times[i] = 1.0;
+    }
+    size_t count[N + B] = {0}, batch[B], nb = 0, rows = N;
     for (uint64_t seed = 1; seed <= K; seed++) {
         kb_error err;
         char seed_str[32];
         snprintf(seed_str, sizeof seed_str, "%llu", (unsigned long long)seed);
-        kb_config *c = make_config("bkb", KB_KERNEL_RBF, 0.3, lambda, "q", "1", "retain",
-                                   "0", "seed", seed_str, NULL);
+        kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, lambda, "q", "1", "retain",
+                                   "0", "C", "3", "beta", "fixed", "beta_fixed", "0.14",
+                                   "seed", seed_str, NULL);
         kb_space *s = kb_space_new_finite(Xc, M, D, &err);
         kb_engine *e = kb_engine_create(c, s, &err);
         for (size_t i = 0; i < N; i++)
             assert_int_equal(kb_engine_observe(e, P + i * D, y[i], &err), 0);
         kb_point p;
         kb_ask_result res;
-        assert_true(ask1(e, &p, &res));
-        size_t m;
+        size_t k = 0, m;
+        for (; ask1(e, &p, &res); k++) {
+            assert_true(k < B);
+            if (seed == 1)
+                batch[nb++] = p.index;
+            assert_int_equal(p.index, batch[k]);
+        }
+        assert_int_equal(k, nb);
         kb__bbkb_dictionary(e, &m);
         assert_int_equal(m, N);
-        if (seed == 1)
-            first = p.index;
-        assert_int_equal(p.index, first);
-        memcpy(P + N * D, p.x, D * sizeof *P);
-        assert_int_equal(kb_engine_tell(e, p.handle, objective(p.x, D), &err), 0);
+        for (size_t b = 0; seed == 1 && b < nb; b++) {
+            size_t row = N;
+            while (row < rows && memcmp(P + row * D, Xc + batch[b] * D, D * sizeof *P))
+                row++;
+            if (row == rows) {
+                memcpy(P + rows++ * D, Xc + batch[b] * D, D * sizeof *P);
+                times[row] = 0.0;
+            }
+            times[row] += 1.0;
+        }
+        tell_all_pending(e, D);
         assert_true(ask1(e, &p, &res)); /* the second resparsification */
         const double *S = kb__bbkb_dictionary(e, &m);
-        for (size_t i = 0; i <= N; i++)
+        for (size_t i = 0; i < rows; i++)
             count[i] += rows_outside(P + i * D, 1, S, m, D) == 0;
         kb_engine_free(e);
         kb_space_free(s);
         kb_config_free(c);
     }
     kb_kernel k = tu_kernel(KB_KERNEL_RBF, D, 0.3);
-    assert_int_equal(tu_exact_posterior(&k, P, y, N, lambda, P, N + 1, mean, var), 0);
-    size_t inner = 0;
-    for (size_t i = 0; i <= N; i++) {
-        double prob = fmin(1.0, var[i] / lambda);
+    assert_int_equal(tu_exact_posterior(&k, P, y, N, lambda, P, rows, mean, var), 0);
+    size_t inner = 0, repeated = 0;
+    for (size_t i = 0; i < rows; i++) {
+        double prob = var[i] / lambda >= 1.0 ? 1.0 : -expm1(times[i] * log1p(-var[i] / lambda));
         size_t lo, hi;
-        binomial_bounds(K, prob, alpha / (N + 1), &lo, &hi);
+        binomial_bounds(K, prob, alpha / (double)rows, &lo, &hi);
         assert_true(count[i] >= lo && count[i] <= hi);
         inner += prob > 0.1 && prob < 0.9;
+        repeated += times[i] > 1.0 && prob < 0.9;
     }
     assert_true(inner >= N / 2); /* the probabilities are spread, not all 0 or 1 */
+    assert_true(repeated > 0);   /* and p' = 1 - (1 - p)^n is exercised */
     tu_kernel_free(&k);
     free(Xc);
 }
