@@ -422,26 +422,27 @@ static size_t rows_outside(const double *X, size_t n, const double *S, size_t m,
 /* With a sampled dictionary (Algorithm 1 L11-16), at each epoch start the posterior mean
  * and variance are the DTC of seed 004 eqs. (1)-(3) for the dictionary the engine drew
  * (read back) and the data (every observe and told trial), computed densely by
- * tu_sparse_posterior; so is the largest epoch-start sigma~^2 = sd^2 / lambda
- * (start_var_max), which the engine takes from its cached kernel columns and low-rank
- * updates, not from the posterior. Every epoch checked leaves data out of the
- * dictionary (lambda = 0.5, q = 1: about half of it), so this is not the exact GP of
- * full_dictionary_matches_exact_gp. Measured errors stay below 1e-12. */
+ * tu_sparse_posterior; so is every candidate's epoch-start sigma~^2 = sd^2 / lambda as
+ * the engine keeps it for its choices (and their maximum, start_var_max), which come
+ * from its cached kernel columns or, with retain = 1 in some epochs, from the low-rank
+ * update (within its error bound), not from the posterior. Every epoch checked leaves
+ * data out of the dictionary (lambda = 0.5, q = 1: about half of it), so this is not
+ * the exact GP of full_dictionary_matches_exact_gp. Measured errors stay below 1e-12. */
 static void sampled_dictionary_posterior_is_dtc(void **state)
 {
     (void)state;
-    enum { N = 12, M = 80, D = 2, EPOCHS = 14, NMAX = 512 };
+    enum { N = 12, M = 80, D = 2, EPOCHS = 20, NMAX = 512 };
     const double lambda = 0.5;
-    const char *engines[] = {"bbkb", "bkb"};
+    const char *engines[] = {"bbkb", "bkb", "bbkb"}, *retain[] = {"0", "0", "1"};
     kb_rng rng;
     kb_rng_seed(&rng, 31);
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
     kb_kernel k = tu_kernel(KB_KERNEL_MATERN52, D, 0.4);
-    for (size_t t = 0; t < 2; t++) {
+    for (size_t t = 0; t < 3; t++) {
         double *X = tu_uniform_matrix(&rng, NMAX, D, 0, 1), y[NMAX];
         kb_error err;
-        kb_config *c = make_config(engines[t], KB_KERNEL_MATERN52, 0.4, lambda, "retain", "0",
-                                   "q", "1", "seed", "5", NULL);
+        kb_config *c = make_config(engines[t], KB_KERNEL_MATERN52, 0.4, lambda, "retain",
+                                   retain[t], "q", "1", "seed", "5", NULL);
         kb_space *s = kb_space_new_finite(Xc, M, D, &err);
         kb_engine *e = kb_engine_create(c, s, &err);
         assert_non_null(e);
@@ -471,12 +472,19 @@ static void sampled_dictionary_posterior_is_dtc(void **state)
             }
             assert_true(tu_max_rel_err(mean, rmean, M, 1e-3) <= 1e-10);
             assert_true(tu_max_rel_err(sd, rcov, M, 1e-3) <= 1e-10);
+            double bound;
+            const double *vs = kb__bbkb_start_variances(e, &bound);
+            for (size_t i = 0; i < M; i++)
+                assert_true(fabs(vs[i] - rcov[i] / lambda) <= bound + 1e-10 * rcov[i] / lambda);
             kb_stats st;
             kb_engine_stats(e, &st);
-            assert_true(fabs(st.start_var_max - vmax) <= 1e-10 * vmax);
+            assert_true(fabs(st.start_var_max - vmax) <= bound + 1e-10 * vmax);
             assert_true(rows_outside(X, n, S, m, D) > 0);
             free(S);
         }
+        kb_stats st;
+        kb_engine_stats(e, &st);
+        assert_true(retain[t][0] == '0' || st.epochs_low_rank >= 3);
         kb_engine_free(e);
         kb_space_free(s);
         kb_config_free(c);
