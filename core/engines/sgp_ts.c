@@ -441,6 +441,13 @@ done:
     return rc;
 }
 
+const double *kb__sgp_ts_inducing(const kb_engine *e, size_t *m)
+{
+    const sgp_ts *st = e->impl;
+    *m = st->mod.m;
+    return st->mod.Z;
+}
+
 /* ------------------------------------------------------------- lifecycle */
 
 static void sgp_ts_destroy(kb_engine *e)

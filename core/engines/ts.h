@@ -71,5 +71,8 @@ int kb__gp_ts_draw(kb_engine *e, const double *U, size_t n, double *out, kb_erro
  * that moments over many draws average over the features as well. */
 int kb__sgp_ts_draw(kb_engine *e, const double *U, size_t n, int fresh_features,
                     double *out, kb_error *err);
+/* sgp-ts's current inducing points Z, *m rows of space->dim internal coordinates
+ * (borrowed; valid until the next observe or ask, which may refresh the model). */
+const double *kb__sgp_ts_inducing(const kb_engine *e, size_t *m);
 
 #endif /* KB_TS_H */

@@ -362,6 +362,16 @@ size_t kb__pi_locate(const kb_engine *e, const double *u); /* cell holding u (in
  * gamma = 0.5 ln det(I + K / lambda) over the rows. */
 int kb__gp_candidate_posterior(kb_engine *e, double *mean, double *var, double *gamma);
 
+/* bbkb / bkb (engines/bbkb/bbkb.c), for tests: the current dictionary, *m rows of
+ * space->dim internal coordinates in slot order (borrowed; valid until the next ask,
+ * which may resparsify); NULL with *m = 0 for another engine. */
+const double *kb__bbkb_dictionary(const kb_engine *e, size_t *m);
+/* bbkb / bkb, for tests: sigma~^2_start of every candidate as the engine keeps it for
+ * its choices (space->n entries, borrowed, valid until the next ask), with *err_bound
+ * its error bound (0 unless the epoch started by the low-rank update, bbkb/low_rank.c);
+ * NULL for another engine or before the first epoch. */
+const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound);
+
 /* ------------------------------------------------------- snapshot */
 
 struct kb_log;

@@ -10,7 +10,9 @@
  *   - a random-feature kernel estimate (mean of M i.i.d. products): the sample sd of
  *     the products / sqrt(M).
  * Exact quantities are checked against tu_exact_posterior (and a dense posterior
- * covariance written here, independently of the engines) with tight tolerances.
+ * covariance written here, independently of the engines) with tight tolerances; sgp-ts
+ * with fewer inducing points than data against tu_sparse_posterior (Titsias 2009) for
+ * the inducing points it drew (kb__sgp_ts_inducing).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -61,11 +63,11 @@ static void exact_cov(const kb_kernel *k, const double *X, size_t n, double nois
     free(B);
 }
 
-/* An engine on a finite set of 40 random points in [0,1]^2, warm-started with NOBS
- * observations X (returned, NOBS x DIM) of a smooth function; raw input units, outputs
+/* An engine on a finite set of 40 random points in [0,1]^2, warm-started with n
+ * observations X (returned, n x DIM) of a smooth function; raw input units, outputs
  * scaled by `out` ("none": the engine's posterior is tu_exact_posterior's). */
 static kb_engine *warm_engine(const char *name, const char *const *opts, const double *vals,
-                              const char *out, double *X, double *y)
+                              const char *out, size_t n, double *X, double *y)
 {
     kb_error err;
     kb_rng rng;
@@ -82,7 +84,7 @@ static kb_engine *warm_engine(const char *name, const char *const *opts, const d
         assert_int_equal(kb_config_set_number(cfg, opts[i], vals[i], &err), 0);
     kb_engine *e = kb_engine_create(cfg, sp, &err);
     assert_non_null(e);
-    for (size_t i = 0; i < NOBS; i++) {
+    for (size_t i = 0; i < n; i++) {
         X[i * DIM] = kb_rng_uniform(&rng);
         X[i * DIM + 1] = kb_rng_uniform(&rng);
         y[i] = sin(4 * X[i * DIM]) + cos(3 * X[i * DIM + 1]);
@@ -190,7 +192,7 @@ static void gp_ts_samples_have_exact_posterior(void **state)
     const char *const opts[] = {"B", "R", "v_scale", NULL};
     const double vals[] = {1, 0, 1};
     double X[NOBS * DIM], y[NOBS], U[NTEST * DIM], mean[NTEST], var[NTEST], cov[NTEST * NTEST];
-    kb_engine *e = warm_engine("gp-ts", opts, vals, "none", X, y);
+    kb_engine *e = warm_engine("gp-ts", opts, vals, "none", NOBS, X, y);
     test_points(U);
     kb_kernel *k = engine_kernel(e);
     kb_hyperparameters hp;
@@ -217,6 +219,30 @@ static void gp_ts_samples_have_exact_posterior(void **state)
     kb_engine_free(e);
 }
 
+/* sgp-ts's posterior at the NTEST points U against mean (relative tol_mean) and the
+ * diagonal of cov (tol_var), and the moments of 4000 of its samples against mean and cov.
+ * The samples use fresh features each: the sample covariance is linear in the feature
+ * kernel, whose expectation is k, so the moments are unbiased for the model's posterior. */
+static void check_sgp_ts(kb_engine *e, const double *U, const double *mean, const double *cov,
+                         double tol_mean, double tol_var)
+{
+    double pm[NTEST], psd[NTEST], pvar[NTEST], var[NTEST];
+    kb_error err;
+    assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
+    for (size_t i = 0; i < NTEST; i++) {
+        pvar[i] = psd[i] * psd[i];
+        var[i] = cov[i * NTEST + i];
+    }
+    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < tol_mean);
+    assert_true(tu_max_rel_err(pvar, var, NTEST, 1e-3) < tol_var);
+    enum { S = 4000 };
+    double *F = malloc(S * NTEST * sizeof *F);
+    for (size_t s = 0; s < S; s++)
+        assert_int_equal(kb__sgp_ts_draw(e, U, NTEST, 1, F + s * NTEST, &err), 0);
+    check_moments(F, S, NTEST, mean, cov);
+    free(F);
+}
+
 static void sgp_ts_samples_match_exact_posterior(void **state)
 {
     (void)state;
@@ -225,7 +251,7 @@ static void sgp_ts_samples_match_exact_posterior(void **state)
     const char *const opts[] = {"q", "B", "R", "alpha_scale", "features", NULL};
     const double vals[] = {1e9, 0, 0, 1, 1000};
     double X[NOBS * DIM], y[NOBS], U[NTEST * DIM], mean[NTEST], var[NTEST], cov[NTEST * NTEST];
-    kb_engine *e = warm_engine("sgp-ts", opts, vals, "none", X, y);
+    kb_engine *e = warm_engine("sgp-ts", opts, vals, "none", NOBS, X, y);
     kb_stats st = {.size = sizeof st};
     kb_engine_stats(e, &st, NULL);
     assert_int_equal(st.dict_size, NOBS);
@@ -236,23 +262,35 @@ static void sgp_ts_samples_match_exact_posterior(void **state)
     assert_true(hp.fits > 0 && hp.kernel_variance != 1.0); /* the fitted path is covered */
     assert_int_equal(tu_exact_posterior(k, X, y, NOBS, 0.05, U, NTEST, mean, var), 0);
     exact_cov(k, X, NOBS, 0.05, U, NTEST, cov);
+    check_sgp_ts(e, U, mean, cov, 1e-7, 1e-6);
+    kb_kernel_free(k);
+    kb_engine_free(e);
+}
 
-    double pm[NTEST], psd[NTEST], pvar[NTEST];
-    kb_error err;
-    assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
+/* Fewer inducing points than data (q = 1, 60 observations, 23 inducing): the posterior
+ * and the samples' moments (fresh features per sample, as above) are Titsias' sparse
+ * posterior (2009, eq. (6); seed 001 section 3.3) for the inducing points the engine drew
+ * (read back), computed densely by tu_sparse_posterior; it differs from the exact one. */
+static void sgp_ts_sparse_posterior_matches_titsias(void **state)
+{
+    (void)state;
+    enum { N = 60 };
+    const char *const opts[] = {"q", "B", "R", "alpha_scale", "features", NULL};
+    const double vals[] = {1, 0, 0, 1, 1000};
+    double X[N * DIM], y[N], U[NTEST * DIM], mean[NTEST], cov[NTEST * NTEST];
+    double emean[NTEST], evar[NTEST], var[NTEST];
+    kb_engine *e = warm_engine("sgp-ts", opts, vals, "none", N, X, y);
+    size_t m;
+    const double *Z = kb__sgp_ts_inducing(e, &m);
+    assert_true(m > 0 && m <= N / 2);
+    test_points(U);
+    kb_kernel *k = engine_kernel(e);
+    assert_int_equal(tu_sparse_posterior(k, Z, m, X, y, N, 0.05, U, NTEST, mean, cov), 0);
+    assert_int_equal(tu_exact_posterior(k, X, y, N, 0.05, U, NTEST, emean, evar), 0);
     for (size_t i = 0; i < NTEST; i++)
-        pvar[i] = psd[i] * psd[i];
-    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < 1e-7);
-    assert_true(tu_max_rel_err(pvar, var, NTEST, 1e-3) < 1e-6);
-
-    /* Fresh features per sample: the sample covariance is linear in the feature kernel,
-     * whose expectation is k, so the moments are unbiased for the exact posterior. */
-    enum { S = 4000 };
-    double *F = malloc(S * NTEST * sizeof *F);
-    for (size_t s = 0; s < S; s++)
-        assert_int_equal(kb__sgp_ts_draw(e, U, NTEST, 1, F + s * NTEST, &err), 0);
-    check_moments(F, S, NTEST, mean, cov);
-    free(F);
+        var[i] = cov[i * NTEST + i];
+    assert_true(tu_max_rel_err(var, evar, NTEST, 1e-3) > 1e-2); /* sparse is not exact */
+    check_sgp_ts(e, U, mean, cov, 1e-7, 1e-7); /* measured 1e-9 and 4e-9 */
     kb_kernel_free(k);
     kb_engine_free(e);
 }
@@ -268,7 +306,7 @@ static void check_distinct_standardization(const char *name, const char *const *
     double X[MAXO * DIM], y[MAXO], ys[MAXO], U[NTEST * DIM], mean[NTEST], var[NTEST];
     double pm[NTEST], psd[NTEST], m, sd;
     kb_error err;
-    kb_engine *e = warm_engine(name, opts, vals, "standardize", X, y);
+    kb_engine *e = warm_engine(name, opts, vals, "standardize", NOBS, X, y);
     size_t n = NOBS;
     memcpy(X + n * DIM, X, DIM * sizeof *X);
     y[n] = y[0] + 0.5;
@@ -514,6 +552,7 @@ int main(void)
         cmocka_unit_test(random_features_match_kernel),
         cmocka_unit_test(gp_ts_samples_have_exact_posterior),
         cmocka_unit_test(sgp_ts_samples_match_exact_posterior),
+        cmocka_unit_test(sgp_ts_sparse_posterior_matches_titsias),
         cmocka_unit_test(outputs_standardized_over_distinct_points),
         cmocka_unit_test(deterministic_and_restorable),
         cmocka_unit_test(finds_the_optimum_region),

@@ -530,6 +530,27 @@ static void bbkb_stats(const kb_engine *e, kb_stats *s)
     s->epochs_low_rank = st->epochs_low_rank;
 }
 
+const double *kb__bbkb_dictionary(const kb_engine *e, size_t *m)
+{
+    if (e->ops != &kb_engine_bbkb && e->ops != &kb_engine_bkb) {
+        *m = 0;
+        return NULL;
+    }
+    const bbkb *st = e->impl;
+    *m = st->m;
+    return st->S;
+}
+
+const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound)
+{
+    *err_bound = 0.0;
+    if (e->ops != &kb_engine_bbkb && e->ops != &kb_engine_bkb)
+        return NULL;
+    const bbkb *st = e->impl;
+    *err_bound = st->start_err;
+    return st->have_epoch ? st->var_start : NULL;
+}
+
 const kb_engine_ops kb_engine_bbkb = {
     .name = "bbkb",
     .summary = "batch budgeted kernelized bandits (seed 004, Algorithm 1)",

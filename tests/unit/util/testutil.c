@@ -60,6 +60,67 @@ done:
     return rc;
 }
 
+/* K(A, B) (na x nb, row-major, owned), pairwise. */
+static double *kernel_block(const kb_kernel *k, const double *A, size_t na, const double *B,
+                            size_t nb)
+{
+    double *K = malloc((na * nb + 1) * sizeof *K);
+    for (size_t i = 0; i < na; i++)
+        for (size_t j = 0; j < nb; j++)
+            K[i * nb + j] = kb_kernel_eval(k, A + i * kb_kernel_dim(k), B + j * kb_kernel_dim(k));
+    return K;
+}
+
+int tu_sparse_posterior(const kb_kernel *k, const double *Z, size_t m, const double *X,
+                        const double *y, size_t n, double noise, const double *Xs, size_t ns,
+                        double *mean, double *cov)
+{
+    double *Kmm = kernel_block(k, Z, m, Z, m), *Kmn = kernel_block(k, Z, m, X, n);
+    double *Kms = kernel_block(k, Z, m, Xs, ns), *Sinv = kernel_block(k, Z, m, Z, m);
+    double *P = malloc((m * ns + 1) * sizeof *P), *G = malloc((m * (ns + 1) + 1) * sizeof *G);
+    int rc = -1;
+    /* Sigma^{-1} = K_mm + K_mn K_nm / noise; G = Sigma [K_ms, K_mn y / noise] */
+    for (size_t a = 0; a < m; a++) {
+        for (size_t b = 0; b < m; b++)
+            for (size_t i = 0; i < n; i++)
+                Sinv[a * m + b] += Kmn[a * n + i] * Kmn[b * n + i] / noise;
+        double ky = 0.0;
+        for (size_t i = 0; i < n && y; i++)
+            ky += Kmn[a * n + i] * y[i] / noise;
+        memcpy(G + a * (ns + 1), Kms + a * ns, ns * sizeof *G);
+        G[a * (ns + 1) + ns] = ky;
+    }
+    memcpy(P, Kms, m * ns * sizeof *P);
+    if (m && (LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', (lapack_int)m, (lapack_int)(ns + 1), Sinv,
+                            (lapack_int)m, G, (lapack_int)(ns + 1)) ||
+              LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', (lapack_int)m, (lapack_int)ns, Kmm,
+                            (lapack_int)m, P, (lapack_int)ns)))
+        goto done;
+    /* P = K_mm^{-1} K_ms now: K_sm K_mm^{-1} K_ms = K_ms^T P */
+    for (size_t s = 0; s < ns; s++) {
+        double mu = 0.0;
+        for (size_t a = 0; a < m; a++)
+            mu += Kms[a * ns + s] * G[a * (ns + 1) + ns];
+        if (mean)
+            mean[s] = mu;
+        for (size_t t = 0; t < ns && cov; t++) {
+            double c = kb_kernel_eval(k, Xs + s * kb_kernel_dim(k), Xs + t * kb_kernel_dim(k));
+            for (size_t a = 0; a < m; a++)
+                c += Kms[a * ns + s] * (G[a * (ns + 1) + t] - P[a * ns + t]);
+            cov[s * ns + t] = c;
+        }
+    }
+    rc = 0;
+done:
+    free(Kmm);
+    free(Kmn);
+    free(Kms);
+    free(Sinv);
+    free(P);
+    free(G);
+    return rc;
+}
+
 /* Coordinate equality as == compares (0.0 == -0.0). */
 static int same_row(const double *a, const double *b, size_t d)
 {

@@ -1,6 +1,7 @@
 /*
- * testutil.h - helpers shared by the unit tests: random instances and an independent
- * exact GP posterior (dense Cholesky through LAPACKE) to check engines against.
+ * testutil.h - helpers shared by the unit tests: random instances and independent
+ * exact and sparse (Titsias / DTC) GP posteriors (dense Cholesky through LAPACKE) to
+ * check engines against.
  */
 #ifndef KB_TESTUTIL_H
 #define KB_TESTUTIL_H
@@ -18,6 +19,20 @@ double *tu_uniform_matrix(kb_rng *rng, size_t n, size_t d, double lo, double hi)
  * kernel matrix built with kb_kernel_eval (pairwise, not the gemm path). */
 int tu_exact_posterior(const kb_kernel *k, const double *X, const double *y, size_t n,
                        double noise, const double *Xs, size_t m, double *mean, double *var);
+
+/* The sparse (inducing-point) GP posterior of Titsias (2009), "Variational learning of
+ * inducing variables in sparse Gaussian processes", eq. (6) with Sigma =
+ * (K_mm + K_mn K_nm / noise)^{-1}: mean = K_sm Sigma K_mn y / noise and
+ * cov = K_ss - K_sm K_mm^{-1} K_ms + K_sm Sigma K_ms, for inducing points Z (m rows), data
+ * X, y (n rows) and test rows Xs (ns). The same predictive as DTC / projected process
+ * (Quinonero-Candela and Rasmussen 2005, eq. (20b)), so it also stands for BKB / BBKB's
+ * posterior (seed 004 eqs. (1)-(3), sd^2 = noise sigma~^2). mean (ns) and cov (ns x ns,
+ * row-major) may each be NULL. Plain m x m Cholesky solves on kernel blocks built
+ * pairwise with kb_kernel_eval, independent of the engines' whitened or embedded forms.
+ * Returns 0, or -1 when K_mm or Sigma^{-1} is not positive definite. */
+int tu_sparse_posterior(const kb_kernel *k, const double *Z, size_t m, const double *X,
+                        const double *y, size_t n, double noise, const double *Xs, size_t ns,
+                        double *mean, double *cov);
 
 /* The output standardization of the engines (kb__output_stats), computed independently:
  * rows of X (n x d) with identical coordinates form one distinct point with the average
