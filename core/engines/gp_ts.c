@@ -128,7 +128,7 @@ static int append(kb_engine *e, gp_ts *st, const double *x)
     size_t n = st->L.n, A = e->space->n;
     double *l = st->row, *w = st->W + n * A;
     kb_kernel_matrix(&e->kernel, e->obs_u, n, x, 1, l);
-    if (kb__chol_append(&st->L, l, kb_kernel_eval(&e->kernel, x, x) + st->lambda))
+    if (kb__chol_append(&st->L, l, kb_kernel_eval(&e->kernel, x, x) + st->lambda, NULL))
         return KB_ENUMERIC;
     double lnn = kb__chol_pivot(&st->L, n);
     kb_kernel_matrix(&e->kernel, x, 1, e->space->u, A, w);
@@ -190,7 +190,7 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
         if (rc)
             return rc;
         st->lambda = e->noise;
-        st->L.n = 0;
+        kb__chol_truncate(&st->L, 0);
         st->log_det = 0.0;
         kb_kernel_diag(&e->kernel, e->space->u, e->space->n, st->var);
     }

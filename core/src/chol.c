@@ -127,7 +127,7 @@ int kb__chol_factor(kb_chol *f, const double *A, size_t n, size_t lda)
     return KB_ENUMERIC;
 }
 
-int kb__chol_append(kb_chol *f, double *a, double ann)
+int kb__chol_append(kb_chol *f, double *a, double ann, double *schur)
 {
     size_t n = f->n;
     if (n + 1 > f->cap && kb__chol_reserve(f, f->cap > 4 ? 2 * f->cap : 8))
@@ -145,6 +145,8 @@ int kb__chol_append(kb_chol *f, double *a, double ann)
     if (!(p2 > 0.0))
         return KB_ENUMERIC;
     f->jitter = fmax(f->jitter, j);
+    if (schur)
+        *schur = p2;
     cblas_dcopy((int)n, a, 1, f->L + n * row_stride(f), (int)col_stride(f));
     f->L[n * (f->cap + 1)] = sqrt(p2);
     f->n = n + 1;

@@ -61,10 +61,16 @@ int kb__chol_reserve(kb_chol *f, size_t need);
  * triangle read), with the jitter rule. KB_ENOMEM (f unchanged), KB_ENUMERIC (f empty). */
 int kb__chol_factor(kb_chol *f, const double *A, size_t n, size_t lda);
 /* Appends the row of a new last row/column of A: a (n entries) its off-diagonal part,
- * overwritten with l = L^{-1} a, ann its diagonal entry; the new pivot is
- * sqrt(ann - l.l) (jitter rule on the new row only), read back as kb__chol_pivot(f, n).
- * Doubles the capacity when full. KB_ENOMEM, KB_ENUMERIC leave the factor as it was. */
-int kb__chol_append(kb_chol *f, double *a, double ann);
+ * overwritten with l = L^{-1} a, ann its diagonal entry; the new pivot is the square
+ * root of the Schur complement ann - l.l (plus the jitter, rule applied to the new row
+ * only), which goes to *schur when not NULL. Doubles the capacity when full. KB_ENOMEM,
+ * KB_ENUMERIC leave the factor as it was. */
+int kb__chol_append(kb_chol *f, double *a, double ann, double *schur);
+/* Keeps the leading n x n block (n <= f->n): the factor of A's leading block. */
+static inline void kb__chol_truncate(kb_chol *f, size_t n)
+{
+    f->n = n;
+}
 /* L L^T + x x^T by Givens rotations from x's first nonzero entry; x (n) is destroyed. */
 void kb__chol_update(kb_chol *f, double *x);
 /* L L^T - x x^T by hyperbolic rotations; x is destroyed. KB_ENUMERIC when the result is

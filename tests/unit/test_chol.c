@@ -100,7 +100,7 @@ static void append_sequence_matches_dpotrf(void **state)
         assert_int_equal(kb__chol_factor(&f, A, 5, N), KB_OK); /* a start from scratch */
         for (size_t i = 5; i < N; i++) {
             memcpy(a, A + i * N, i * sizeof *a);
-            assert_int_equal(kb__chol_append(&f, a, A[i * N + i]), KB_OK);
+            assert_int_equal(kb__chol_append(&f, a, A[i * N + i], NULL), KB_OK);
             for (size_t j = 0; j < i; j++) /* a came back as the new row */
                 assert_true(a[j] == at(&f, i, j));
         }
@@ -247,14 +247,16 @@ static void jitter_on_append_and_failures(void **state)
         assert_int_equal(kb__chol_factor(&f, I2, 2, 2), KB_OK);
         a[0] = 1.0;
         a[1] = 0.0; /* pivot^2 = 1 - 1 = 0: the first rung, 1e-10 of the diagonal 1 */
-        assert_int_equal(kb__chol_append(&f, a, 1.0), KB_OK);
+        double schur = 0.0;
+        assert_int_equal(kb__chol_append(&f, a, 1.0, &schur), KB_OK);
+        assert_true(schur == (1.0 + 1e-10) - 1.0); /* the Schur complement, jitter in */
         assert_int_equal(f.n, 3);
         assert_true(fabs(f.jitter - 1e-10) <= 1e-22);
         /* (1 + 1e-10) - 1 keeps 1e-10 to the rounding of 1: 1e-6 relative */
         assert_true(fabs(kb__chol_pivot(&f, 2) - sqrt(1e-10)) <= 1e-6 * sqrt(1e-10));
         double keep = at(&f, 2, 0), b[3] = {2.0, 0.0, 0.0};
         /* pivot^2 = 1 - 4: beyond the last rung (1e-2 of the diagonal) */
-        assert_int_equal(kb__chol_append(&f, b, 1.0), KB_ENUMERIC);
+        assert_int_equal(kb__chol_append(&f, b, 1.0, NULL), KB_ENUMERIC);
         assert_int_equal(f.n, 3);
         assert_true(at(&f, 2, 0) == keep);
         double Bad[4] = {1.0, 0.0, NAN, 1.0};
