@@ -80,6 +80,21 @@ int kb__chol_reserve(kb_chol *f, size_t need)
     return KB_OK;
 }
 
+int kb__chol_copy(kb_chol *dst, const kb_chol *src)
+{
+    if (dst->colmajor != src->colmajor)
+        return KB_EINVAL;
+    kb__chol_truncate(dst, 0);
+    if (kb__chol_reserve(dst, src->n))
+        return KB_ENOMEM;
+    LAPACKE_dlacpy(src->colmajor ? LAPACK_COL_MAJOR : LAPACK_ROW_MAJOR, 'L',
+                   (lapack_int)src->n, (lapack_int)src->n, src->L, (lapack_int)src->cap,
+                   dst->L, (lapack_int)dst->cap);
+    dst->n = src->n;
+    dst->jitter = src->jitter;
+    return KB_OK;
+}
+
 /* L = the lower triangle of A (row-major, lda) plus j on the diagonal, zeros above. */
 static void load(kb_chol *f, const double *A, size_t n, size_t lda, double j)
 {

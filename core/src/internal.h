@@ -57,6 +57,9 @@ void kb__chol_free(kb_chol *f);
 /* Capacity of exactly `need` rows when it has fewer, the factor kept. KB_ENOMEM leaves f
  * as it was. */
 int kb__chol_reserve(kb_chol *f, size_t need);
+/* dst = src (same order; dst keeps its storage when large enough). KB_ENOMEM (dst
+ * empty), KB_EINVAL when the orders differ. */
+int kb__chol_copy(kb_chol *dst, const kb_chol *src);
 /* f = chol(A) for the symmetric n x n A (row-major, leading dimension lda, lower
  * triangle read), with the jitter rule. KB_ENOMEM (f unchanged), KB_ENUMERIC (f empty). */
 int kb__chol_factor(kb_chol *f, const double *A, size_t n, size_t lda);
