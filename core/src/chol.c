@@ -11,8 +11,8 @@
  * column-major. Every operation is the same BLAS/LAPACK call with the order passed
  * through, so an engine's arithmetic does not depend on which order it keeps.
  * Entries above the diagonal are zero. kb__chol_reserve grows to exactly what it is
- * asked (BBKB keeps cap == r, its code reads L with leading dimension r); appending
- * doubles the capacity when full.
+ * asked (an engine growing row arrays alongside passes their capacity); appending
+ * doubles the capacity when full. A zeroed kb_chol is an empty row-major factor.
  *
  * The jitter rule, the same for a factorization from scratch and for an appended row:
  * a factor is accepted when every pivot^2 is positive as computed (LAPACK's own test in

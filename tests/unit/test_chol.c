@@ -83,6 +83,13 @@ static void factor_matches_dpotrf(void **state)
         assert_int_equal(f.cap, N); /* reserve grows to exactly what is needed */
         assert_true(f.jitter == 0.0);
         assert_factor(&f, Ref, N);
+        kb_chol g, h;
+        kb__chol_init(&g, cm);
+        kb__chol_init(&h, !cm);
+        assert_int_equal(kb__chol_copy(&g, &f), KB_OK);
+        assert_factor(&g, Ref, N);
+        assert_int_equal(kb__chol_copy(&h, &f), KB_EINVAL); /* orders differ */
+        kb__chol_free(&g);
         kb__chol_free(&f);
     }
 }

@@ -9,9 +9,9 @@
  * resparsification; kb__bbkb_candidate_posterior gives the mean and variance of all A
  * candidates from one dgemm over the cached kernel columns (Appendix C's A m^2 term).
  *
- * Invariants: V is row-major with its lower triangle set; L and Lstart are lower
- * Cholesky factors stored column-major (kb__bbkb_chol_update rotates contiguous
- * columns); buf is r doubles of scratch for kb__bbkb_quad_form.
+ * Invariants: V is row-major with its lower triangle set; L and Lstart are column-major
+ * kb_chol factors (core/src/chol.c: kb__chol_update rotates contiguous columns); buf is
+ * r doubles of scratch for kb__bbkb_quad_form.
  */
 #include "bbkb_internal.h"
 
