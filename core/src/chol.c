@@ -8,8 +8,9 @@
  * row-major or column-major (`colmajor`). Both orders exist because the engines' hot
  * paths differ: gp-ucb, gp-ts and pi-gp-ucb append rows, which are contiguous row-major;
  * BBKB rotates one column per dictionary coordinate on every hand-out, contiguous
- * column-major. Every operation is the same BLAS/LAPACK call with the order passed
- * through, so an engine's arithmetic does not depend on which order it keeps.
+ * column-major. Every operation passes the order through to the same BLAS/LAPACK call,
+ * so each engine, keeping the order it had, makes the calls it made before the factor
+ * was shared (kb-bench runs of every engine made the same choices before and after).
  * Entries above the diagonal are zero. kb__chol_reserve grows to exactly what it is
  * asked (an engine growing row arrays alongside passes their capacity); appending
  * doubles the capacity when full. A zeroed kb_chol is an empty row-major factor.
