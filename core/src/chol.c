@@ -11,7 +11,8 @@
  * column-major. Every operation passes the order through to the same BLAS/LAPACK call,
  * so each engine, keeping the order it had, makes the calls it made before the factor
  * was shared (kb-bench runs of every engine made the same choices before and after).
- * Entries above the diagonal are zero. kb__chol_reserve grows to exactly what it is
+ * Only the lower triangle is the factor: every call reads it alone, and what lies above
+ * is unspecified (LAPACKE's row-major dpotrf writes there). kb__chol_reserve grows to exactly what it is
  * asked (an engine growing row arrays alongside passes their capacity); appending
  * doubles the capacity when full. A zeroed kb_chol is an empty row-major factor.
  *
@@ -96,13 +97,13 @@ int kb__chol_copy(kb_chol *dst, const kb_chol *src)
     return KB_OK;
 }
 
-/* L = the lower triangle of A (row-major, lda) plus j on the diagonal, zeros above. */
+/* L's lower triangle = A's (row-major, lda), plus j on the diagonal. */
 static void load(kb_chol *f, const double *A, size_t n, size_t lda, double j)
 {
     size_t rs = row_stride(f), cs = col_stride(f);
     for (size_t i = 0; i < n; i++) {
-        for (size_t k = 0; k < n; k++)
-            f->L[i * rs + k * cs] = k <= i ? A[i * lda + k] : 0.0;
+        for (size_t k = 0; k <= i; k++)
+            f->L[i * rs + k * cs] = A[i * lda + k];
         f->L[i * rs + i * cs] += j;
     }
 }

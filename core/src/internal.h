@@ -39,7 +39,8 @@ int kb__grow(void **arr, size_t *cap, size_t need, size_t elem);
 /* ---------------------------------------------------- Cholesky factors (chol.c) */
 
 /* L L^T = A, lower triangular, n x n in the top-left corner of cap x cap storage,
- * row-major or column-major (colmajor); zeros above the diagonal. One jitter rule for
+ * row-major or column-major (colmajor); only the lower triangle is read or meaningful
+ * (above it: unspecified). One jitter rule for
  * every way of building it (chol.c): a non-positive pivot^2 gets 1e-10, 1e-8, ..., 1e-2
  * times the mean diagonal of the rows being factored added to their diagonal; `jitter`
  * is the largest used in the current factor (0: none). L(i, j) is

@@ -54,8 +54,8 @@ static void reference(const double *A, size_t n, double *Ref)
     assert_int_equal(LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, Ref, (lapack_int)n), 0);
 }
 
-/* f's factor equals Ref's lower triangle to TOL (relative to the largest entry), with
- * zeros above the diagonal. */
+/* f's factor (its lower triangle: what lies above is unspecified) equals Ref's to TOL,
+ * relative to the largest entry. */
 static void assert_factor(const kb_chol *f, const double *Ref, size_t n)
 {
     assert_int_equal(f->n, n);
@@ -66,9 +66,6 @@ static void assert_factor(const kb_chol *f, const double *Ref, size_t n)
             err = fmax(err, fabs(at(f, i, j) - Ref[i * n + j]));
         }
     assert_true(err <= TOL * top);
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = i + 1; j < n; j++)
-            assert_true(at(f, i, j) == 0.0);
 }
 
 static void factor_matches_dpotrf(void **state)
