@@ -70,10 +70,13 @@ int kb__chol_factor(kb_chol *f, const double *A, size_t n, size_t lda);
  * only), which goes to *schur when not NULL. Doubles the capacity when full. KB_ENOMEM,
  * KB_ENUMERIC leave the factor as it was. */
 int kb__chol_append(kb_chol *f, double *a, double ann, double *schur);
-/* Keeps the leading n x n block (n <= f->n): the factor of A's leading block. */
+/* Keeps the leading n x n block (n <= f->n): the factor of A's leading block. `jitter`
+ * is kept unless n is 0 (it may then overstate the rows kept). */
 static inline void kb__chol_truncate(kb_chol *f, size_t n)
 {
     f->n = n;
+    if (n == 0)
+        f->jitter = 0.0;
 }
 /* L L^T + x x^T by Givens rotations from x's first nonzero entry; x (n) is destroyed. */
 void kb__chol_update(kb_chol *f, double *x);
