@@ -27,8 +27,8 @@
  * would stall. The default N = 256 keeps the ask at O(n N^2) ~ 1.3e8 flops at n = 2000
  * (N = 1000 costs 16 times more per ask). The joint sample is mu_D + v_t C xi,
  * xi ~ N(0, I), with C the lower Cholesky factor of the posterior covariance on D_t
- * (LAPACKE dpotrf; a jitter of 1e-10 .. 1e-2 times the mean diagonal is added only when
- * the factorization fails, see kb__ts_cholesky; if S is not finite, e.g. candidates
+ * (kb__chol_factor: a jitter of 1e-10 .. 1e-2 times the mean diagonal is added only when
+ * the factorization fails, see core/src/chol.c; if S is not finite, e.g. candidates
  * whose scaled coordinates overflowed, each point is drawn from its marginal instead).
  *
  * Model and costs (A candidates, n observations in the model, N = |D_t|):
@@ -83,9 +83,10 @@ static const kb_option_spec gp_ts_options[] = {
 typedef struct gp_ts {
     double lambda, B, R, delta, v_scale;
     size_t subset_size, refresh_every, pool_refresh;
-    size_t n, cap;  /* observations in the model; capacity of L and W */
-    double *L;      /* cap x cap, lower Cholesky factor of K + lambda I */
+    size_t cap;     /* capacity of L, W, beta and row */
+    kb_chol L;      /* K + lambda I over the L.n observations in the model (row-major) */
     double *W;      /* cap x A, row i of L^{-1} K_{X,A} */
+    double *row;    /* cap: the row being appended */
     double *beta;   /* cap: L^{-1} y_std */
     double *mu, *var; /* A: posterior mean and variance at every candidate */
     double log_det; /* sum log L_ii */
@@ -105,38 +106,31 @@ static int reserve(gp_ts *st, size_t A, size_t need)
     size_t nc = st->cap ? st->cap : 64;
     while (nc < need)
         nc *= 2;
-    double *L = calloc(nc * nc, sizeof *L);
     double *W = realloc(st->W, nc * A * sizeof *W);
-    double *beta = realloc(st->beta, nc * sizeof *beta);
     if (W)
         st->W = W;
+    double *beta = W ? realloc(st->beta, nc * sizeof *beta) : NULL;
     if (beta)
         st->beta = beta;
-    if (!L || !W || !beta) {
-        free(L);
+    double *row = beta ? realloc(st->row, nc * sizeof *row) : NULL;
+    if (row)
+        st->row = row;
+    if (!row || kb__chol_reserve(&st->L, nc))
         return KB_ENOMEM;
-    }
-    for (size_t i = 0; i < st->n; i++)
-        memcpy(L + i * nc, st->L + i * st->cap, (i + 1) * sizeof *L);
-    free(st->L);
-    st->L = L;
     st->cap = nc;
     return KB_OK;
 }
 
-/* Appends observation x (internal coordinates) to L, W and var. Capacity reserved. */
-static void append(kb_engine *e, gp_ts *st, const double *x)
+/* Appends observation x (internal coordinates) to L, W and var. Capacity reserved;
+ * KB_ENUMERIC (chol.c's jitter rule exhausted) leaves the model as it was. */
+static int append(kb_engine *e, gp_ts *st, const double *x)
 {
-    size_t n = st->n, A = e->space->n, cap = st->cap;
-    double *l = st->L + n * cap, *w = st->W + n * A;
+    size_t n = st->L.n, A = e->space->n;
+    double *l = st->row, *w = st->W + n * A;
     kb_kernel_matrix(&e->kernel, e->obs_u, n, x, 1, l);
-    if (n)
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)n, st->L,
-                    (int)cap, l, 1);
-    double d2 = kb_kernel_eval(&e->kernel, x, x) + st->lambda - cblas_ddot((int)n, l, 1, l, 1);
-    /* d2 >= lambda in exact arithmetic; the floor only guards rounding. */
-    double lnn = sqrt(d2 > 1e-3 * st->lambda ? d2 : 1e-3 * st->lambda);
-    l[n] = lnn;
+    if (kb__chol_append(&st->L, l, kb_kernel_eval(&e->kernel, x, x) + st->lambda, NULL))
+        return KB_ENUMERIC;
+    double lnn = kb__chol_pivot(&st->L, n);
     kb_kernel_matrix(&e->kernel, x, 1, e->space->u, A, w);
     if (n)
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)A, -1.0, st->W, (int)A, l, 1,
@@ -145,19 +139,18 @@ static void append(kb_engine *e, gp_ts *st, const double *x)
     for (size_t j = 0; j < A; j++)
         st->var[j] -= w[j] * w[j];
     st->log_det += log(lnn);
-    st->n = n + 1;
+    return KB_OK;
 }
 
 /* W, var from scratch for the current candidate set (after a pool redraw). */
 static void rebuild_candidates(kb_engine *e, gp_ts *st)
 {
     double t0 = kb__now();
-    size_t A = e->space->n, n = st->n;
+    size_t A = e->space->n, n = st->L.n;
     kb_kernel_diag(&e->kernel, e->space->u, A, st->var);
     if (n) {
         kb_kernel_matrix(&e->kernel, e->obs_u, n, e->space->u, A, st->W);
-        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit,
-                    (int)n, (int)A, 1.0, st->L, (int)st->cap, st->W, (int)A);
+        kb__chol_trsm(&st->L, 0, st->W, A, A);
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < A; j++)
                 st->var[j] -= st->W[i * A + j] * st->W[i * A + j];
@@ -168,14 +161,13 @@ static void rebuild_candidates(kb_engine *e, gp_ts *st)
 /* beta = L^{-1} y_std and mu = W^T beta (the mean at every candidate). */
 static void update_mean(kb_engine *e, gp_ts *st)
 {
-    size_t A = e->space->n, n = st->n;
+    size_t A = e->space->n, n = st->L.n;
     for (size_t i = 0; i < n; i++)
         st->beta[i] = kb__output_y(e, e->obs_y[i]);
     memset(st->mu, 0, A * sizeof *st->mu);
     if (!n)
         return;
-    cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)n, st->L,
-                (int)st->cap, st->beta, 1);
+    kb__chol_trsv(&st->L, 0, st->beta);
     cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)A, 1.0, st->W, (int)A, st->beta, 1,
                 0.0, st->mu, 1);
 }
@@ -184,7 +176,7 @@ static void update_mean(kb_engine *e, gp_ts *st)
 static int maybe_refresh(kb_engine *e, kb_error *err)
 {
     gp_ts *st = e->impl;
-    if (e->n_obs - st->n < st->refresh_every)
+    if (e->n_obs - st->L.n < st->refresh_every)
         return KB_OK;
     double t0 = kb__now();
     if (e->n_obs > KB_MAX_POINTS / e->space->n)
@@ -198,12 +190,14 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
         if (rc)
             return rc;
         st->lambda = e->noise;
-        st->n = 0;
+        kb__chol_truncate(&st->L, 0);
         st->log_det = 0.0;
         kb_kernel_diag(&e->kernel, e->space->u, e->space->n, st->var);
     }
-    while (st->n < e->n_obs)
-        append(e, st, e->obs_u + st->n * e->space->dim);
+    while (st->L.n < e->n_obs)
+        if (append(e, st, e->obs_u + st->L.n * e->space->dim))
+            return kb__fail(err, KB_ENUMERIC, "lambda",
+                            "kernel matrix + lambda I is not positive definite");
     if (!e->space->finite && st->since_pool >= st->pool_refresh) {
         kb__refresh_pool(e, 0);
         rebuild_candidates(e, st);
@@ -219,7 +213,7 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
 
 static double current_v(const kb_engine *e, const gp_ts *st)
 {
-    double gamma = st->log_det - 0.5 * (double)st->n * log(st->lambda);
+    double gamma = st->log_det - 0.5 * (double)st->L.n * log(st->lambda);
     return kb__width(e, kb__ts_gp_scale(st->B, st->R, st->lambda, gamma, st->delta, st->v_scale),
                      1.0);
 }
@@ -231,21 +225,22 @@ static double current_v(const kb_engine *e, const gp_ts *st)
 static int draw_joint(kb_rng *rng, const double *mu, const double *S, size_t N, double v,
                       double *out, kb_error *err)
 {
-    double *C = malloc(N * N * sizeof *C);
-    if (!C)
+    kb_chol C;
+    kb__chol_init(&C, 0);
+    int rc = kb__chol_factor(&C, S, N, N);
+    if (rc == KB_ENOMEM)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    int joint = kb__ts_cholesky(S, N, N, C, NULL) == KB_OK;
     for (size_t i = 0; i < N; i++)
         out[i] = kb_rng_normal(rng);
-    if (joint)
-        cblas_dtrmv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)N, C, (int)N,
-                    out, 1);
+    if (rc == KB_OK)
+        cblas_dtrmv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)N, C.L,
+                    (int)C.cap, out, 1);
     else
         for (size_t i = 0; i < N; i++)
             out[i] *= S[i * N + i] > 0 ? sqrt(S[i * N + i]) : 0.0;
     for (size_t i = 0; i < N; i++)
         out[i] = mu[i] + v * out[i];
-    free(C);
+    kb__chol_free(&C);
     return KB_OK;
 }
 
@@ -255,8 +250,8 @@ static void posterior_cov(const kb_engine *e, const gp_ts *st, const double *U,
                           const double *V, size_t N, double *S)
 {
     kb_kernel_matrix(&e->kernel, U, N, U, N, S);
-    if (st->n)
-        cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)N, (int)st->n, -1.0, V,
+    if (st->L.n)
+        cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)N, (int)st->L.n, -1.0, V,
                     (int)N, 1.0, S, (int)N);
 }
 
@@ -300,7 +295,7 @@ static int gp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_err
     if (kb__design_index(e, index))
         return KB_OK;
     double t0 = kb__now();
-    size_t N, n = st->n, A = e->space->n, d = e->space->dim;
+    size_t N, n = st->L.n, A = e->space->n, d = e->space->dim;
     double v = current_v(e, st);
     decision_set(e, st, v, &N);
     if (N == 0) {
@@ -347,8 +342,9 @@ static void gp_ts_destroy(kb_engine *e)
     gp_ts *st = e->impl;
     if (!st)
         return;
-    free(st->L);
+    kb__chol_free(&st->L);
     free(st->W);
+    free(st->row);
     free(st->beta);
     free(st->mu);
     free(st->var);
@@ -402,7 +398,7 @@ static int gp_ts_posterior(kb_engine *e, const double *U, size_t m, double *mean
                            kb_error *err)
 {
     gp_ts *st = e->impl;
-    size_t n = st->n;
+    size_t n = st->L.n;
     double *V = malloc((n ? n : 1) * (m ? m : 1) * sizeof *V);
     if (!V)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
@@ -411,8 +407,7 @@ static int gp_ts_posterior(kb_engine *e, const double *U, size_t m, double *mean
     for (size_t k = 0; k < m; k++)
         mean[k] = 0.0;
     if (n) {
-        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)n,
-                    (int)m, 1.0, st->L, (int)st->cap, V, (int)m);
+        kb__chol_trsm(&st->L, 0, V, m, m);
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)m, 1.0, V, (int)m, st->beta, 1,
                     0.0, mean, 1);
     }
@@ -429,7 +424,7 @@ static int gp_ts_posterior(kb_engine *e, const double *U, size_t m, double *mean
 int kb__gp_ts_draw(kb_engine *e, const double *U, size_t m, double *out, kb_error *err)
 {
     gp_ts *st = e->impl;
-    size_t n = st->n;
+    size_t n = st->L.n;
     double *V = malloc((n ? n : 1) * m * sizeof *V), *S = malloc(m * m * sizeof *S);
     double *mu = malloc(m * sizeof *mu), *sd = malloc(m * sizeof *sd);
     int rc = KB_ENOMEM;
@@ -441,8 +436,7 @@ int kb__gp_ts_draw(kb_engine *e, const double *U, size_t m, double *out, kb_erro
         goto done;
     kb_kernel_matrix(&e->kernel, e->obs_u, n, U, m, V);
     if (n)
-        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)n,
-                    (int)m, 1.0, st->L, (int)st->cap, V, (int)m);
+        kb__chol_trsm(&st->L, 0, V, m, m);
     posterior_cov(e, st, U, V, m, S);
     rc = draw_joint(&e->rng, mu, S, m, current_v(e, st), out, err);
 done:

@@ -29,14 +29,14 @@
  *
  * State and invariants (n rows = observed + told + pending points, in arrival order):
  *   X (n x d)        the rows' internal coordinates;
- *   L (n x n, ld)    lower Cholesky factor of K(X, X) + lambda I;
+ *   L (n x n)        Cholesky factor (kb_chol) of K(X, X) + lambda I;
  *   Kc (n x A)       k(X_i, candidate a), one row appended per new row;
  *   var (A)          k(a, a) - ||L^{-1} Kc[:, a]||^2 over rows [0, n_var); rows appended
  *                    since are folded in lazily by refresh_candidates, one rank-one term
  *                    each, in the same pass over Kc as the mean (the pass over the
  *                    n x A matrix is the per-step cost, so it is made once per ask);
- *   LT (nt x nt)     Cholesky of K + lambda I over e->obs_u[0..nt) (told + observed, in
- *                    the base's observation order), so that the mean needs no pending row;
+ *   LT (n_obs rows)  Cholesky of K + lambda I over every observation e->obs_u (told +
+ *                    observed, in the base's order), so that the mean needs no pending row;
  *   alpha (n_alpha)  (K_T + lambda I)^{-1} y_std over obs[0..n_alpha): the mean in use;
  *   mean (A)         Kc^T alpha (scattered to rows), valid unless mean_stale.
  * Appending a row is O(n^2 + n A) through BLAS; an abandon or a box pool refresh rebuilds
@@ -52,7 +52,6 @@
 #include "../src/internal.h"
 
 #include <cblas.h>
-#include <lapacke.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -99,14 +98,14 @@ typedef struct gp_state {
     size_t d, A;
     /* rows */
     size_t n, cap;
-    double *X, *L, *Kc;
+    kb_chol L;                    /* row-major, capacity cap */
+    double *X, *Kc;
     uint64_t *handle;             /* 0 for an observed row */
     size_t *obs_idx;              /* row's index in e->obs_*, NO_OBS while pending */
     double logdet;                /* sum_i ln(L_ii^2 / lambda) = 2 gamma */
     double *var, *kdiag;
-    /* told set */
-    size_t nt, capt;
-    double *LT;
+    /* told set: LT.n rows */
+    kb_chol LT;
     double *alpha, *mean, *work;
     size_t n_alpha, cap_work;
     size_t n_var;                 /* rows folded into var */
@@ -121,25 +120,6 @@ typedef struct gp_state {
 } gp_state;
 
 /* ------------------------------------------------------------ storage */
-
-/* Grows a square lower-triangular factor of order n to leading dimension *ld >= need. */
-static int grow_square(double **M, size_t *ld, size_t n, size_t need)
-{
-    if (need <= *ld)
-        return KB_OK;
-    size_t nl = *ld ? 2 * *ld : 64;
-    while (nl < need)
-        nl *= 2;
-    double *p = calloc(nl * nl, sizeof *p);
-    if (!p)
-        return KB_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        memcpy(p + i * nl, *M + i * *ld, (i + 1) * sizeof *p);
-    free(*M);
-    *M = p;
-    *ld = nl;
-    return KB_OK;
-}
 
 static int grow_rows(gp_state *s, size_t need)
 {
@@ -162,10 +142,9 @@ static int grow_rows(gp_state *s, size_t need)
     size_t *o = h ? realloc(s->obs_idx, nc * sizeof *o) : NULL;
     if (o)
         s->obs_idx = o;
-    size_t ld = s->cap;
-    if (!o || grow_square(&s->L, &ld, s->n, nc))
+    if (!o || kb__chol_reserve(&s->L, nc))
         return KB_ENOMEM;
-    s->cap = ld;
+    s->cap = nc;
     return KB_OK;
 }
 
@@ -184,21 +163,16 @@ static double *work(gp_state *s, size_t need)
 
 /* ------------------------------------------------------ linear algebra */
 
-/* Solves L l = k(rows of F, x) for the new row of a Cholesky factor F (order m, leading
- * dimension ld) over points P; returns the pivot^2 = k(x,x) + lambda - |l|^2 (>= lambda
- * up to rounding), l written to `l`. */
-static double chol_new_row(const kb_engine *e, const gp_state *s, const double *F,
-                           size_t ld, const double *P, size_t m, const double *x, double *l)
+/* Appends point x to the factor F of K + lambda I over the F->n points P; *p2 (when not
+ * NULL) gets the pivot^2 = k(x,x) + lambda - |L^{-1} k(P, x)|^2 (>= lambda up to
+ * rounding). l: F->n doubles of scratch. KB_ENOMEM, KB_ENUMERIC. */
+static int chol_new_row(const kb_engine *e, const gp_state *s, kb_chol *F, const double *P,
+                        const double *x, double *l, double *p2)
 {
     double kxx;
     kb_kernel_diag(&e->kernel, x, 1, &kxx);
-    if (m == 0)
-        return kxx + s->lambda;
-    kb_kernel_matrix(&e->kernel, P, m, x, 1, l);
-    cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)m, F, (int)ld,
-                l, 1);
-    double p2 = kxx + s->lambda - cblas_ddot((int)m, l, 1, l, 1);
-    return p2 > s->lambda * 1e-12 ? p2 : s->lambda * 1e-12;
+    kb_kernel_matrix(&e->kernel, P, F->n, x, 1, l);
+    return kb__chol_append(F, l, kxx + s->lambda, p2);
 }
 
 enum { BLK = 256 }; /* candidate columns per block in recompute_var */
@@ -218,8 +192,7 @@ static int recompute_var(gp_state *s)
         size_t nb = A - a0 < BLK ? A - a0 : BLK;
         for (size_t i = 0; i < n; i++)
             memcpy(V + i * nb, s->Kc + i * A + a0, nb * sizeof *V);
-        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit,
-                    (int)n, (int)nb, 1.0, s->L, (int)s->cap, V, (int)nb);
+        kb__chol_trsm(&s->L, 0, V, nb, nb);
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < nb; j++)
                 s->var[a0 + j] -= V[i * nb + j] * V[i * nb + j];
@@ -232,24 +205,26 @@ static int recompute_var(gp_state *s)
 static int rebuild(kb_engine *e, gp_state *s)
 {
     double t0 = kb__now();
-    size_t n = s->n, ld = s->cap;
+    size_t n = s->n;
     s->broken = 1;
     s->A = e->space->n;
     kb_kernel_diag(&e->kernel, e->space->u, s->A, s->kdiag);
     s->logdet = 0.0;
+    kb__chol_truncate(&s->L, 0);
     if (n) {
         double *K = work(s, n * n);
         if (!K)
             return KB_ENOMEM;
         kb_kernel_matrix(&e->kernel, s->X, n, s->X, n, K);
-        for (size_t i = 0; i < n; i++) {
-            K[i * n + i] += s->lambda;
-            memcpy(s->L + i * ld, K + i * n, (i + 1) * sizeof *K);
-        }
-        if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, s->L, (lapack_int)ld))
-            return KB_ENUMERIC;
         for (size_t i = 0; i < n; i++)
-            s->logdet += log(s->L[i * ld + i] * s->L[i * ld + i] / s->lambda);
+            K[i * n + i] += s->lambda;
+        int rc = kb__chol_factor(&s->L, K, n, n);
+        if (rc)
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            double lii = kb__chol_pivot(&s->L, i);
+            s->logdet += log(lii * lii / s->lambda);
+        }
         kb_kernel_matrix(&e->kernel, s->X, n, e->space->u, s->A, s->Kc);
     }
     s->mean_stale = 1;
@@ -267,13 +242,13 @@ static int append_row(kb_engine *e, gp_state *s, const double *u, uint64_t h, si
 {
     double t0 = kb__now();
     size_t n = s->n, d = s->d;
-    double *l;
+    double *l, p2;
     if (grow_rows(s, n + 1) || !(l = work(s, n + 1)))
         return KB_ENOMEM;
-    double p2 = chol_new_row(e, s, s->L, s->cap, s->X, n, u, l);
+    int rc = chol_new_row(e, s, &s->L, s->X, u, l, &p2);
+    if (rc)
+        return rc;
     *s2 = p2 - s->lambda;
-    memcpy(s->L + n * s->cap, l, n * sizeof *l);
-    s->L[n * s->cap + n] = sqrt(p2);
     memcpy(s->X + n * d, u, d * sizeof *u);
     kb_kernel_matrix(&e->kernel, u, 1, e->space->u, s->A, s->Kc + n * s->A);
     s->handle[n] = h;
@@ -284,22 +259,18 @@ static int append_row(kb_engine *e, gp_state *s, const double *u, uint64_t h, si
     return KB_OK;
 }
 
-/* Refactors the told-set factor LT over obs_u[0..nt) (after a kernel change). */
+/* Refactors the told-set factor LT over every observation (after a kernel change). */
 static int rebuild_told(kb_engine *e, gp_state *s)
 {
-    size_t m = s->nt;
+    size_t m = e->n_obs;
     double *K = work(s, m * m + 1);
     if (!K)
         return KB_ENOMEM;
     kb_kernel_matrix(&e->kernel, e->obs_u, m, e->obs_u, m, K);
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++)
         K[i * m + i] += s->lambda;
-        memcpy(s->LT + i * s->capt, K + i * m, (i + 1) * sizeof *K);
-    }
-    if (m && LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)m, s->LT, (lapack_int)s->capt))
-        return KB_ENUMERIC;
     s->alpha_stale = 1;
-    return KB_OK;
+    return kb__chol_factor(&s->LT, K, m, m);
 }
 
 /* A scheduled hyperparameter fit (core/src/hyper.c): the new kernel and noise, then every
@@ -316,38 +287,27 @@ static int refit(kb_engine *e, gp_state *s)
     return rc ? rc : rebuild(e, s);
 }
 
-/* Appends obs_u[nt] to the told-set factor LT. */
+/* Appends the next observation, obs_u[LT.n], to the told-set factor LT. */
 static int append_told(kb_engine *e, gp_state *s)
 {
-    size_t m = s->nt, d = s->d;
-    if (grow_square(&s->LT, &s->capt, m, m + 1))
-        return KB_ENOMEM;
+    size_t m = s->LT.n;
     double *l = work(s, m + 1);
     if (!l)
         return KB_ENOMEM;
-    double p2 = chol_new_row(e, s, s->LT, s->capt, e->obs_u, m, e->obs_u + m * d, l);
-    memcpy(s->LT + m * s->capt, l, m * sizeof *l);
-    s->LT[m * s->capt + m] = sqrt(p2);
-    s->nt = m + 1;
-    return KB_OK;
+    return chol_new_row(e, s, &s->LT, e->obs_u, e->obs_u + m * s->d, l, NULL);
 }
 
 /* alpha = (K_T + lambda I)^{-1} y_std over every observation so far. */
 static int refresh_alpha(kb_engine *e, gp_state *s)
 {
-    size_t m = s->nt;
+    size_t m = s->LT.n;
     double *a = realloc(s->alpha, (m ? m : 1) * sizeof *a);
     if (!a)
         return KB_ENOMEM;
     s->alpha = a;
     for (size_t i = 0; i < m; i++)
         a[i] = kb__output_y(e, e->obs_y[i]);
-    if (m) {
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)m, s->LT,
-                    (int)s->capt, a, 1);
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, (int)m, s->LT,
-                    (int)s->capt, a, 1);
-    }
+    kb__chol_solve(&s->LT, a);
     s->n_alpha = m;
     s->alpha_stale = 0;
     s->mean_stale = 1;
@@ -375,8 +335,7 @@ static int refresh_candidates(gp_state *s)
     for (size_t j = 0; j < k; j++)
         B[(s->n_var + j) * m + c0 + j] = 1.0;
     if (k)
-        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)n,
-                    (int)k, 1.0, s->L, (int)s->cap, B + c0, (int)m);
+        kb__chol_trsm(&s->L, 1, B + c0, k, m);
     /* dgemm packs all of Kc, which costs as much as the product when m is 1 or 2 (the
      * sequential case): then one dgemv per column. */
     if (m <= 2)
@@ -414,13 +373,13 @@ static void gp_destroy(kb_engine *e)
     if (!s)
         return;
     free(s->X);
-    free(s->L);
+    kb__chol_free(&s->L);
     free(s->Kc);
     free(s->handle);
     free(s->obs_idx);
     free(s->var);
     free(s->kdiag);
-    free(s->LT);
+    kb__chol_free(&s->LT);
     free(s->alpha);
     free(s->mean);
     free(s->work);
@@ -597,11 +556,11 @@ static int gp_observe(kb_engine *e, kb_error *err)
 {
     gp_state *s = e->impl;
     double s2;
-    size_t nt = s->nt;
+    size_t nt = s->LT.n;
     int rc = append_told(e, s);
     if (!rc && (rc = append_row(e, s, e->obs_u + (e->n_obs - 1) * s->d, 0, e->n_obs - 1,
                                 &s2)))
-        s->nt = nt;
+        kb__chol_truncate(&s->LT, nt);
     if (rc)
         return fail_rc(err, rc);
     s->alpha_stale = 1;
@@ -651,8 +610,7 @@ static int gp_posterior(kb_engine *e, const double *U, size_t m, double *mean, d
     }
     if (n) {
         kb_kernel_matrix(&e->kernel, s->X, n, U, m, Kx);
-        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)n,
-                    (int)m, 1.0, s->L, (int)s->cap, Kx, (int)m);
+        kb__chol_trsm(&s->L, 0, Kx, m, m);
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < m; j++)
                 sd[j] -= Kx[i * m + j] * Kx[i * m + j];

@@ -34,7 +34,7 @@
  * ignores them (the same as conditioning on the current mean at those points). New inputs
  * are appended to a factor (O(n^2)); a count change is a rank-one update or downdate of
  * one diagonal entry (O(n^2)); removing an input (abandon of its only hand-out) or
- * building a child's GP is a full dpotrf.
+ * building a child's GP is a full dpotrf. The factors are kb_chol (core/src/chol.c).
  *
  * Output: the mean uses y standardized by kb__output_stats (m and s over the distinct
  * observed points, grouped by exact coordinates as a leaf's inputs are); since they
@@ -75,7 +75,6 @@
 #include "../src/internal.h"
 
 #include <cblas.h>
-#include <lapacke.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,16 +105,6 @@ static const kb_option_spec pi_options[] = {
  * Wider spaces are refused at creation (issue 16: d = 64 crashed the daemon). */
 #define PI_MAX_DIM 10
 
-/* ------------------------------------------------------- Cholesky factors */
-
-/* A lower Cholesky factor, row-major with leading dimension cap. `pt[r]` is the leaf's
- * distinct input of row r (used by the told factor; the full factor is the identity). */
-typedef struct chol {
-    size_t n, cap;
-    size_t *pt;
-    double *L;
-} chol;
-
 typedef struct leaf_gp {
     size_t n, cap;   /* distinct inputs */
     double *u;       /* n x d */
@@ -123,7 +112,8 @@ typedef struct leaf_gp {
     double *ysum;
     size_t n_told;   /* |D^A|: observations with multiplicity */
     size_t n_pend;
-    chol tf, ff;     /* told and full factors */
+    kb_chol tf, ff;  /* told and full factors (row-major; zeroed = empty) */
+    size_t *tpt;     /* told row r is distinct input tpt[r]; full row r is input r */
     double *w_y, *w_1; /* told system solves, tf.n each */
 } leaf_gp;
 
@@ -152,41 +142,11 @@ typedef struct pi_state {
     double sec_ask, sec_tell;
 } pi_state;
 
-static void chol_free(chol *f)
-{
-    free(f->pt);
-    free(f->L);
-}
-
-static int chol_reserve(chol *f, size_t need)
-{
-    if (need <= f->cap)
-        return KB_OK;
-    size_t nc = f->cap ? f->cap : 8;
-    while (nc < need)
-        nc *= 2;
-    double *L = malloc(nc * nc * sizeof *L);
-    size_t *pt = realloc(f->pt, nc * sizeof *pt);
-    if (!L || !pt) {
-        free(L);
-        if (pt)
-            f->pt = pt;
-        return KB_ENOMEM;
-    }
-    for (size_t i = 0; i < f->n; i++)
-        memcpy(L + i * nc, f->L + i * f->cap, (i + 1) * sizeof *L);
-    free(f->L);
-    f->L = L;
-    f->pt = pt;
-    f->cap = nc;
-    return KB_OK;
-}
-
 /* Row of input j in the told factor, or (size_t)-1. */
-static size_t chol_row(const chol *f, size_t j)
+static size_t told_row(const leaf_gp *g, size_t j)
 {
-    for (size_t r = 0; r < f->n; r++)
-        if (f->pt[r] == j)
+    for (size_t r = 0; r < g->tf.n; r++)
+        if (g->tpt[r] == j)
             return r;
     return (size_t)-1;
 }
@@ -201,76 +161,53 @@ static double full_noise(const pi_state *st, const leaf_gp *g, size_t j)
     return st->alpha / (g->told[j] + g->pend[j]);
 }
 
-/* Appends input j as the last row: l = L^-1 k, diag = sqrt(k(u,u) + noise - l.l). */
-static int chol_append(chol *f, const kb_kernel *k, const leaf_gp *g, size_t j, double noise)
+/* ------------------------------------------------------- leaf factors */
+
+/* Input of factor row r: pt[r], or r when pt is NULL (the full factor). */
+static size_t row_input(const size_t *pt, size_t r) { return pt ? pt[r] : r; }
+
+/* Appends input j as the factor's last row, with the given noise on its diagonal. */
+static int factor_append(kb_chol *f, const size_t *pt, const kb_kernel *k, const leaf_gp *g,
+                         size_t j, double noise)
 {
-    if (chol_reserve(f, f->n + 1))
-        return KB_ENOMEM;
     size_t r = f->n, d = k->dim;
-    double *row = f->L + r * f->cap;
+    double a[r ? r : 1];
     for (size_t s = 0; s < r; s++)
-        row[s] = kb_kernel_eval(k, g->u + f->pt[s] * d, g->u + j * d);
-    if (r)
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)r, f->L,
-                    (int)f->cap, row, 1);
-    double piv = kb_kernel_eval(k, g->u + j * d, g->u + j * d) + noise -
-                 (r ? cblas_ddot((int)r, row, 1, row, 1) : 0.0);
-    if (!(piv > 0.0))
-        return KB_ENUMERIC;
-    row[r] = sqrt(piv);
-    f->pt[r] = j;
-    f->n++;
-    return KB_OK;
+        a[s] = kb_kernel_eval(k, g->u + row_input(pt, s) * d, g->u + j * d);
+    return kb__chol_append(f, a, kb_kernel_eval(k, g->u + j * d, g->u + j * d) + noise, NULL);
 }
 
-/* A + delta e_r e_r^T: rank-one update (delta > 0) or downdate (delta < 0) of rows r.. */
-static int chol_diag_change(chol *f, size_t r, double delta)
+/* A + delta e_r e_r^T: rank-one update (delta > 0) or downdate (delta < 0). */
+static int diag_change(kb_chol *f, size_t r, double delta)
 {
-    size_t n = f->n, ld = f->cap;
-    double sign = delta > 0 ? 1.0 : -1.0;
-    double x[n];
-    memset(x, 0, n * sizeof *x);
+    double x[f->n];
+    memset(x, 0, f->n * sizeof *x);
     x[r] = sqrt(fabs(delta));
-    for (size_t k = r; k < n; k++) {
-        double lkk = f->L[k * ld + k];
-        double r2 = lkk * lkk + sign * x[k] * x[k];
-        if (!(r2 > 0.0))
-            return KB_ENUMERIC;
-        double rr = sqrt(r2), c = rr / lkk, s = x[k] / lkk;
-        f->L[k * ld + k] = rr;
-        int m = (int)(n - k - 1);
-        if (m == 0)
-            break;
-        double *col = f->L + (k + 1) * ld + k;
-        cblas_daxpy(m, sign * s, x + k + 1, 1, col, (int)ld);
-        cblas_dscal(m, 1.0 / c, col, (int)ld);
-        cblas_dscal(m, c, x + k + 1, 1);
-        cblas_daxpy(m, -s, col, (int)ld, x + k + 1, 1);
-    }
+    if (delta < 0)
+        return kb__chol_downdate(f, x);
+    kb__chol_update(f, x);
     return KB_OK;
 }
 
-/* Full dpotrf of the rows already listed in f->pt[0..n) with the given noises. */
-static int chol_build(chol *f, const kb_kernel *k, const leaf_gp *g, const double *noise)
+/* Factors the n rows of inputs row_input(pt, 0..n) with the given noises. */
+static int factor_build(kb_chol *f, const size_t *pt, size_t n, const kb_kernel *k,
+                        const leaf_gp *g, const double *noise)
 {
-    size_t n = f->n, d = k->dim;
-    if (n == 0)
+    size_t d = k->dim;
+    if (n == 0) {
+        kb__chol_truncate(f, 0);
         return KB_OK;
+    }
     double *P = malloc(n * d * sizeof *P), *K = malloc(n * n * sizeof *K);
     int rc = KB_ENOMEM;
-    if (!P || !K)
-        goto done;
-    for (size_t r = 0; r < n; r++)
-        memcpy(P + r * d, g->u + f->pt[r] * d, d * sizeof *P);
-    kb_kernel_matrix(k, P, n, P, n, K);
-    for (size_t r = 0; r < n; r++) {
-        memcpy(f->L + r * f->cap, K + r * n, (r + 1) * sizeof *K);
-        f->L[r * f->cap + r] += noise[r];
+    if (P && K) {
+        for (size_t r = 0; r < n; r++)
+            memcpy(P + r * d, g->u + row_input(pt, r) * d, d * sizeof *P);
+        kb_kernel_matrix(k, P, n, P, n, K);
+        for (size_t r = 0; r < n; r++)
+            K[r * n + r] += noise[r];
+        rc = kb__chol_factor(f, K, n, n);
     }
-    rc = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, f->L, (lapack_int)f->cap)
-             ? KB_ENUMERIC
-             : KB_OK;
-done:
     free(P);
     free(K);
     return rc;
@@ -288,8 +225,9 @@ static void gp_free(leaf_gp *g)
     free(g->ysum);
     free(g->w_y);
     free(g->w_1);
-    chol_free(&g->tf);
-    chol_free(&g->ff);
+    kb__chol_free(&g->tf);
+    kb__chol_free(&g->ff);
+    free(g->tpt);
     free(g);
 }
 
@@ -297,8 +235,6 @@ static void gp_free(leaf_gp *g)
 static int gp_reserve(leaf_gp *g, size_t d)
 {
     size_t need = g->n + 1;
-    if (chol_reserve(&g->tf, need) || chol_reserve(&g->ff, need))
-        return KB_ENOMEM;
     if (need <= g->cap)
         return KB_OK;
     size_t nc = g->cap ? 2 * g->cap : 8;
@@ -320,7 +256,12 @@ static int gp_reserve(leaf_gp *g, size_t d)
     double *w1 = realloc(g->w_1, nc * sizeof *w1);
     if (w1)
         g->w_1 = w1;
-    if (!u || !t || !p || !ys || !wy || !w1)
+    size_t *pt = realloc(g->tpt, nc * sizeof *pt);
+    if (pt)
+        g->tpt = pt;
+    /* both factors have at most one row per input */
+    if (!u || !t || !p || !ys || !wy || !w1 || !pt || kb__chol_reserve(&g->tf, nc) ||
+        kb__chol_reserve(&g->ff, nc))
         return KB_ENOMEM;
     g->cap = nc;
     return KB_OK;
@@ -339,27 +280,24 @@ static size_t gp_find(const leaf_gp *g, const double *u, size_t d)
 static int gp_rebuild(const pi_state *st, const kb_kernel *k, leaf_gp *g)
 {
     double noise[g->n ? g->n : 1];
-    g->tf.n = 0;
+    size_t nt = 0;
     for (size_t j = 0; j < g->n; j++)
         if (g->told[j]) {
-            noise[g->tf.n] = told_noise(st, g, j);
-            g->tf.pt[g->tf.n++] = j;
+            noise[nt] = told_noise(st, g, j);
+            g->tpt[nt++] = j;
         }
-    int rc = chol_build(&g->tf, k, g, noise);
+    int rc = factor_build(&g->tf, g->tpt, nt, k, g, noise);
     if (rc)
         return rc;
-    g->ff.n = g->n;
-    for (size_t j = 0; j < g->n; j++) {
-        g->ff.pt[j] = j;
+    for (size_t j = 0; j < g->n; j++)
         noise[j] = full_noise(st, g, j);
-    }
-    return chol_build(&g->ff, k, g, noise);
+    return factor_build(&g->ff, NULL, g->n, k, g, noise);
 }
 
 /* Moves factor row r from noise `from` to `to`. */
-static int renoise(chol *f, size_t r, double from, double to)
+static int renoise(kb_chol *f, size_t r, double from, double to)
 {
-    return from == to ? KB_OK : chol_diag_change(f, r, to - from);
+    return from == to ? KB_OK : diag_change(f, r, to - from);
 }
 
 /* Adds (told, pend) to input u (new input appended if absent) and updates both factors.
@@ -385,11 +323,14 @@ static int gp_add(const pi_state *st, const kb_kernel *k, leaf_gp *g, const doub
     g->ysum[j] += y;
     g->n_told += (size_t)dtold;
     g->n_pend = (size_t)((long)g->n_pend + dpend);
-    int rc = fresh ? chol_append(&g->ff, k, g, j, full_noise(st, g, j))
+    int rc = fresh ? factor_append(&g->ff, NULL, k, g, j, full_noise(st, g, j))
                    : renoise(&g->ff, j, ff_old, full_noise(st, g, j));
-    if (!rc && dtold)
-        rc = tf_old == 0.0 ? chol_append(&g->tf, k, g, j, told_noise(st, g, j))
-                           : renoise(&g->tf, chol_row(&g->tf, j), tf_old, told_noise(st, g, j));
+    if (!rc && dtold && tf_old == 0.0) {
+        g->tpt[g->tf.n] = j;
+        rc = factor_append(&g->tf, g->tpt, k, g, j, told_noise(st, g, j));
+    } else if (!rc && dtold) {
+        rc = renoise(&g->tf, told_row(g, j), tf_old, told_noise(st, g, j));
+    }
     if (rc) /* a downdate lost positivity to rounding: factor the counts afresh */
         rc = gp_rebuild(st, k, g);
     if (rc) {
@@ -422,7 +363,7 @@ static int gp_unpend(const pi_state *st, const kb_kernel *k, leaf_gp *g, size_t 
     memmove(g->ysum + j, g->ysum + j + 1, tail * sizeof *g->ysum);
     g->n--;
     if (tail == 0) {
-        g->ff.n--;
+        kb__chol_truncate(&g->ff, g->ff.n - 1);
         return KB_OK;
     }
     return gp_rebuild(st, k, g);
@@ -431,19 +372,13 @@ static int gp_unpend(const pi_state *st, const kb_kernel *k, leaf_gp *g, size_t 
 /* w_y = A^-1 ybar and w_1 = A^-1 1 for the told system A = L L^T. */
 static void gp_solve(leaf_gp *g)
 {
-    int n = (int)g->tf.n, ld = (int)g->tf.cap;
-    for (int r = 0; r < n; r++) {
-        size_t j = g->tf.pt[r];
+    for (size_t r = 0; r < g->tf.n; r++) {
+        size_t j = g->tpt[r];
         g->w_y[r] = g->ysum[j] / g->told[j];
         g->w_1[r] = 1.0;
     }
-    if (n == 0)
-        return;
-    double *w[2] = {g->w_y, g->w_1};
-    for (int i = 0; i < 2; i++) {
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, n, g->tf.L, ld, w[i], 1);
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, n, g->tf.L, ld, w[i], 1);
-    }
+    kb__chol_solve(&g->tf, g->w_y);
+    kb__chol_solve(&g->tf, g->w_1);
 }
 
 /* gamma = 1/2 log|I + K/alpha| over the told data, with multiplicities (see the header). */
@@ -451,7 +386,7 @@ static double gp_gamma(const pi_state *st, const leaf_gp *g)
 {
     double s = 0.0;
     for (size_t r = 0; r < g->tf.n; r++)
-        s += log(g->tf.L[r * g->tf.cap + r]) + 0.5 * log((double)g->told[g->tf.pt[r]]) -
+        s += log(kb__chol_pivot(&g->tf, r)) + 0.5 * log((double)g->told[g->tpt[r]]) -
              0.5 * log(st->alpha);
     return s;
 }
@@ -476,7 +411,7 @@ static int gp_predict(const kb_kernel *k, const leaf_gp *g, const double *U, siz
     if (!Kt || !Pt || !Kf)
         goto done;
     for (size_t r = 0; r < nt; r++)
-        memcpy(Pt + r * d, g->u + g->tf.pt[r] * d, d * sizeof *Pt);
+        memcpy(Pt + r * d, g->u + g->tpt[r] * d, d * sizeof *Pt);
     if (nt) {
         kb_kernel_matrix(k, Pt, nt, U, m, Kt);
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)nt, (int)m, 1.0, Kt, (int)m, g->w_y, 1,
@@ -488,8 +423,7 @@ static int gp_predict(const kb_kernel *k, const leaf_gp *g, const double *U, siz
         memset(m1, 0, m * sizeof *m1);
     }
     kb_kernel_matrix(k, g->u, nf, U, m, Kf);
-    cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)nf,
-                (int)m, 1.0, g->ff.L, (int)g->ff.cap, Kf, (int)m);
+    kb__chol_trsm(&g->ff, 0, Kf, m, m);
     for (size_t r = 0; r < nf; r++)
         for (size_t i = 0; i < m; i++)
             var[i] -= Kf[r * m + i] * Kf[r * m + i];

@@ -98,7 +98,7 @@ static const kb_option_spec sgp_ts_options[] = {
 typedef struct sgp_model {
     size_t m;
     double *Z;        /* m x dim */
-    double *Luu, *LB; /* m x m, lower */
+    kb_chol Luu, LB;  /* m x m, row-major (a zeroed kb_chol is an empty row-major one) */
     double *beta;     /* m: mu(x) = k_xZ beta */
     double *PhiZ;     /* m x M */
     double *KAZ;      /* A x m */
@@ -121,8 +121,8 @@ typedef struct sgp_ts {
 static void model_free(sgp_model *md)
 {
     free(md->Z);
-    free(md->Luu);
-    free(md->LB);
+    kb__chol_free(&md->Luu);
+    kb__chol_free(&md->LB);
     free(md->beta);
     free(md->PhiZ);
     free(md->KAZ);
@@ -155,11 +155,9 @@ static int predict(const kb_engine *e, const sgp_model *md, const double *U, siz
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)m, (int)n, 1.0, P, (int)n, md->beta, 1,
                     0.0, mean, 1);
     if (var) {
-        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)m,
-                    (int)n, 1.0, md->Luu, (int)m, P, (int)n);
+        kb__chol_trsm(&md->Luu, 0, P, n, n);
         memcpy(Q, P, m * n * sizeof *Q);
-        cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)m,
-                    (int)n, 1.0, md->LB, (int)m, Q, (int)n);
+        kb__chol_trsm(&md->LB, 0, Q, n, n);
         for (size_t r = 0; r < m; r++)
             for (size_t k = 0; k < n; k++)
                 var[k] += Q[r * n + k] * Q[r * n + k] - P[r * n + k] * P[r * n + k];
@@ -202,36 +200,30 @@ static int fit_titsias(kb_engine *e, sgp_ts *st, sgp_model *md)
     size_t m = md->m, n = e->n_obs;
     double *K = malloc(m * m * sizeof *K), *Ax = malloc(m * n * sizeof *Ax);
     double *y = malloc(n * sizeof *y);
-    md->Luu = malloc(m * m * sizeof *md->Luu);
-    md->LB = malloc(m * m * sizeof *md->LB);
     md->beta = malloc(m * sizeof *md->beta);
     int rc = KB_ENOMEM;
-    if (!K || !Ax || !y || !md->Luu || !md->LB || !md->beta)
+    if (!K || !Ax || !y || !md->beta)
         goto done;
-    rc = KB_ENUMERIC;
     kb_kernel_matrix(&e->kernel, md->Z, m, md->Z, m, K);
-    if (kb__ts_cholesky(K, m, m, md->Luu, NULL))
+    if ((rc = kb__chol_factor(&md->Luu, K, m, m)))
         goto done;
     kb_kernel_matrix(&e->kernel, md->Z, m, e->obs_u, n, Ax);
-    cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)m,
-                (int)n, 1.0 / sqrt(st->lambda), md->Luu, (int)m, Ax, (int)n);
+    /* dtrsm's alpha is this scaling of Ax before the solve */
+    cblas_dscal((int)(m * n), 1.0 / sqrt(st->lambda), Ax, 1);
+    kb__chol_trsm(&md->Luu, 0, Ax, n, n);
     for (size_t i = 0; i < m * m; i++)
         K[i] = i % (m + 1) == 0 ? 1.0 : 0.0;
     cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, (int)m, (int)n, 1.0, Ax, (int)n, 1.0,
                 K, (int)m);
-    if (kb__ts_cholesky(K, m, m, md->LB, NULL))
+    if ((rc = kb__chol_factor(&md->LB, K, m, m)))
         goto done;
     for (size_t i = 0; i < n; i++)
         y[i] = kb__output_y(e, e->obs_y[i]);
     cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)n, 1.0 / sqrt(st->lambda), Ax,
                 (int)n, y, 1, 0.0, md->beta, 1);
-    cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)m, md->LB, (int)m,
-                md->beta, 1); /* c */
-    cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, (int)m, md->LB, (int)m,
-                md->beta, 1);
-    cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, (int)m, md->Luu, (int)m,
-                md->beta, 1);
-    rc = KB_OK;
+    kb__chol_trsv(&md->LB, 0, md->beta); /* c */
+    kb__chol_trsv(&md->LB, 1, md->beta);
+    kb__chol_trsv(&md->Luu, 1, md->beta);
 done:
     free(K);
     free(Ax);
@@ -362,13 +354,10 @@ static int draw(kb_engine *e, const sgp_model *md, size_t M, const double *PhiU,
     if (m) {
         cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)M, 1.0, PhiZ, (int)M, w, 1, 0.0,
                     r, 1);
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)m, md->Luu,
-                    (int)m, r, 1);
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, (int)m, md->LB,
-                    (int)m, s, 1);
+        kb__chol_trsv(&md->Luu, 0, r);
+        kb__chol_trsv(&md->LB, 1, s);
         cblas_daxpy((int)m, -1.0, r, 1, s, 1);
-        cblas_dtrsv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, (int)m, md->Luu,
-                    (int)m, s, 1);
+        kb__chol_trsv(&md->Luu, 1, s);
         cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)m, 1.0, KUZ, (int)m, s, 1, 1.0,
                     out, 1);
     }

@@ -3,8 +3,7 @@
  * (sgp_ts.c), and their test hooks. Internal: not part of kbandit.h.
  *
  * Shared here: random Fourier features of a stationary kernel (the prior part of the
- * decomposed sampling rule, seed 001 eq. 6), the Cholesky factorization with jitter
- * used for every covariance the engines factor, the argmax of a sampled function over
+ * decomposed sampling rule, seed 001 eq. 6), the argmax of a sampled function over
  * the allowed candidates, and the refresh schedule (model every `refresh_every` tells,
  * box pool every `pool_refresh` tells) that both engines follow.
  */
@@ -36,15 +35,6 @@ void kb__ts_features_free(ts_features *f);
 /* Phi (n x M, row-major) = phi(X) for X (n x input dim). One dgemm plus n M cosines
  * (and an embedding of X when a coordinate is categorical). */
 void kb__ts_features_eval(const ts_features *f, const double *X, size_t n, double *Phi);
-
-/* ----------------------------------------------------------- linear algebra */
-
-/* Lower Cholesky factor of the symmetric n x n matrix A (row-major, leading dimension
- * lda, lower triangle read) into Lout (same layout; the upper part is zeroed). Tries
- * A itself, then A + j I with j = 1e-10 * mean diagonal, multiplied by 100 per failure
- * up to 1e-2 * mean diagonal; *jitter (if not NULL) gets the j used. KB_ENUMERIC when
- * even the largest jitter fails (A not finite or far from positive semi-definite). */
-int kb__ts_cholesky(const double *A, size_t n, size_t lda, double *Lout, double *jitter);
 
 /* ----------------------------------------------------------- shared logic */
 

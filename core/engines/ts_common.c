@@ -1,6 +1,6 @@
 /*
  * ts_common.c - what the Thompson-sampling engines share (see ts.h): random Fourier
- * features, Cholesky with jitter, argmax over allowed candidates, scale parameters.
+ * features, argmax over allowed candidates, scale parameters.
  *
  * Random features (Rahimi and Recht 2007; seed 001 section 3.2 and eq. 6): for a
  * stationary k(x, y) = variance * base(||(x - y) / l||), Bochner's theorem gives
@@ -16,7 +16,6 @@
 #include "ts.h"
 
 #include <cblas.h>
-#include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,28 +111,6 @@ void kb__ts_features_eval(const ts_features *f, const double *X, size_t n, doubl
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < M; j++)
             Phi[i * M + j] = f->amp * cos(Phi[i * M + j] + f->b[j]);
-}
-
-int kb__ts_cholesky(const double *A, size_t n, size_t lda, double *Lout, double *jitter)
-{
-    double mean_diag = 0.0;
-    for (size_t i = 0; i < n; i++)
-        mean_diag += A[i * lda + i] / (double)n;
-    if (!(mean_diag > 0.0) || !isfinite(mean_diag))
-        mean_diag = 1.0;
-    for (double j = 0.0; j <= 1e-2 * mean_diag; j = j ? j * 100.0 : 1e-10 * mean_diag) {
-        for (size_t r = 0; r < n; r++) {
-            memcpy(Lout + r * lda, A + r * lda, (r + 1) * sizeof *A);
-            memset(Lout + r * lda + r + 1, 0, (n - r - 1) * sizeof *A);
-            Lout[r * lda + r] += j;
-        }
-        if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, Lout, (lapack_int)lda) == 0) {
-            if (jitter)
-                *jitter = j;
-            return KB_OK;
-        }
-    }
-    return KB_ENUMERIC;
 }
 
 int kb__ts_argmax(const kb_engine *e, const double *f, const size_t *idx, size_t n,

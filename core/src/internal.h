@@ -36,6 +36,66 @@ double kb__now(void);
  * 64 and doubles. KB_ENOMEM leaves *arr and *cap as they were. (engine.c) */
 int kb__grow(void **arr, size_t *cap, size_t need, size_t elem);
 
+/* ---------------------------------------------------- Cholesky factors (chol.c) */
+
+/* L L^T = A, lower triangular, n x n in the top-left corner of cap x cap storage,
+ * row-major or column-major (colmajor); only the lower triangle is read or meaningful
+ * (above it: unspecified). One jitter rule for
+ * every way of building it (chol.c): a non-positive pivot^2 gets 1e-10, 1e-8, ..., 1e-2
+ * times the mean diagonal of the rows being factored added to their diagonal; `jitter`
+ * is the largest used in the current factor (0: none). L(i, j) is
+ * L[i * cap + j] (row-major) or L[j * cap + i] (column-major); the diagonal is
+ * L[i * (cap + 1)] in both. */
+typedef struct kb_chol {
+    double *L;
+    size_t n, cap;
+    int colmajor;
+    double jitter;
+} kb_chol;
+
+void kb__chol_init(kb_chol *f, int colmajor);
+void kb__chol_free(kb_chol *f);
+/* Capacity of exactly `need` rows when it has fewer, the factor kept. KB_ENOMEM leaves f
+ * as it was. */
+int kb__chol_reserve(kb_chol *f, size_t need);
+/* dst = src (same order; dst keeps its storage when large enough). KB_ENOMEM (dst
+ * empty), KB_EINVAL when the orders differ. */
+int kb__chol_copy(kb_chol *dst, const kb_chol *src);
+/* f = chol(A) for the symmetric n x n A (row-major, leading dimension lda, lower
+ * triangle read), with the jitter rule. KB_ENOMEM (f unchanged), KB_ENUMERIC (f empty). */
+int kb__chol_factor(kb_chol *f, const double *A, size_t n, size_t lda);
+/* Appends the row of a new last row/column of A: a (n entries) its off-diagonal part,
+ * overwritten with l = L^{-1} a, ann its diagonal entry; the new pivot is the square
+ * root of the Schur complement ann - l.l (plus the jitter, rule applied to the new row
+ * only), which goes to *schur when not NULL. Doubles the capacity when full. KB_ENOMEM,
+ * KB_ENUMERIC leave the factor as it was. */
+int kb__chol_append(kb_chol *f, double *a, double ann, double *schur);
+/* Keeps the leading n x n block (n <= f->n): the factor of A's leading block. `jitter`
+ * is kept unless n is 0 (it may then overstate the rows kept). */
+static inline void kb__chol_truncate(kb_chol *f, size_t n)
+{
+    f->n = n;
+    if (n == 0)
+        f->jitter = 0.0;
+}
+/* L L^T + x x^T by Givens rotations from x's first nonzero entry; x (n) is destroyed. */
+void kb__chol_update(kb_chol *f, double *x);
+/* L L^T - x x^T by hyperbolic rotations; x is destroyed. KB_ENUMERIC when the result is
+ * not positive definite as computed: the factor is then invalid (refactor). */
+int kb__chol_downdate(kb_chol *f, double *x);
+/* x (n) = L^{-1} x, or L^{-T} x with trans. */
+void kb__chol_trsv(const kb_chol *f, int trans, double *x);
+/* x = A^{-1} x. */
+void kb__chol_solve(const kb_chol *f, double *x);
+/* B (n x nrhs, row-major, leading dimension ldb) = L^{-1} B, or L^{-T} B with trans. */
+void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t ldb);
+/* Each of the m rows z_i of Z (m x n, row-major, ldz) replaced by L^{-1} z_i. */
+void kb__chol_trsm_rows(const kb_chol *f, double *Z, size_t m, size_t ldz);
+static inline double kb__chol_pivot(const kb_chol *f, size_t i)
+{
+    return f->L[i * (f->cap + 1)];
+}
+
 /* ------------------------------------------------------------- space */
 
 /* Internal view of a space. For a finite set, `rows` are the input rows and `u` the

@@ -131,11 +131,13 @@ static void bbkb_destroy(kb_engine *e)
     if (!st)
         return;
     double *arrays[] = {st->S, st->W, st->Kc, st->kdiag, st->Z, st->resid, st->mu,
-                        st->var_start, st->var, st->key, st->V, st->L, st->Lstart, st->w,
+                        st->var_start, st->var, st->key, st->V, st->w,
                         st->buf, st->rsum, st->trial_var, st->obs_var, st->Mstart,
                         st->Kgone, st->Kaway, st->gbuf};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]);
+    kb__chol_free(&st->L);
+    kb__chol_free(&st->Lstart);
     free(st->dcand);
     free(st->old_to_new);
     free(st->away_cand);
@@ -185,6 +187,8 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     if (!st)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     e->impl = st;
+    kb__chol_init(&st->L, 1);
+    kb__chol_init(&st->Lstart, 1);
     read_options(e, st);
     if (st->delta >= 1.0) {
         bbkb_destroy(e);
@@ -359,7 +363,7 @@ static int bbkb_handed(kb_engine *e, uint64_t h, kb_error *err)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     if (r) {
         memcpy(st->buf, kb__bbkb_zrow(st, i), r * sizeof *st->buf);
-        kb__bbkb_chol_update(st->L, r, st->buf);
+        kb__chol_update(&st->L, st->buf);
         st->vstamp++;
     }
     double v0 = kb__bbkb_start_variance(st, i);
@@ -390,7 +394,7 @@ static int bbkb_tell(kb_engine *e, uint64_t h, kb_error *err)
 /* L = chol(V + sum z z^T over the epoch's hand-outs other than skip): V_t after the
  * abandon of skip, refactored rather than downdated (a downdate loses accuracy when the
  * point carried most of the information along a direction). */
-static int epoch_factor(kb_engine *e, uint64_t skip, double *L)
+static int epoch_factor(kb_engine *e, uint64_t skip, kb_chol *L)
 {
     bbkb *st = e->impl;
     size_t r = st->r, n = 0;
@@ -405,7 +409,7 @@ static int epoch_factor(kb_engine *e, uint64_t skip, double *L)
         if (n)
             cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)n, 1.0, Zc, (int)r,
                         1.0, Vc, (int)r);
-        rc = kb__bbkb_cholesky(r, Vc, L);
+        rc = kb__chol_factor(L, Vc, r, r);
     }
     free(Vc);
     free(Zc);
@@ -422,8 +426,10 @@ static int bbkb_abandon(kb_engine *e, uint64_t h, kb_error *err)
         at = st->epoch_h[k] == h ? k : at;
     if (r) {
         /* a trial of an earlier epoch (resparsify_on_partial < 1) is in V itself */
-        double *z = at == NONE ? malloc(r * sizeof *z) : NULL, *L = malloc(r * r * sizeof *L);
-        int rc = L && (z || at != NONE) ? KB_OK : KB_ENOMEM;
+        double *z = at == NONE ? malloc(r * sizeof *z) : NULL;
+        kb_chol L;
+        kb__chol_init(&L, 1);
+        int rc = z || at != NONE ? KB_OK : KB_ENOMEM;
         if (!rc && z) {
             if (t->generation == e->space->generation)
                 memcpy(z, kb__bbkb_zrow(st, t->index), r * sizeof *z);
@@ -433,15 +439,15 @@ static int bbkb_abandon(kb_engine *e, uint64_t h, kb_error *err)
                 cblas_dsyr(CblasRowMajor, CblasLower, (int)r, -1.0, z, 1, st->V, (int)r);
         }
         if (!rc)
-            rc = epoch_factor(e, h, L);
+            rc = epoch_factor(e, h, &L);
         if (rc && z)
             cblas_dsyr(CblasRowMajor, CblasLower, (int)r, 1.0, z, 1, st->V, (int)r);
         free(z);
         if (rc) {
-            free(L);
+            kb__chol_free(&L);
             return kb__fail(err, rc, NULL, "cannot remove the point from the posterior");
         }
-        free(st->L);
+        kb__chol_free(&st->L);
         st->L = L;
         st->dirty = 1;
     }
@@ -475,9 +481,9 @@ static int bbkb_observe(kb_engine *e, kb_error *err)
             return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
         }
         var = (kxx - cblas_ddot((int)r, z, 1, z, 1)) / st->lambda +
-              kb__bbkb_quad_form(st, st->Lstart, z);
+              kb__bbkb_quad_form(st, &st->Lstart, z);
         cblas_dsyr(CblasRowMajor, CblasLower, (int)r, 1.0, z, 1, st->V, (int)r);
-        kb__bbkb_chol_update(st->L, r, z);
+        kb__chol_update(&st->L, z);
         st->vstamp++;
         free(z);
     }
@@ -506,7 +512,7 @@ static int bbkb_posterior(kb_engine *e, const double *U, size_t n, double *mean,
         const double *z = Zr + i * r;
         mean[i] = r ? cblas_ddot((int)r, z, 1, st->w, 1) : 0.0;
         double v = sd[i] - (r ? cblas_ddot((int)r, z, 1, z, 1) : 0.0);
-        v += r ? st->lambda * kb__bbkb_quad_form(st, st->L, z) : 0.0;
+        v += r ? st->lambda * kb__bbkb_quad_form(st, &st->L, z) : 0.0;
         sd[i] = sqrt(v > 0.0 ? v : 0.0);
     }
     free(Zr);

@@ -83,9 +83,10 @@ typedef struct bbkb {
     size_t *heap, n_heap, *aside;
     /* model */
     /* r x r: V row-major (lower triangle; without the epoch's hand-outs, see the
-     * invariants); L = chol(V_t) and Lstart lower Cholesky factors stored column-major,
-     * so that kb__bbkb_chol_update rotates contiguous columns */
-    double *V, *L, *Lstart;
+     * invariants); L = chol(V_t) and Lstart (kb_chol) column-major, so that the
+     * rank-one update of every hand-out (kb__chol_update) rotates contiguous columns */
+    double *V;
+    kb_chol L, Lstart;
     double *w;              /* mean weights, r */
     double *buf;            /* r scratch */
     double alpha;
@@ -138,14 +139,10 @@ int kb__bbkb_build_embedding(kb_engine *e);
 /* ------------------------------------------------------------ posterior.c */
 
 /* ||L^{-1} z||^2 = z^T V^{-1} z for V = L L^T (r x r); uses st->buf. */
-double kb__bbkb_quad_form(const bbkb *st, const double *L, const double *z);
+double kb__bbkb_quad_form(const bbkb *st, const kb_chol *L, const double *z);
 /* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows z_i of Zr. KB_ENOMEM. */
-int kb__bbkb_row_variances(const bbkb *st, const double *L, const double *Zr,
+int kb__bbkb_row_variances(const bbkb *st, const kb_chol *L, const double *Zr,
                            const double *resid, size_t n, double *out);
-/* L L^T + x x^T = L' L'^T in place (L column-major, r x r); x is destroyed. */
-void kb__bbkb_chol_update(double *L, size_t r, double *x);
-/* L (column-major) = chol(V), V row-major with its lower triangle set. KB_ENUMERIC. */
-int kb__bbkb_cholesky(size_t r, const double *V, double *L);
 /* sigma~^2_start(x_i) of candidate i, exact even after low_rank_start. */
 double kb__bbkb_start_variance(bbkb *st, size_t i);
 /* var[i] -= sum_j sign_j (k(x_i)^T H_j)^2 over the first k columns of H (leading
@@ -155,7 +152,7 @@ int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
                             const double *sign, double *var, double *mu);
 /* var[i] = sigma~^2(x_i) with V = L L^T for every candidate, and mu[i] = mu~(x_i) when mu
  * is not NULL. KB_ENOMEM, KB_ENUMERIC. */
-int kb__bbkb_candidate_posterior(bbkb *st, const double *L, double *var, double *mu);
+int kb__bbkb_candidate_posterior(bbkb *st, const kb_chol *L, double *var, double *mu);
 /* V, L, Lstart and w from the data rows, embedded with the new dictionary; the state is
  * unchanged on failure (KB_ENOMEM, KB_ENUMERIC). */
 int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds);

@@ -136,7 +136,7 @@ static int closing_variances(kb_engine *e, dataset *ds)
     if (!rc) {
         for (size_t i = 0; i < n && st->r; i++)
             kd[i] -= cblas_ddot((int)st->r, Zr + i * st->r, 1, Zr + i * st->r, 1);
-        rc = kb__bbkb_row_variances(st, st->Lstart, Zr, kd, n, v);
+        rc = kb__bbkb_row_variances(st, &st->Lstart, Zr, kd, n, v);
     }
     k = 0;
     for (size_t j = 0; !rc && j < ds->n; j++)

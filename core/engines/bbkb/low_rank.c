@@ -39,8 +39,7 @@ static int start_matrix(const bbkb *st, double *M, double *scale)
     if (!G)
         return KB_ENOMEM;
     memcpy(G, st->W, m * r * sizeof *G);
-    cblas_dtrsm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)m,
-                (int)r, 1.0, st->L, (int)r, G, (int)r);
+    kb__chol_trsm_rows(&st->L, G, m, r);
     cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, (int)m, (int)r, 1.0 / st->lambda,
                 st->W, (int)r, 0.0, M, (int)m);
     cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, (int)m, (int)r, -1.0, G, (int)r, 1.0,
@@ -211,7 +210,7 @@ int kb__bbkb_epoch_start_posterior(bbkb *st)
     }
     st->mstart_valid = 0;
     if (!rc && !done) {
-        rc = kb__bbkb_candidate_posterior(st, st->L, st->var_start, st->mu);
+        rc = kb__bbkb_candidate_posterior(st, &st->L, st->var_start, st->mu);
         st->start_err = 0.0;
     }
     if (!rc && M) {

@@ -9,9 +9,9 @@
  * resparsification; kb__bbkb_candidate_posterior gives the mean and variance of all A
  * candidates from one dgemm over the cached kernel columns (Appendix C's A m^2 term).
  *
- * Invariants: V is row-major with its lower triangle set; L and Lstart are lower
- * Cholesky factors stored column-major (kb__bbkb_chol_update rotates contiguous
- * columns); buf is r doubles of scratch for kb__bbkb_quad_form.
+ * Invariants: V is row-major with its lower triangle set; L and Lstart are column-major
+ * kb_chol factors (core/src/chol.c: kb__chol_update rotates contiguous columns); buf is
+ * r doubles of scratch for kb__bbkb_quad_form.
  */
 #include "bbkb_internal.h"
 
@@ -22,18 +22,17 @@
 #include <string.h>
 
 /* ||L^{-1} z||^2 = z^T V^{-1} z. */
-double kb__bbkb_quad_form(const bbkb *st, const double *L, const double *z)
+double kb__bbkb_quad_form(const bbkb *st, const kb_chol *L, const double *z)
 {
     if (st->r == 0)
         return 0.0;
     memcpy(st->buf, z, st->r * sizeof *z);
-    cblas_dtrsv(CblasColMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)st->r, L,
-                (int)st->r, st->buf, 1);
+    kb__chol_trsv(L, 0, st->buf);
     return cblas_ddot((int)st->r, st->buf, 1, st->buf, 1);
 }
 
 /* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows of Zr (BLAS-3). */
-int kb__bbkb_row_variances(const bbkb *st, const double *L, const double *Zr,
+int kb__bbkb_row_variances(const bbkb *st, const kb_chol *L, const double *Zr,
                            const double *resid, size_t n, double *out)
 {
     size_t r = st->r;
@@ -42,33 +41,12 @@ int kb__bbkb_row_variances(const bbkb *st, const double *L, const double *Zr,
         return KB_ENOMEM;
     if (r && n) {
         memcpy(T, Zr, n * r * sizeof *T);
-        cblas_dtrsm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)n,
-                    (int)r, 1.0, L, (int)r, T, (int)r);
+        kb__chol_trsm_rows(L, T, n, r);
     }
     for (size_t i = 0; i < n; i++)
         out[i] = resid[i] / st->lambda + (r ? cblas_ddot((int)r, T + i * r, 1, T + i * r, 1) : 0);
     free(T);
     return KB_OK;
-}
-
-/* L L^T + x x^T = L' L'^T by Givens rotations (x is destroyed; L column-major). */
-void kb__bbkb_chol_update(double *L, size_t r, double *x)
-{
-    for (size_t k = 0; k < r; k++) {
-        double lkk = L[k * r + k], h = hypot(lkk, x[k]);
-        double c = lkk / h, s = x[k] / h;
-        L[k * r + k] = h;
-        if (k + 1 < r)
-            cblas_drot((int)(r - k - 1), L + k * r + k + 1, 1, x + k + 1, 1, c, s);
-    }
-}
-
-/* L (column-major) = chol(V), V row-major with its lower triangle set. */
-int kb__bbkb_cholesky(size_t r, const double *V, double *L)
-{
-    cblas_domatcopy(CblasRowMajor, CblasTrans, (int)r, (int)r, 1.0, V, (int)r, L, (int)r);
-    return LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', (lapack_int)r, L, (lapack_int)r) ? KB_ENUMERIC
-                                                                                 : KB_OK;
 }
 
 /* sigma~^2_start(x_i), exactly: var_start[i] carries low_rank_start's error. */
@@ -77,13 +55,13 @@ double kb__bbkb_start_variance(bbkb *st, size_t i)
     if (st->start_err == 0.0)
         return st->var_start[i];
     const double *z = kb__bbkb_zrow(st, i);
-    return st->resid[i] / st->lambda + kb__bbkb_quad_form(st, st->Lstart, z);
+    return st->resid[i] / st->lambda + kb__bbkb_quad_form(st, &st->Lstart, z);
 }
 
 /* F (r x rank, column-major) with F F^T = I / lambda - V^{-1}, V = L L^T: pivoted
  * Cholesky, since the matrix is only semidefinite (no data along a direction leaves a
  * zero eigenvalue). tol 0 stops at a non-positive pivot: what is dropped is round-off. */
-static int variance_factor(const bbkb *st, const double *L, double **F, size_t *rank)
+static int variance_factor(const bbkb *st, const kb_chol *L, double **F, size_t *rank)
 {
     size_t r = st->r;
     lapack_int rk = 0, *piv = malloc(r * sizeof *piv);
@@ -91,7 +69,8 @@ static int variance_factor(const bbkb *st, const double *L, double **F, size_t *
     *F = calloc(r * r, sizeof **F);
     int rc = piv && M && *F ? KB_OK : KB_ENOMEM;
     if (!rc) {
-        memcpy(M, L, r * r * sizeof *M);
+        LAPACKE_dlacpy(LAPACK_COL_MAJOR, 'L', (lapack_int)r, (lapack_int)r, L->L,
+                       (lapack_int)L->cap, M, (lapack_int)r);
         if (LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r))
             rc = KB_ENUMERIC;
     }
@@ -152,7 +131,7 @@ int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
  * mu is not NULL: eq. (3), (k - ||z||^2) / lambda + z^T V^{-1} z, is
  * k / lambda - z^T (I / lambda - V^{-1}) z = k / lambda - ||k_S(x)^T W F||^2, and
  * mu = k_S(x)^T (W w) rides along as one more column (kb__bbkb_subtract_forms). */
-int kb__bbkb_candidate_posterior(bbkb *st, const double *L, double *var, double *mu)
+int kb__bbkb_candidate_posterior(bbkb *st, const kb_chol *L, double *var, double *mu)
 {
     size_t A = st->A, r = st->r, m = st->m, k = 0;
     for (size_t i = 0; i < A; i++)
@@ -211,9 +190,11 @@ static int embed_data(kb_engine *e, const dataset *ds, double *R)
     return rc;
 }
 
-/* What rebuild_model makes: V, Vt (V_told), L, Ls (Lstart), r x r each; w and buf, r. */
+/* What rebuild_model makes: V, Vt (V_told), r x r each; L and Ls (Lstart), column-major
+ * factors; w and buf, r. */
 typedef struct model {
-    double *V, *Vt, *L, *Ls, *w, *buf;
+    double *V, *Vt, *w, *buf;
+    kb_chol L, Ls;
 } model;
 
 /* M = lambda I + R^T diag(c) R (lower triangle), c_j = n_told (told) or n_all of row j;
@@ -248,15 +229,19 @@ static int solve_model(const bbkb *st, const dataset *ds, const double *R, doubl
         gram(st, ds, R, Ra, told, told ? md->Vt : md->V);
     for (size_t j = 0; j < n; j++)
         cblas_daxpy((int)r, ds->rows[j].ysum, R + j * r, 1, md->w, 1);
-    if (kb__bbkb_cholesky(r, md->V, md->L))
-        return KB_ENUMERIC;
-    if (all_told)
-        return LAPACKE_dpotrs(LAPACK_COL_MAJOR, 'L', (lapack_int)r, 1, md->L, (lapack_int)r,
-                              md->w, (lapack_int)r) ? KB_ENUMERIC : KB_OK;
-    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, md->Vt, (lapack_int)r) ||
-        LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, 1, md->Vt, (lapack_int)r, md->w, 1))
-        return KB_ENUMERIC;
-    return KB_OK;
+    int rc = kb__chol_factor(&md->L, md->V, r, r);
+    if (rc || all_told) {
+        if (!rc)
+            kb__chol_solve(&md->L, md->w);
+        return rc;
+    }
+    kb_chol Lt;
+    kb__chol_init(&Lt, 0);
+    rc = kb__chol_factor(&Lt, md->Vt, r, r);
+    if (!rc)
+        kb__chol_solve(&Lt, md->w);
+    kb__chol_free(&Lt);
+    return rc;
 }
 
 /* V, L, Lstart and the mean weights w from the data, embedded with the new dictionary. */
@@ -264,35 +249,35 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
 {
     bbkb *st = e->impl;
     size_t r = st->r, n = ds->n ? ds->n : 1, rr = r ? r : 1;
-    model md = {NULL, NULL, NULL, NULL, NULL, NULL};
+    model md = {NULL, NULL, NULL, NULL, {0}, {0}};
+    kb__chol_init(&md.L, 1);
+    kb__chol_init(&md.Ls, 1);
     md.V = calloc(rr * rr, sizeof *md.V);
     md.Vt = calloc(rr * rr, sizeof *md.Vt);
-    md.L = malloc(rr * rr * sizeof *md.L);
-    md.Ls = malloc(rr * rr * sizeof *md.Ls);
     md.w = calloc(rr, sizeof *md.w);
     md.buf = malloc(rr * sizeof *md.buf);
     double *R = malloc(n * rr * sizeof *R), *Ra = malloc(n * rr * sizeof *Ra);
-    int rc = md.V && md.Vt && md.L && md.Ls && md.w && md.buf && R && Ra ? KB_OK : KB_ENOMEM;
+    int rc = md.V && md.Vt && md.w && md.buf && R && Ra ? KB_OK : KB_ENOMEM;
     if (!rc)
         rc = embed_data(e, ds, R);
-    if (!rc && r) {
+    if (!rc && r)
         rc = solve_model(st, ds, R, Ra, &md);
-        memcpy(md.Ls, md.L, r * r * sizeof *md.L);
-    }
+    if (!rc)
+        rc = kb__chol_copy(&md.Ls, &md.L);
     free(md.Vt);
     free(R);
     free(Ra);
     if (rc) {
         free(md.V);
-        free(md.L);
-        free(md.Ls);
+        kb__chol_free(&md.L);
+        kb__chol_free(&md.Ls);
         free(md.w);
         free(md.buf);
         return rc;
     }
     free(st->V);
-    free(st->L);
-    free(st->Lstart);
+    kb__chol_free(&st->L);
+    kb__chol_free(&st->Lstart);
     free(st->w);
     free(st->buf);
     st->V = md.V;

@@ -125,7 +125,7 @@ static int lazy_pick(kb_engine *e, size_t *index)
         }
         if (st->stamp[i] != st->vstamp) {
             const double *z = kb__bbkb_zrow(st, i);
-            st->var[i] = st->resid[i] / st->lambda + kb__bbkb_quad_form(st, st->L, z);
+            st->var[i] = st->resid[i] / st->lambda + kb__bbkb_quad_form(st, &st->L, z);
             st->stamp[i] = st->vstamp;
             st->key[i] = key_of(st, i);
             sift_down(st, 0);
@@ -152,7 +152,7 @@ int kb__bbkb_pick(kb_engine *e, size_t *index)
 
 int kb__bbkb_refresh_all_variances(bbkb *st)
 {
-    int rc = kb__bbkb_candidate_posterior(st, st->L, st->var, NULL);
+    int rc = kb__bbkb_candidate_posterior(st, &st->L, st->var, NULL);
     if (rc)
         return rc;
     st->vstamp++;
@@ -179,10 +179,7 @@ static int start_covariance_column(kb_engine *e, size_t j, double *col)
     }
     const double *zj = kb__bbkb_zrow(st, j);
     memcpy(v, zj, r * sizeof *v);
-    cblas_dtrsv(CblasColMajor, CblasLower, CblasNoTrans, CblasNonUnit, (int)r, st->Lstart,
-                (int)r, v, 1);
-    cblas_dtrsv(CblasColMajor, CblasLower, CblasTrans, CblasNonUnit, (int)r, st->Lstart,
-                (int)r, v, 1);
+    kb__chol_solve(&st->Lstart, v);
     cblas_daxpy((int)r, -1.0 / st->lambda, zj, 1, v, 1);
     /* z_i^T v = k_S(x_i)^T (W v) */
     cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)st->m, (int)r, 1.0, st->W, (int)r, v, 1,

@@ -1,0 +1,248 @@
+/*
+ * chol.c - the one Cholesky factor every engine uses (kb_chol, internal.h): a growable
+ * lower-triangular L with L L^T = A, built from scratch (LAPACKE dpotrf), grown by one
+ * row (CBLAS dtrsv), changed by a rank-one update (Givens rotations, drot) or downdate
+ * (hyperbolic rotations), and the triangular solves on it (dtrsv / dtrsm).
+ *
+ * Storage. L is cap x cap with the factor's n x n lower triangle in its top-left corner,
+ * row-major or column-major (`colmajor`). Both orders exist because the engines' hot
+ * paths differ: gp-ucb, gp-ts and pi-gp-ucb append rows, which are contiguous row-major;
+ * BBKB rotates one column per dictionary coordinate on every hand-out, contiguous
+ * column-major. Every operation passes the order through to the same BLAS/LAPACK call,
+ * so each engine, keeping the order it had, makes the calls it made before the factor
+ * was shared (kb-bench runs of every engine made the same choices before and after).
+ * Only the lower triangle is the factor: every call reads it alone, and what lies above
+ * is unspecified (LAPACKE's row-major dpotrf writes there). kb__chol_reserve grows to exactly what it is
+ * asked (an engine growing row arrays alongside passes their capacity); appending
+ * doubles the capacity when full. A zeroed kb_chol is an empty row-major factor.
+ *
+ * The jitter rule, the same for a factorization from scratch and for an appended row:
+ * a factor is accepted when every pivot^2 is positive as computed (LAPACK's own test in
+ * dpotrf, and pivot^2 = a_nn - |L^{-1} a|^2 > 0 for an appended row, so that appending
+ * rows one by one accepts the same matrices as factoring them at once). Otherwise the
+ * rows being factored (all of them, or the new one) get j added to their diagonal,
+ * j = 1e-10 s, then 100 times more per failure up to 1e-2 s, s their mean diagonal
+ * entry (1 when that is not positive and finite); KB_ENUMERIC beyond. Why: the engines
+ * factor K + noise I, positive definite in exact arithmetic with pivot^2 >= noise, and
+ * kernel matrices without noise (sgp-ts's K_ZZ), positive semi-definite; a failure is
+ * then rounding, and the smallest jitter that restores definiteness perturbs the model
+ * least. 1e-10 of the diagonal is far above the rounding of a factorization (n eps
+ * relative) and far below any noise the engines use (>= 1e-6 when fitted, hyper.c);
+ * past 1e-2 the matrix is not a covariance up to rounding (NaN, a negative eigenvalue)
+ * and failing is the honest answer. The jitter used is kept in `jitter`.
+ */
+#include "internal.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the ladder: 1e-10, 1e-8, ..., 1e-2 times the diagonal scale */
+#define JITTER_FIRST 1e-10
+#define JITTER_STEP 100.0
+#define JITTER_TRIES 5
+
+/* Strides of L(i, j) = L[i * rs + j * cs]. */
+static size_t row_stride(const kb_chol *f) { return f->colmajor ? 1 : f->cap; }
+static size_t col_stride(const kb_chol *f) { return f->colmajor ? f->cap : 1; }
+
+static CBLAS_ORDER order(const kb_chol *f) { return f->colmajor ? CblasColMajor : CblasRowMajor; }
+
+void kb__chol_init(kb_chol *f, int colmajor)
+{
+    memset(f, 0, sizeof *f);
+    f->colmajor = colmajor;
+}
+
+void kb__chol_free(kb_chol *f)
+{
+    free(f->L);
+    f->L = NULL;
+    f->n = f->cap = 0;
+}
+
+int kb__chol_reserve(kb_chol *f, size_t need)
+{
+    if (need <= f->cap)
+        return KB_OK;
+    double *p = calloc(need * need, sizeof *p);
+    if (!p)
+        return KB_ENOMEM;
+    /* the lower triangle: row i (row-major) or column i (column-major) from its start
+     * (row-major) or its diagonal (column-major) */
+    for (size_t i = 0; i < f->n; i++) {
+        size_t from = f->colmajor ? i : 0, len = f->colmajor ? f->n - i : i + 1;
+        memcpy(p + i * need + from, f->L + i * f->cap + from, len * sizeof *p);
+    }
+    free(f->L);
+    f->L = p;
+    f->cap = need;
+    return KB_OK;
+}
+
+int kb__chol_copy(kb_chol *dst, const kb_chol *src)
+{
+    if (dst->colmajor != src->colmajor)
+        return KB_EINVAL;
+    kb__chol_truncate(dst, 0);
+    if (kb__chol_reserve(dst, src->n))
+        return KB_ENOMEM;
+    LAPACKE_dlacpy(src->colmajor ? LAPACK_COL_MAJOR : LAPACK_ROW_MAJOR, 'L',
+                   (lapack_int)src->n, (lapack_int)src->n, src->L, (lapack_int)src->cap,
+                   dst->L, (lapack_int)dst->cap);
+    dst->n = src->n;
+    dst->jitter = src->jitter;
+    return KB_OK;
+}
+
+/* L's lower triangle = A's (row-major, lda), plus j on the diagonal. */
+static void load(kb_chol *f, const double *A, size_t n, size_t lda, double j)
+{
+    size_t rs = row_stride(f), cs = col_stride(f);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k <= i; k++)
+            f->L[i * rs + k * cs] = A[i * lda + k];
+        f->L[i * rs + i * cs] += j;
+    }
+}
+
+static double mean_diagonal(const double *A, size_t n, size_t lda)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += A[i * lda + i] / (double)n;
+    return s > 0.0 && isfinite(s) ? s : 1.0;
+}
+
+/* The jitter of try t of the ladder (t = 0: none), s the scale of the diagonal. */
+static double jitter_at(int t, double s)
+{
+    double j = t ? JITTER_FIRST * s : 0.0;
+    while (t-- > 1)
+        j *= JITTER_STEP;
+    return j;
+}
+
+int kb__chol_factor(kb_chol *f, const double *A, size_t n, size_t lda)
+{
+    if (kb__chol_reserve(f, n))
+        return KB_ENOMEM;
+    f->n = 0;
+    int layout = f->colmajor ? LAPACK_COL_MAJOR : LAPACK_ROW_MAJOR;
+    double s = mean_diagonal(A, n, lda);
+    for (int t = 0; t <= JITTER_TRIES; t++) {
+        double j = jitter_at(t, s);
+        load(f, A, n, lda, j);
+        if (n == 0 || LAPACKE_dpotrf(layout, 'L', (lapack_int)n, f->L, (lapack_int)f->cap) == 0) {
+            f->n = n;
+            f->jitter = j;
+            return KB_OK;
+        }
+    }
+    return KB_ENUMERIC;
+}
+
+int kb__chol_append(kb_chol *f, double *a, double ann, double *schur)
+{
+    size_t n = f->n;
+    if (n + 1 > f->cap && kb__chol_reserve(f, f->cap > 4 ? 2 * f->cap : 8))
+        return KB_ENOMEM;
+    double l2 = 0.0;
+    if (n) {
+        kb__chol_trsv(f, 0, a);
+        l2 = cblas_ddot((int)n, a, 1, a, 1);
+    }
+    double s = ann > 0.0 && isfinite(ann) ? ann : 1.0, j = 0.0, p2 = ann - l2;
+    for (int t = 1; !(p2 > 0.0) && t <= JITTER_TRIES; t++) {
+        j = jitter_at(t, s);
+        p2 = ann + j - l2;
+    }
+    if (!(p2 > 0.0))
+        return KB_ENUMERIC;
+    f->jitter = fmax(f->jitter, j);
+    if (schur)
+        *schur = p2;
+    cblas_dcopy((int)n, a, 1, f->L + n * row_stride(f), (int)col_stride(f));
+    f->L[n * (f->cap + 1)] = sqrt(p2);
+    f->n = n + 1;
+    return KB_OK;
+}
+
+/* Index of the first nonzero of x[0..n), or n: rotations before it are identities. */
+static size_t first_nonzero(const double *x, size_t n)
+{
+    size_t k = 0;
+    while (k < n && x[k] == 0.0)
+        k++;
+    return k;
+}
+
+void kb__chol_update(kb_chol *f, double *x)
+{
+    size_t n = f->n, rs = row_stride(f);
+    for (size_t k = first_nonzero(x, n); k < n; k++) {
+        double *lkk = f->L + k * (f->cap + 1), h = hypot(*lkk, x[k]);
+        double c = *lkk / h, s = x[k] / h;
+        *lkk = h;
+        if (k + 1 < n)
+            cblas_drot((int)(n - k - 1), lkk + rs, (int)rs, x + k + 1, 1, c, s);
+    }
+}
+
+int kb__chol_downdate(kb_chol *f, double *x)
+{
+    size_t n = f->n, rs = row_stride(f);
+    for (size_t k = first_nonzero(x, n); k < n; k++) {
+        double *lkk = f->L + k * (f->cap + 1);
+        double r2 = *lkk * *lkk - x[k] * x[k];
+        if (!(r2 > 0.0))
+            return KB_ENUMERIC;
+        double r = sqrt(r2), c = r / *lkk, s = x[k] / *lkk;
+        *lkk = r;
+        int m = (int)(n - k - 1);
+        if (m == 0)
+            break;
+        /* column k below the diagonal and x: [c' -s'; -s' c'] with c' = 1/c, s' = s/c */
+        double *col = lkk + rs;
+        cblas_daxpy(m, -s, x + k + 1, 1, col, (int)rs);
+        cblas_dscal(m, 1.0 / c, col, (int)rs);
+        cblas_dscal(m, c, x + k + 1, 1);
+        cblas_daxpy(m, -s, col, (int)rs, x + k + 1, 1);
+    }
+    return KB_OK;
+}
+
+void kb__chol_trsv(const kb_chol *f, int trans, double *x)
+{
+    if (f->n)
+        cblas_dtrsv(order(f), CblasLower, trans ? CblasTrans : CblasNoTrans, CblasNonUnit,
+                    (int)f->n, f->L, (int)f->cap, x, 1);
+}
+
+void kb__chol_solve(const kb_chol *f, double *x)
+{
+    kb__chol_trsv(f, 0, x);
+    kb__chol_trsv(f, 1, x);
+}
+
+/* A column-major L is the row-major upper triangle U = L^T: op(U) = U^T is L. */
+void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t ldb)
+{
+    if (!f->n || !nrhs)
+        return;
+    int t = f->colmajor ? !trans : trans;
+    cblas_dtrsm(CblasRowMajor, CblasLeft, f->colmajor ? CblasUpper : CblasLower,
+                t ? CblasTrans : CblasNoTrans, CblasNonUnit, (int)f->n, (int)nrhs, 1.0, f->L,
+                (int)f->cap, B, (int)ldb);
+}
+
+void kb__chol_trsm_rows(const kb_chol *f, double *Z, size_t m, size_t ldz)
+{
+    if (!f->n || !m)
+        return;
+    cblas_dtrsm(CblasRowMajor, CblasRight, f->colmajor ? CblasUpper : CblasLower,
+                f->colmajor ? CblasNoTrans : CblasTrans, CblasNonUnit, (int)m, (int)f->n, 1.0,
+                f->L, (int)f->cap, Z, (int)ldz);
+}
