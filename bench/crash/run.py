@@ -18,7 +18,7 @@ the last cycle every tell acknowledged in any cycle is read back again and
 `PRAGMA integrity_check` runs on the database.
 
 Prints one JSON line per cycle and a summary line (lost tells, restart-time quantiles,
-tells per cycle). Exits 1 if a tell was lost or changed. Loopback only; stops after CYCLES
+tells per cycle, how many were acknowledged by batch tells). Exits 1 if a tell was lost or changed. Loopback only; stops after CYCLES
 cycles or MAX_SECONDS, whichever comes first. Python 3 standard library only; nothing is
 written outside DIR (a new temporary directory by default).
 """
@@ -92,6 +92,7 @@ class Load:
     def __init__(self, port, sids, workers, rng_seed):
         self.port, self.sids = port, sids
         self.acked, self.errors, self.lock = {}, [], threading.Lock()
+        self.in_batches = 0  # of the acked tells, those acknowledged by a batch tell
         self.threads = [threading.Thread(target=self.worker, args=(i, rng_seed + i))
                         for i in range(workers)]
 
@@ -133,6 +134,7 @@ class Load:
                 raise RuntimeError(f"batch tell item: {item}")
             with self.lock:
                 self.acked[(sid, item["trial_id"])] = told[item["trial_id"]]
+                self.in_batches += 1
 
     def run_until(self, seconds):
         for t in self.threads:
@@ -209,7 +211,7 @@ def main():
     t_start = time.monotonic()
     d.start()
     sids = create_studies(d.port, args.studies, args.engine)
-    all_acked, restarts, per_cycle, lost = {}, [], [], []
+    all_acked, restarts, per_cycle, lost, in_batches = {}, [], [], [], 0
     for cycle in range(args.cycles):
         if time.monotonic() - t_start > args.max_seconds:
             break
@@ -225,6 +227,7 @@ def main():
         all_acked |= load.acked
         restarts.append(restart_s)
         per_cycle.append(len(load.acked))
+        in_batches += load.in_batches
         lost += bad
         print(json.dumps({"cycle": cycle, "acked_tells": len(load.acked), "lost": len(bad),
                           "restart_to_healthz_s": round(restart_s, 4),
@@ -236,7 +239,7 @@ def main():
     integrity = con.execute("PRAGMA integrity_check").fetchall()
     con.close()
     print(json.dumps({
-        "cycles": len(restarts), "acked_tells": len(all_acked),
+        "cycles": len(restarts), "acked_tells": len(all_acked), "acked_in_batches": in_batches,
         "lost_at_restart": len(lost), "lost_at_end": len(final_bad), "integrity": integrity[0][0],
         "tells_per_cycle": {"min": min(per_cycle, default=0), "median": quantile(per_cycle, 0.5) if per_cycle else 0,
                             "max": max(per_cycle, default=0)},
