@@ -693,10 +693,11 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
     abort();
 }
 
-/* libmicrohttpd's limit is twice the cap: beyond its limit it refuses a connection,
- * whoever holds the slots, so the cap is kept by conn_guard (evicting the connection that
- * waited longest on its client), and the margin lets new connections reach the guard
- * while evicted ones are still closing (it is split over the pool threads). */
+/* Beyond its limit libmicrohttpd refuses a connection whoever holds the slots, so the cap
+ * is kept by conn_guard (evicting the connection that waited longest on its client), and
+ * libmicrohttpd's limit is (threads + 1) times the cap: it splits its limit over the pool
+ * threads, which accept unevenly, and each share must stay above the cap so that a new
+ * connection reaches the guard while evicted ones are still closing. */
 int http_start(const http_config *cfg)
 {
     MHD_set_panic_func(mhd_panic, NULL);
@@ -719,7 +720,7 @@ int http_start(const http_config *cfg)
         MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
         NULL, MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
         MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, NULL,
-        MHD_OPTION_CONNECTION_LIMIT, 2 * cfg->max_connections,
+        MHD_OPTION_CONNECTION_LIMIT, (cfg->threads + 1) * cfg->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
