@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
-enum { FRESH = 0, SERVED = 1, BUSY, EVICTED };
+enum { FRESH = 0, SERVED = 1, BUSY, EVICTED, KEEP /* move(): stay in the same list */ };
 
 typedef struct guarded {
     struct guarded *prev, *next;
@@ -99,6 +99,8 @@ static guarded *victim(const guarded *arriving)
 static void started(struct MHD_Connection *c, void **socket_context)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return; /* no socket to shut down: left untracked (MHD always has one) */
     guarded *e = calloc(1, sizeof *e);
     if (!e) { /* untracked, it could never be evicted: refuse it instead */
         shutdown(ci->connect_fd, SHUT_RDWR);
@@ -147,37 +149,25 @@ static guarded *entry_of(struct MHD_Connection *c)
     return ci ? ci->socket_context : NULL;
 }
 
-void conn_guard_progress(struct MHD_Connection *c)
+/* Moves c's entry, unless it was evicted: to the end of its own list (KEEP: progress,
+ * only while waiting on the client), out of the lists (BUSY) or to the end of SERVED. */
+static void move(struct MHD_Connection *c, int to)
 {
     guarded *e = entry_of(c);
     if (!e)
         return;
     pthread_mutex_lock(&g.lock);
-    if (e->where == FRESH || e->where == SERVED)
+    if (to == KEEP && (e->where == FRESH || e->where == SERVED)) {
         append(e, e->where);
-    pthread_mutex_unlock(&g.lock);
-}
-
-void conn_guard_busy(struct MHD_Connection *c)
-{
-    guarded *e = entry_of(c);
-    if (!e)
-        return;
-    pthread_mutex_lock(&g.lock);
-    if (e->where != EVICTED) {
+    } else if (to == BUSY && e->where != EVICTED) {
         unlink_entry(e);
         e->where = BUSY;
+    } else if (to == SERVED && e->where != EVICTED) {
+        append(e, SERVED);
     }
     pthread_mutex_unlock(&g.lock);
 }
 
-void conn_guard_done(struct MHD_Connection *c)
-{
-    guarded *e = entry_of(c);
-    if (!e)
-        return;
-    pthread_mutex_lock(&g.lock);
-    if (e->where != EVICTED)
-        append(e, SERVED);
-    pthread_mutex_unlock(&g.lock);
-}
+void conn_guard_progress(struct MHD_Connection *c) { move(c, KEEP); }
+void conn_guard_busy(struct MHD_Connection *c) { move(c, BUSY); }
+void conn_guard_done(struct MHD_Connection *c) { move(c, SERVED); }
