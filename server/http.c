@@ -26,6 +26,7 @@
  */
 #include "http.h"
 
+#include "conn_guard.h"
 #include "log.h"
 #include "metrics.h"
 #include "../proto/numfmt.h"
@@ -600,6 +601,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         rq->t0 = mono_sec();
         rq->route = -1;
         *con_cls = rq;
+        conn_guard_progress(conn);
         if (on_headers(rq, url, method, &rc)) {
             rq->ready = -1; /* answered: ignore any body */
             return (enum MHD_Result)rc;
@@ -607,6 +609,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         return MHD_YES;
     }
     if (*upload_data_size) {
+        conn_guard_progress(conn);
         body_result br = rq->ready ? BODY_MORE : body_append(rq, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return br == BODY_DROP ? MHD_NO : MHD_YES;
@@ -620,6 +623,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         }
         rq->ready = 1;
     }
+    conn_guard_busy(conn);
     if (rq->pending.s)
         return (enum MHD_Result)resume_kept(rq);
     study_defer_begin();
@@ -634,7 +638,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)conn;
+    conn_guard_done(conn);
     request *rq = *con_cls;
     if (!rq)
         return;
@@ -689,9 +693,15 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
     abort();
 }
 
+/* Beyond its limit libmicrohttpd refuses a connection whoever holds the slots, so the cap
+ * is kept by conn_guard (evicting the connection that waited longest on its client), and
+ * libmicrohttpd's limit is (threads + 1) times the cap: it splits its limit over the pool
+ * threads, which accept unevenly, and each share must stay above the cap so that a new
+ * connection reaches the guard while evicted ones are still closing. */
 int http_start(const http_config *cfg)
 {
     MHD_set_panic_func(mhd_panic, NULL);
+    conn_guard_init(cfg->max_connections);
     srv.cfg = *cfg;
     srv.quiesced_fd = -1;
     atomic_store(&srv.quiescing, 0);
@@ -709,7 +719,8 @@ int http_start(const http_config *cfg)
         MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd,
         MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
         NULL, MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
+        MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, (cfg->threads + 1) * cfg->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);

@@ -1,14 +1,16 @@
 /*
  * metrics.c - This file contains the request counters and latency histograms, kept in
  * fixed arrays of atomics indexed by route (so recording never takes a lock), and the
- * Prometheus text rendering: those, the registry's figures, the standard process_*
- * metrics (read from /proc at scrape time) and kbandit_build_info.
+ * Prometheus text rendering: those, the registry's figures, the connections evicted at
+ * the cap (conn_guard.c), the standard process_* metrics (read from /proc at scrape
+ * time) and kbandit_build_info.
  *
  * Invariant: every *_total is a counter that never goes down while the process lives
  * (the registry keeps the totals of deleted studies); gauges may.
  */
 #include "metrics.h"
 
+#include "conn_guard.h"
 #include "http.h"
 #include "study.h"
 #include "../proto/numfmt.h"
@@ -225,6 +227,9 @@ char *metrics_render(size_t *len)
             (unsigned long long)st.resparsifications, st.engine_sec,
             (unsigned long long)st.store_batches, (unsigned long long)st.store_ops,
             (unsigned long long)st.store_syncs);
+    fprintf(f, "# HELP kbandit_connections_evicted_total Connections closed to make room at --max-connections.\n"
+               "# TYPE kbandit_connections_evicted_total counter\n"
+               "kbandit_connections_evicted_total %llu\n", conn_guard_evicted());
     render_process(f);
     fclose(f);
     return buf;

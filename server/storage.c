@@ -228,9 +228,14 @@ static conn *conn_raw(store *s)
     if (!c)
         return NULL;
     c->owner = s;
+    /* The busy timeout comes before the pragmas: they take locks too, and without it a
+     * connection opened while another one held a lock (a checkpoint, WAL recovery after a
+     * crash) failed at once with "database is locked", and so did the study rebuild that
+     * needed it (bench/crash/run.py, cycle 73 of 100). */
     if (sqlite3_open_v2(s->path, &c->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK ||
+        sqlite3_busy_timeout(c->db, 10000) != SQLITE_OK ||
         sqlite3_exec(c->db,
                      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
                      "PRAGMA foreign_keys=ON; PRAGMA secure_delete=OFF; PRAGMA wal_autocheckpoint=10000;",
@@ -239,7 +244,6 @@ static conn *conn_raw(store *s)
         conn_free(c);
         return NULL;
     }
-    sqlite3_busy_timeout(c->db, 10000);
     return c;
 }
 

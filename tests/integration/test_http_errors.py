@@ -1,13 +1,16 @@
 """This file contains the HTTP status paths (400, 401, 404, 405, 409, 413, 415), bearer
 auth on and off, exactly-once tell, HEAD, and the start-up refusal of an unauthenticated
 non-loopback listener."""
+import http.client
+import json
 import socket
+import threading
 import time
 
 import pytest
 import requests
 
-from conftest import ask, create_study, error_of, tell
+from conftest import ask, create_study, error_of, metrics, tell
 
 
 def test_exactly_once_tell(api):
@@ -268,6 +271,72 @@ def test_connection_limits_and_idle_timeout(daemons):
     bad = daemons(args=["--max-connections", "0"], start=False)
     bad.start(expect_fail=True)
     assert not bad.running and "invalid --max-connections" in bad.stderr()
+
+
+def still_open(s):
+    """No close from the daemon within 0.2 s (the socket is left as it was)."""
+    s.settimeout(0.2)
+    try:
+        return s.recv(1024) != b""
+    except socket.timeout:
+        return True
+    except ConnectionResetError:
+        return False
+
+
+def test_connection_cap_evicts_stalled_not_newcomers(daemons):
+    """Issue 16 item 4, target "with 5,000 hostile connections open, a well-behaved client
+    keeps its p99 under 50 ms": stalled connections from enough addresses filled the total
+    cap and every new connection was closed at once. At the cap, a new connection evicts
+    the one that waited longest on its client, one that never completed a request first:
+    a newcomer is served, a kept-alive worker and a suspended long-poll are not cut."""
+    d = daemons(args=["--max-connections", "8"])
+    api = d.client()
+    sid = create_study(api, "cap", space={"type": "candidates", "candidates": [[0.0, 1.0]]},
+                       settings={"repeats": "no_pending"})["id"]
+    ask(api, sid, worker="holder")  # the only candidate is pending: the next ask waits
+    api.close()
+    worker = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
+    worker.request("GET", "/healthz")
+    assert worker.getresponse().read()
+    poll = {}
+
+    def long_poll():
+        c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+        c.request("POST", f"/v1/studies/{sid}/ask", body='{"worker": "w", "wait_ms": 3000}',
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        poll["status"], poll["body"] = r.status, r.read()
+        c.close()
+
+    th = threading.Thread(target=long_poll)
+    th.start()
+    time.sleep(0.3)  # suspended before the flood
+    hostile = []
+    for i in range(16):  # from 4 addresses, below the per-address cap
+        s = socket.socket()
+        s.bind((f"127.0.0.{2 + i % 4}", 0))
+        s.connect(("127.0.0.1", d.port))
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x")  # headers never finished
+        hostile.append(s)
+        time.sleep(0.03)  # arrivals in this order
+    for _ in range(3):  # newcomers, each on a new connection
+        assert requests.get(f"{d.url}/healthz", headers={"Connection": "close"}, timeout=5).status_code == 200
+    worker.request("GET", "/healthz")  # the same kept-alive connection
+    assert worker.getresponse().status == 200
+    worker.close()
+    th.join(30)
+    assert poll.get("status") == 200 and json.loads(poll["body"])["trials"] == [], poll
+    open_now = [still_open(s) for s in hostile]
+    # 8 slots: the worker, the long-poll and the 6 newest hostile ones; the first newcomer
+    # evicted the oldest of those, the next ones one more each unless the newcomer before
+    # them was already cleaned up. Always the oldest first (10-12 may arrive in any order).
+    evicted = open_now.count(False)
+    assert 11 <= evicted <= 13 and not any(open_now[:10]) and all(open_now[13:]), open_now
+    m = metrics(d.client())
+    assert m[("kbandit_connections_evicted_total", ())] == evicted
+    for s in hostile:
+        s.close()
 
 
 def raw_error_reply(port, request_bytes):

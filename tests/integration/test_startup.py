@@ -1,6 +1,10 @@
 """This file contains start-up tests of issue 14: strict KB_* booleans (KB_INSECURE=false
-used to turn insecure mode on), --version, and the defaults shown by --help."""
+used to turn insecure mode on), --version, and the defaults shown by --help; and of issue
+16: a database another connection holds locked for a moment is waited for, not refused."""
+import sqlite3
 import subprocess
+import threading
+import time
 
 import requests
 
@@ -58,3 +62,26 @@ def test_listen_errors_carry_errno(daemons):
     busy = daemons()
     err = start_fails(daemons, listen=f"127.0.0.1:{busy.port}")
     assert "cannot listen" in err and "Address already in use" in err, err
+
+
+def test_database_locked_for_a_moment_is_waited_for(daemons):
+    """Issue 16, found by bench/crash/run.py: every new SQLite connection ran its pragmas
+    before setting its busy timeout, so one opened while another held a lock (a
+    checkpoint, WAL recovery after a crash) failed at once with "database is locked"; the
+    study rebuild that needed it failed and the study answered 404. Here the lock is held
+    by another process's connection while the daemon starts."""
+    d = daemons(name="locked")
+    d.stop()
+    holder = sqlite3.connect(d.db, isolation_level=None, check_same_thread=False)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(1.0, holder.close)  # closing ends the transaction and the lock
+    release.start()
+    try:
+        t0 = time.monotonic()
+        d.start()
+        assert requests.get(f"{d.url}/healthz", timeout=10).status_code == 200
+        assert time.monotonic() - t0 >= 0.9, "the lock was not held while the daemon opened"
+    finally:
+        release.join()
+    assert "database is locked" not in d.stderr()

@@ -1,0 +1,173 @@
+/*
+ * conn_guard.c - This file contains the connection cap of kbanditd: which open connection
+ * gives way when a new one arrives at --max-connections (issue 16 item 4).
+ *
+ * Why: libmicrohttpd refuses a new connection once its limit is reached, whoever holds
+ * the slots. Idle or slowly-sending connections (slowloris) from enough addresses fill
+ * every slot and starve new well-behaved clients; timeouts alone cannot help, since a
+ * client sending a byte now and then is never idle. So libmicrohttpd's own limit is set
+ * above the cap (http.c) and the guard keeps the cap itself: a new connection beyond it
+ * evicts the connection that has waited longest on its client.
+ *
+ * Invariants (all under g.lock):
+ *  - every started connection has one `guarded` entry (its socket context) until
+ *    libmicrohttpd reports it closed; `where` says in which state it is:
+ *    FRESH / SERVED: waiting for its client's bytes (request headers or body), in the
+ *      list of that name, ordered by the last progress (oldest first); FRESH ones have
+ *      had no request answered yet, SERVED ones at least one (kept-alive workers);
+ *    BUSY: its request is being handled (long-polls and commit waits included): never
+ *      evicted, in no list;
+ *    EVICTED: shut down by the guard, waiting for libmicrohttpd to close it, in no list.
+ *  - `live` counts the entries not EVICTED; after a start it is at most the cap unless
+ *    every other connection is BUSY (then the new one itself is evicted).
+ *  - Eviction is shutdown(2) of the socket: libmicrohttpd sees the end of the stream and
+ *    closes the connection in its own thread. The entry is freed in the CLOSED
+ *    notification, which libmicrohttpd calls before it closes the descriptor, so the
+ *    guard never shuts down a descriptor number that was reused.
+ *  - Victims: the oldest FRESH connection first (idle or stalled clients that never
+ *    completed a request: the slowloris shape), then the oldest SERVED one.
+ */
+#include "conn_guard.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+enum { FRESH = 0, SERVED = 1, BUSY, EVICTED, KEEP /* move(): stay in the same list */ };
+
+typedef struct guarded {
+    struct guarded *prev, *next;
+    int fd;
+    int where;
+} guarded;
+
+static struct {
+    pthread_mutex_t lock;
+    guarded *head[2], *tail[2];
+    unsigned live, cap;
+    atomic_ullong evicted;
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void conn_guard_init(unsigned max_connections)
+{
+    g.cap = max_connections;
+}
+
+unsigned long long conn_guard_evicted(void)
+{
+    return atomic_load(&g.evicted);
+}
+
+static void unlink_entry(guarded *e)
+{
+    if (e->where != FRESH && e->where != SERVED)
+        return;
+    *(e->prev ? &e->prev->next : &g.head[e->where]) = e->next;
+    *(e->next ? &e->next->prev : &g.tail[e->where]) = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void append(guarded *e, int list)
+{
+    unlink_entry(e);
+    e->where = list;
+    e->prev = g.tail[list];
+    *(g.tail[list] ? &g.tail[list]->next : &g.head[list]) = e;
+    g.tail[list] = e;
+}
+
+static void evict(guarded *e)
+{
+    unlink_entry(e);
+    e->where = EVICTED;
+    g.live--;
+    shutdown(e->fd, SHUT_RDWR);
+    atomic_fetch_add(&g.evicted, 1);
+}
+
+/* The connection to give way for `arriving`: the oldest waiting one other than it. */
+static guarded *victim(const guarded *arriving)
+{
+    for (int list = FRESH; list <= SERVED; list++)
+        for (guarded *e = g.head[list]; e; e = e->next)
+            if (e != arriving)
+                return e;
+    return NULL;
+}
+
+static void started(struct MHD_Connection *c, void **socket_context)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return; /* no socket to shut down: left untracked (MHD always has one) */
+    guarded *e = calloc(1, sizeof *e);
+    if (!e) { /* untracked, it could never be evicted: refuse it instead */
+        shutdown(ci->connect_fd, SHUT_RDWR);
+        return;
+    }
+    e->fd = ci->connect_fd;
+    e->where = BUSY; /* in no list yet */
+    *socket_context = e;
+    pthread_mutex_lock(&g.lock);
+    append(e, FRESH);
+    g.live++;
+    while (g.live > g.cap) {
+        guarded *v = victim(e);
+        evict(v ? v : e);
+    }
+    pthread_mutex_unlock(&g.lock);
+}
+
+static void closed(void **socket_context)
+{
+    guarded *e = *socket_context;
+    if (!e)
+        return;
+    pthread_mutex_lock(&g.lock);
+    unlink_entry(e);
+    if (e->where != EVICTED)
+        g.live--;
+    pthread_mutex_unlock(&g.lock);
+    free(e);
+    *socket_context = NULL;
+}
+
+void conn_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                       enum MHD_ConnectionNotificationCode code)
+{
+    (void)cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        started(c, socket_context);
+    else
+        closed(socket_context);
+}
+
+static guarded *entry_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Moves c's entry, unless it was evicted: to the end of its own list (KEEP: progress,
+ * only while waiting on the client), out of the lists (BUSY) or to the end of SERVED. */
+static void move(struct MHD_Connection *c, int to)
+{
+    guarded *e = entry_of(c);
+    if (!e)
+        return;
+    pthread_mutex_lock(&g.lock);
+    if (to == KEEP && (e->where == FRESH || e->where == SERVED)) {
+        append(e, e->where);
+    } else if (to == BUSY && e->where != EVICTED) {
+        unlink_entry(e);
+        e->where = BUSY;
+    } else if (to == SERVED && e->where != EVICTED) {
+        append(e, SERVED);
+    }
+    pthread_mutex_unlock(&g.lock);
+}
+
+void conn_guard_progress(struct MHD_Connection *c) { move(c, KEEP); }
+void conn_guard_busy(struct MHD_Connection *c) { move(c, BUSY); }
+void conn_guard_done(struct MHD_Connection *c) { move(c, SERVED); }
