@@ -55,10 +55,10 @@ LIB := $(BUILD)/libkbandit.a
 DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
 BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
 LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so)
-ACQ_COST := $(if $(wildcard bench/acq/acq_cost.c),$(BUILD)/kb-acq-cost $(BUILD)/kb-box-ask)
+ACQ_TOOLS := $(if $(wildcard bench/acq/acq_cost.c),$(BUILD)/kb-acq-cost $(BUILD)/kb-box-ask)
 
 .PHONY: all deps test unit asan run bench bench-quality install clean fuzz
-all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(ACQ_COST) $(UNIT_BIN)
+all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(ACQ_TOOLS) $(UNIT_BIN)
 
 deps:
 	@scripts/install-deps
