@@ -78,7 +78,10 @@ static void check_gradient(const kb_kernel *k, const kb_kernel *ref, const doubl
         if (categorical)
             x[D - 1] = ((double)kb_rng_below(rng, CHOICES) + 0.5) / CHOICES;
         double u = kb__acq_ucb_at(k, NOISE, U, y, N, WIDTH, x, g);
-        categorical ? one_hot(x, xr) : memcpy(xr, x, sizeof x);
+        if (categorical)
+            one_hot(x, xr);
+        else
+            memcpy(xr, x, sizeof x);
         double ud = dense_ucb(ref, R, y, xr);
         if (fabs(u - ud) > 1e-10 * (1 + fabs(ud)))
             fail_msg("kernel %d point %d: UCB %.15g, dense %.15g", k->kind, p, u, ud);
