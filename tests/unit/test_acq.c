@@ -185,11 +185,11 @@ static void refinement_climbs_inside_the_cube(void **state)
 
 /* gp-ucb (fitted) on a box of a float, an integer of 5 values and a categorical of 4
  * choices: after 40 observations and the initial design's asks, an ask fits and redraws
- * the pool, whose last REFINED
- * rows are the best observations moved on the UCB (engine.c refine_pool). They must lie
- * on the integer's and the categorical's levels, in the caller's rows as in the engine's
- * coordinates, and keep their best observation's choice; at least one must have moved
- * off its best observation (else nothing was refined and the check would prove nothing). */
+ * the pool, whose last REFINED rows are the best observations moved on the UCB (engine.c
+ * refine_pool). They must lie on the integer's and the categorical's levels, in the
+ * caller's rows as in the engine's coordinates, and keep their best observation's choice;
+ * at least one must have moved off its best observation (else nothing was refined and the
+ * check would prove nothing). */
 static void refined_rows_lie_on_levels(void **state)
 {
     (void)state;
@@ -254,7 +254,7 @@ static void refined_rows_lie_on_levels(void **state)
 
 /* A 2-d box study on gp-ucb or gp-bucb (fitted, pool of 64): asks and tells of a smooth
  * function, `steps` asks; each handed-out point goes to xs (2 per ask), and *refined
- * counts those taken from a refined pool row (the last REFINED of a pool). */
+ * counts those taken from a refined pool row (the last 4 of a pool: engine.c refine_pool). */
 static void drive(kb_engine *e, int steps, double *xs, int *refined)
 {
     kb_error err;
