@@ -5,9 +5,9 @@
  * 6 coordinates only (the usual case in tuning: most dimensions inactive), asks until
  * its hyperparameters are fitted and its pool was redrawn once, then times --reps pool
  * refreshes with refinement (kb__refresh_pool(e, 1)) and as many without, alternately.
- * Times are CPU time of the calling thread. One JSON line: the medians, their difference (the refinement's cost per refresh) and
- * the refreshes per ask of gp-ucb at this n (one per n / 16 new observations), so the
- * cost per ask is the difference times that rate.
+ * Times are CPU time of the calling thread. One JSON line: the medians, their difference
+ * (the refinement's cost per refresh) and the refreshes per ask of gp-ucb at this n (one
+ * per 1 + n / 16 new observations), so the cost per ask is the difference times that rate.
  *
  *   kb-acq-cost [--dim 20] [--n 1000] [--reps 21] [--seed 1]
  *
@@ -46,8 +46,10 @@ static double median(double *v, size_t n)
 static double objective(const double *x)
 {
     double v = 0.0;
-    for (size_t j = 0; j < 6; j++)
-        v -= (1.0 + (double)j) * (x[j] - 0.2 - 0.1 * (double)j) * (x[j] - 0.2 - 0.1 * (double)j);
+    for (size_t j = 0; j < 6; j++) {
+        double c = 0.2 + 0.1 * (double)j;
+        v -= (1.0 + (double)j) * (x[j] - c) * (x[j] - c);
+    }
     return v + 0.3 * sin(7.0 * x[0] * x[1]);
 }
 

@@ -375,7 +375,8 @@ static int run_load(conn *c0)
            "\"ask_p50_ms\":%.3f,\"ask_p99_ms\":%.3f,\"tell_p50_ms\":%.3f,\"tell_p99_ms\":%.3f,"
            "\"errors\":%d,\"empty_asks\":%zu,\"ops_per_batch\":%.1f,\"tells_per_sync\":%.1f,"
            "\"simple_regret\":%.3g}\n",
-           opt.engine, opt.clients, opt.studies, opt.dim, dt, rt, (double)rt / dt, a50, a99, t50, t99,
+           opt.engine, opt.clients, opt.studies, opt.dim, dt, rt, (double)rt / dt, a50, a99, t50,
+           t99,
            errors, empty, m1[0] > m0[0] ? (m1[1] - m0[1]) / (m1[0] - m0[0]) : 0.0,
            m1[2] > m0[2] ? (double)rt / (m1[2] - m0[2]) : 0.0, studies_regret(ks, best));
     char path[64];
