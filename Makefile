@@ -55,9 +55,10 @@ LIB := $(BUILD)/libkbandit.a
 DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
 BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
 LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so)
+ACQ_TOOLS := $(if $(wildcard bench/acq/acq_cost.c),$(BUILD)/kb-acq-cost $(BUILD)/kb-box-ask)
 
 .PHONY: all deps test unit asan run bench bench-quality install clean fuzz
-all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(UNIT_BIN)
+all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(ACQ_TOOLS) $(UNIT_BIN)
 
 deps:
 	@scripts/install-deps
@@ -88,6 +89,14 @@ $(BUILD)/kb-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 # The daemon load generator (bench/load/, outside kb-bench's wildcard): plain sockets.
 $(BUILD)/kb-load: $(BUILD)/bench/load/kb_load.o
 	$(CC) $(SAN) -o $@ $^ -pthread
+
+# The cost of box pool refinement and of box round trips in-process (bench/acq/: engine
+# internals, from the static library).
+$(BUILD)/kb-acq-cost: $(BUILD)/bench/acq/acq_cost.o $(LIB)
+	$(CC) $(SAN) -o $@ $^ $(LIBS_CORE)
+
+$(BUILD)/kb-box-ask: $(BUILD)/bench/acq/box_ask.o $(LIB)
+	$(CC) $(SAN) -o $@ $^ $(LIBS_CORE)
 
 # LD_PRELOAD shim: a slower fsync, to benchmark the daemon as on a slower disk.
 $(BUILD)/kb-slow-fsync.so: bench/load/slow_fsync.c

@@ -5,18 +5,25 @@
  * prints one JSON line: round trips per second and p50/p99 latency of ask and of tell.
  *
  *   kb-load --port P [--host 127.0.0.1] [--clients 32] [--studies 1] [--seconds 10]
- *           [--engine random] [--token T]
+ *           [--engine random] [--token T] [--dim 4]
  *   kb-load --port P --create ROWSxDIM      time a CSV upload + study creation
  *   kb-load --port P --get PATH [--clients 32] [--seconds 10]
  *                                           GET PATH in a loop: the HTTP stack's ceiling
  *
- * Client k works on study k % studies (studies are created, and deleted at the end).
+ * Client k works on study k % studies (studies are created, and deleted at the end):
+ * boxes of `dim` floats in [0, 1]. A trial is told a smooth function of its point,
+ * -sum_j (x_j - 0.3)^2, so that model-based engines fit a model with some structure (a
+ * constant value makes every fit degenerate and is no workload a user sends). The line
+ * reports the simple regret beside the speed (0 minus the best value told; with several
+ * studies, the worst over studies of each study's best), so that a speed is read with
+ * the quality it was bought at.
  * Any non-2xx answer or protocol error counts as an error and ends that client; the
  * exit status is 1 when there was one. A round trip's latency is measured per request
  * on the client (CLOCK_MONOTONIC), so it includes the loopback and the parsing.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -30,9 +37,10 @@
 
 static struct {
     const char *host, *token, *engine, *create, *get;
-    int port, clients, studies;
+    int port, clients, studies, dim;
     double seconds;
-} opt = {.host = "127.0.0.1", .engine = "random", .clients = 32, .studies = 1, .seconds = 10};
+} opt = {.host = "127.0.0.1", .engine = "random", .clients = 32, .studies = 1, .dim = 4,
+         .seconds = 10};
 
 static double now_sec(void)
 {
@@ -143,6 +151,26 @@ static long long body_int(const conn *c, const char *key)
     return p ? strtoll(p + strlen(key), NULL, 10) : -1;
 }
 
+/* The told value of the first trial in an ask's body: -sum_j (x_j - 0.3)^2 over its
+ * "x" array (the daemon prints it as plain JSON numbers); NAN when there is none. */
+static double trial_value(const conn *c)
+{
+    const char *p = strstr(c->body, "\"x\":[");
+    if (!p)
+        return NAN;
+    p += 5;
+    double v = 0.0;
+    for (int j = 0; j < opt.dim; j++) {
+        char *end;
+        double x = strtod(p, &end);
+        if (end == p)
+            return NAN;
+        v -= (x - 0.3) * (x - 0.3);
+        p = end + 1;
+    }
+    return v;
+}
+
 /* ------------------------------------------------------------ load */
 
 typedef struct lat {
@@ -171,6 +199,7 @@ typedef struct client {
     lat ask, tell;
     int error;
     size_t empty; /* asks answered without a trial */
+    double best;  /* the largest value told (its simple regret is -best: the maximum is 0) */
 } client;
 
 static void *client_main(void *arg)
@@ -200,9 +229,13 @@ static void *client_main(void *arg)
             k->empty++;
             continue;
         }
+        double v = trial_value(&c);
+        char body[64];
         snprintf(path, sizeof path, "/v1/studies/%lld/trials/%lld/tell", k->study, id);
-        if (call(&c, "POST", path, "{\"value\":0.5}"))
+        snprintf(body, sizeof body, "{\"value\":%.17g}", v);
+        if (isnan(v) || call(&c, "POST", path, body))
             break;
+        k->best = v > k->best ? v : k->best;
         double t2 = now_sec();
         if (lat_add(&k->ask, t1 - t0) || lat_add(&k->tell, t2 - t1))
             break;
@@ -274,15 +307,32 @@ static void store_counts(conn *c, double v[3])
     v[2] = metric(c, "kbandit_store_syncs_total");
 }
 
+/* Simple regret of the run: one study's -best, or with several the worst study's. */
+static double studies_regret(const client *ks, double best)
+{
+    if (opt.studies == 1)
+        return -best;
+    double worst = 0.0;
+    for (int sidx = 0; sidx < opt.studies; sidx++) {
+        double b = -INFINITY;
+        for (int i = sidx; i < opt.clients; i += opt.studies)
+            b = ks[i].best > b ? ks[i].best : b;
+        worst = -b > worst ? -b : worst;
+    }
+    return worst;
+}
+
 static int run_load(conn *c0)
 {
     long long *sids = calloc((size_t)opt.studies, sizeof *sids);
     client *ks = calloc((size_t)opt.clients, sizeof *ks);
-    const char *box = "{\"type\":\"box\",\"params\":["
-                      "{\"name\":\"a\",\"type\":\"float\",\"low\":0,\"high\":1},"
-                      "{\"name\":\"b\",\"type\":\"float\",\"low\":0,\"high\":1},"
-                      "{\"name\":\"c\",\"type\":\"float\",\"low\":0,\"high\":1},"
-                      "{\"name\":\"d\",\"type\":\"float\",\"low\":0,\"high\":1}]}";
+    char box[4096];
+    int at = snprintf(box, sizeof box, "{\"type\":\"box\",\"params\":[");
+    for (int j = 0; j < opt.dim; j++)
+        at += snprintf(box + at, sizeof box - (size_t)at,
+                       "%s{\"name\":\"x%d\",\"type\":\"float\",\"low\":0,\"high\":1}",
+                       j ? "," : "", j);
+    snprintf(box + at, sizeof box - (size_t)at, "]}");
     int bad = !sids || !ks;
     for (int i = 0; i < opt.studies && !bad && !opt.get; i++)
         bad = (sids[i] = create_study(c0, box, NULL)) < 1;
@@ -297,15 +347,18 @@ static int run_load(conn *c0)
     for (int i = 0; i < opt.clients; i++) {
         ks[i].study = sids[i % opt.studies];
         ks[i].deadline = t0 + opt.seconds;
+        ks[i].best = -INFINITY;
         pthread_create(&ks[i].th, NULL, client_main, &ks[i]);
     }
     size_t rt = 0, empty = 0;
+    double best = -INFINITY;
     int errors = 0;
     for (int i = 0; i < opt.clients; i++) {
         pthread_join(ks[i].th, NULL);
         rt += opt.get ? ks[i].ask.n : ks[i].tell.n;
         errors += ks[i].error;
         empty += ks[i].empty;
+        best = ks[i].best > best ? ks[i].best : best;
     }
     double dt = now_sec() - t0, a50, a99, t50, t99;
     store_counts(c0, m1);
@@ -318,12 +371,14 @@ static int run_load(conn *c0)
         opt.studies = 0;
     } else
     printf("{\"bench\":\"daemon_load\",\"engine\":\"%s\",\"clients\":%d,\"studies\":%d,"
-           "\"seconds\":%.2f,\"round_trips\":%zu,\"round_trips_per_sec\":%.0f,"
+           "\"dim\":%d,\"seconds\":%.2f,\"round_trips\":%zu,\"round_trips_per_sec\":%.0f,"
            "\"ask_p50_ms\":%.3f,\"ask_p99_ms\":%.3f,\"tell_p50_ms\":%.3f,\"tell_p99_ms\":%.3f,"
-           "\"errors\":%d,\"empty_asks\":%zu,\"ops_per_batch\":%.1f,\"tells_per_sync\":%.1f}\n",
-           opt.engine, opt.clients, opt.studies, dt, rt, (double)rt / dt, a50, a99, t50, t99,
+           "\"errors\":%d,\"empty_asks\":%zu,\"ops_per_batch\":%.1f,\"tells_per_sync\":%.1f,"
+           "\"simple_regret\":%.3g}\n",
+           opt.engine, opt.clients, opt.studies, opt.dim, dt, rt, (double)rt / dt, a50, a99, t50,
+           t99,
            errors, empty, m1[0] > m0[0] ? (m1[1] - m0[1]) / (m1[0] - m0[0]) : 0.0,
-           m1[2] > m0[2] ? (double)rt / (m1[2] - m0[2]) : 0.0);
+           m1[2] > m0[2] ? (double)rt / (m1[2] - m0[2]) : 0.0, studies_regret(ks, best));
     char path[64];
     for (int i = 0; i < opt.studies; i++) {
         snprintf(path, sizeof path, "/v1/studies/%lld", sids[i]);
@@ -387,11 +442,14 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--token")) opt.token = v;
         else if (!strcmp(k, "--create")) opt.create = v;
         else if (!strcmp(k, "--get")) opt.get = v;
+        else if (!strcmp(k, "--dim")) opt.dim = atoi(v);
         else return fprintf(stderr, "unknown option %s\n", k), 2;
     }
-    if (opt.port <= 0 || opt.clients < 1 || opt.studies < 1 || opt.seconds <= 0)
+    if (opt.port <= 0 || opt.clients < 1 || opt.studies < 1 || opt.seconds <= 0 ||
+        opt.dim < 1 || opt.dim > 64)
         return fprintf(stderr, "usage: kb-load --port P [--clients N] [--studies N] "
-                               "[--seconds S] [--engine E] [--token T] [--create RxD]\n"), 2;
+                               "[--seconds S] [--engine E] [--token T] [--dim 1..64] "
+                               "[--create RxD]\n"), 2;
     conn c0 = {0};
     if (conn_open(&c0))
         return 1;

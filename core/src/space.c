@@ -255,26 +255,51 @@ void kb__space_to_internal(const kb_space *s, const double *x, double *u)
         u[j] = (x[j] / s->norm[j] - s->shift[j]) / s->scale[j];
 }
 
-/* Radical inverse of i in base b (van der Corput), the coordinates of Halton points. */
-static double radical_inverse(uint64_t i, unsigned b)
+/* Coordinate j of rows 0..n-1 of a pool: the radical inverses (van der Corput, base b) of
+ * start, start + 1, ..., shifted by `shift` modulo 1: a Halton column. The index's digits
+ * are kept and incremented with carries instead of being divided out for every point,
+ * and b^-(k+1) is tabled: the same floating-point operations in the same order as
+ *   f = 1; r = 0; while (i) { f /= b; r += f * (i % b); i /= b; }
+ * so the pool is bit for bit what that loop gave (checked in tests/unit/test_base.c),
+ * without its 3 divisions per digit (a pool redraw at every bbkb epoch spent most of its
+ * time in them). */
+static void halton_column(kb_space *s, size_t j, uint64_t start, size_t n, unsigned b,
+                          double shift)
 {
-    double f = 1.0, r = 0.0;
-    while (i > 0) {
-        f /= b;
-        r += f * (double)(i % b);
-        i /= b;
+    enum { MAX_DIGITS = 64 }; /* base >= 2 digits of a uint64_t */
+    unsigned digit[MAX_DIGITS];
+    double f[MAX_DIGITS];
+    size_t nd = 0;
+    for (uint64_t i = start; i > 0; i /= b)
+        digit[nd++] = (unsigned)(i % b);
+    f[0] = 1.0 / b;
+    for (size_t k = 1; k < MAX_DIGITS; k++)
+        f[k] = f[k - 1] / b;
+    for (size_t i = 0; i < n; i++) {
+        double r = 0.0;
+        for (size_t k = 0; k < nd; k++)
+            r += f[k] * (double)digit[k];
+        double v = r + shift;
+        s->rows[i * s->dim + j] = v - floor(v);
+        size_t k = 0; /* the next index: add one, carrying */
+        while (k < nd && digit[k] == b - 1)
+            digit[k++] = 0;
+        if (k == nd)
+            digit[nd++] = 1;
+        else
+            digit[k]++;
     }
-    return r;
 }
 
-static unsigned nth_prime(size_t j)
+/* The smallest prime above p: the Halton bases 2, 3, 5, ... one dimension after another
+ * (finding the j-th prime from scratch for every dimension cost O(d^2.5) per redraw). */
+static unsigned next_prime(unsigned p)
 {
-    unsigned p = 2, found = 0;
-    for (;; p++) {
+    for (p++;; p++) {
         unsigned q = 2;
         while (q * q <= p && p % q)
             q++;
-        if (q * q > p && found++ == j)
+        if (q * q > p)
             return p;
     }
 }
@@ -335,13 +360,11 @@ void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t
     /* Cranley-Patterson rotation: a random shift per dimension, modulo 1, makes each
      * refresh a fresh low-discrepancy set. A random start index skips correlations. */
     uint64_t start = 1 + kb_rng_below(rng, 1u << 20);
+    unsigned b = 1;
     for (size_t j = 0; j < s->dim; j++) {
         double shift = kb_rng_uniform(rng);
-        unsigned b = nth_prime(j);
-        for (size_t i = 0; i < n_qmc; i++) {
-            double v = radical_inverse(start + i, b) + shift;
-            s->rows[i * s->dim + j] = v - floor(v);
-        }
+        b = next_prime(b);
+        halton_column(s, j, start, n_qmc, b, shift);
     }
     if (n_local) {
         double w[s->dim];

@@ -1,4 +1,6 @@
-"""This file contains the restart tests of issue 16 item 5, and its box pool memory limit.
+"""This file contains the restart tests of issue 16 item 5, its box pool memory limit, and
+issue 13's restart of a study that refines its box pool (the same asks after a replay and
+after a restore from the shutdown snapshot as from the engine that never restarted).
 
 The daemon listens before its studies are restored: /healthz answers at once and counts
 the studies restored / still restoring / failed; restore threads rebuild studies in id
@@ -220,3 +222,53 @@ def test_box_pool_memory_limit(daemons):
     narrow = {"type": "box", "params": wide["params"][:64]}
     create_study(api, "at-limit", narrow, settings={"pool_size": 65536})
     create_study(api, "widest-default", {"type": "box", "params": wide["params"][:1000]})
+
+
+MIXED = {"type": "box", "params": [
+    {"name": "a", "type": "float", "low": 0, "high": 1},
+    {"name": "b", "type": "float", "low": -2, "high": 2},
+    {"name": "k", "type": "int", "low": 0, "high": 4},
+    {"name": "c", "type": "categorical", "choices": ["x", "y", "z"]}]}
+COST = {"x": 0.0, "y": 0.5, "z": 1.0}
+
+
+def mixed_value(p):
+    return -(p["a"] - 0.3) ** 2 - (p["b"] - 0.6) ** 2 - 0.1 * (p["k"] - 2) ** 2 - COST[p["c"]]
+
+
+def next_asks(api, sid):
+    """Three asks of two, never told: the points they hand out."""
+    return [[(t["x"], t["params"]) for t in ask(api, sid, worker="probe", count=2)["trials"]]
+            for _ in range(3)]
+
+
+def test_refining_study_restarts_with_the_same_asks(daemons, tmp_path):
+    """Issue 13: a gp-ucb box study refines its pool points on the UCB (acq.c) from the
+    fitted GP. Two identical studies take the same 40 trials; the second then asks (the
+    engine never restarted). The daemon is killed (-9: the first study replays its events)
+    and restarted on copies of its database: once right away, once after a SIGTERM (a
+    shutdown snapshot, then a restore from it). Both must hand out what the second study
+    did, exactly, int and categorical values included."""
+    a = daemons(name="first")
+    api = a.client()
+    sids = [create_study(api, f"refining-{k}", MIXED, engine="gp-ucb",
+                         settings={"seed": 5})["id"] for k in range(2)]
+    for _ in range(40):
+        for sid in sids:
+            t = ask(api, sid)["trials"][0]
+            tell(api, sid, t["id"], mixed_value(t["params"]))
+    expected = next_asks(api, sids[1])
+    assert a.kill9() == -signal.SIGKILL
+
+    replayed = daemons(name="replayed", db=copy_db(a.db, tmp_path / "replayed"))
+    assert next_asks(replayed.client(), sids[0]) == expected
+
+    snap = daemons(name="snapshot", db=copy_db(a.db, tmp_path / "snapshot"))
+    wait_restored(snap)
+    assert snap.stop() == 0
+    con = sqlite3.connect(snap.db)
+    assert con.execute("SELECT COUNT(*) FROM snapshots WHERE study_id = ?",
+                       (sids[0],)).fetchone()[0] == 1
+    con.close()
+    snap.start()
+    assert next_asks(snap.client(), sids[0]) == expected

@@ -694,6 +694,48 @@ static void box_space_random_engine_stays_in_cube(void **state)
     kb_space_free(box);
 }
 
+/* The pool's space-filling rows are a shifted Halton set: row i, coordinate j is the
+ * radical inverse of start + i in the j-th prime base plus a uniform shift, modulo 1,
+ * start and shifts drawn from the RNG in that order. Checked bit for bit against that
+ * definition computed here digit by digit (space.c generates it incrementally), over
+ * 300 dimensions (bases up to 1,987) and a pool of 4,096 (carries through several digits). */
+static void pool_is_the_shifted_halton_set(void **state)
+{
+    (void)state;
+    enum { DIM = 300, POOL = 4096 };
+    kb_space *box = kb_space_new_box(DIM, POOL, NULL);
+    assert_non_null(box);
+    kb_rng rng, copy;
+    kb_rng_seed(&rng, 77);
+    copy = rng;
+    kb__space_refresh_pool(box, &rng, NULL, 0, NULL);
+    uint64_t start = 1 + kb_rng_below(&copy, 1u << 20);
+    unsigned b = 1;
+    for (size_t j = 0; j < DIM; j++) {
+        double shift = kb_rng_uniform(&copy);
+        int prime;
+        do { /* the next prime, by trial division */
+            b++;
+            prime = 1;
+            for (unsigned q = 2; q * q <= b; q++)
+                prime = prime && b % q;
+        } while (!prime);
+        for (size_t i = 0; i < POOL; i++) {
+            double f = 1.0, r = 0.0;
+            for (uint64_t k = start + i; k > 0; k /= b) {
+                f /= b;
+                r += f * (double)(k % b);
+            }
+            double v = r + shift;
+            if (box->rows[i * DIM + j] != v - floor(v))
+                fail_msg("row %zu coordinate %zu (base %u): %.17g, expected %.17g", i, j, b,
+                         box->rows[i * DIM + j], v - floor(v));
+        }
+    }
+    assert_memory_equal(box->u, box->rows, sizeof(double) * DIM * POOL);
+    kb_space_free(box);
+}
+
 /* Columns spanning nearly the whole double range scale to finite internal coordinates. */
 static void scaling_survives_extreme_columns(void **state)
 {
@@ -734,6 +776,7 @@ int main(void)
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
+        cmocka_unit_test(pool_is_the_shifted_halton_set),
         cmocka_unit_test(scaling_survives_extreme_columns),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);

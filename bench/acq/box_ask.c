@@ -1,0 +1,137 @@
+/*
+ * box_ask.c - This file contains kb-box-ask, which measures in-process what a box
+ * study's round trips cost an engine, beside the quality they reach: an engine (bbkb by
+ * default, everything else at defaults) on a box of --dim floats keeps --pending trials
+ * out, as --pending clients would, and tells the oldest one -sum_j (x_j - 0.3)^2 of its
+ * point (bench/load/kb_load.c's objective; maximum 0) before asking again. An ask the
+ * engine answers with no trial (a closed batch waiting for feedback) is counted and the
+ * next trial is told. Every --every tells it prints one JSON line: the thread's CPU time
+ * per round trip over those tells, the engine's epochs, dictionary size, fitted noise and
+ * cumulative timers (kb_stats), and the simple regret so far.
+ *
+ *   kb-box-ask [--engine bbkb] [--dim 6] [--trials 750] [--pending 32] [--every 250]
+ *              [--pool 2048] [--seed 1]
+ *
+ * Run with OPENBLAS_NUM_THREADS=1: CPU time of this thread is then the engine's cost.
+ * Engine internals (the fitted noise) come from libkbandit.a, as in the unit tests.
+ */
+#include "../../core/src/internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { MAX_PENDING = 256 };
+
+static struct {
+    const char *engine;
+    size_t dim, trials, pending, every, pool;
+    uint64_t seed;
+} opt = {"bbkb", 6, 750, 32, 250, 2048, 1};
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static kb_engine *make_engine(kb_error *err)
+{
+    kb_space *sp = kb_space_new_box(opt.dim, opt.pool, err);
+    kb_config *cfg = sp ? kb_config_new(opt.engine, err) : NULL;
+    kb_engine *e = NULL;
+    if (cfg && kb_config_set_number(cfg, "seed", (double)opt.seed, err) == KB_OK)
+        e = kb_engine_create(cfg, sp, err);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+    return e;
+}
+
+static void report(const kb_engine *e, size_t told, double cpu_s, size_t empty, double best)
+{
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
+    printf("{\"bench\":\"box_ask\",\"engine\":\"%s\",\"dim\":%zu,\"pool\":%zu,\"pending\":%zu,"
+           "\"seed\":%llu,\"told\":%zu,\"cpu_ms_per_round_trip\":%.3f,\"epochs\":%llu,"
+           "\"dict_size\":%zu,\"noise\":%.3g,\"sec_embed\":%.3f,\"sec_resparsify\":%.3f,"
+           "\"sec_ask\":%.3f,\"empty_asks\":%zu,\"simple_regret\":%.3g}\n",
+           opt.engine, opt.dim, opt.pool, opt.pending, (unsigned long long)opt.seed, told,
+           cpu_s * 1e3 / (double)opt.every, (unsigned long long)st.epoch, st.dict_size,
+           e->noise, st.sec_embed, st.sec_resparsify, st.sec_ask, empty, -best);
+}
+
+/* Asks until `pending` trials are out or the engine hands out none. */
+static int fill(kb_engine *e, uint64_t *out, size_t *n, size_t *empty, kb_error *err)
+{
+    while (*n < opt.pending) {
+        kb_point p;
+        kb_ask_result res;
+        if (kb_engine_ask(e, 1, &p, &res, err) != KB_OK)
+            return -1;
+        if (res.n == 0) {
+            ++*empty;
+            break;
+        }
+        out[(*n)++] = p.handle;
+    }
+    return 0;
+}
+
+static int parse(int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        size_t u = strtoul(v, NULL, 10);
+        if (!strcmp(k, "--engine")) opt.engine = v;
+        else if (!strcmp(k, "--dim")) opt.dim = u;
+        else if (!strcmp(k, "--trials")) opt.trials = u;
+        else if (!strcmp(k, "--pending")) opt.pending = u;
+        else if (!strcmp(k, "--every")) opt.every = u;
+        else if (!strcmp(k, "--pool")) opt.pool = u;
+        else if (!strcmp(k, "--seed")) opt.seed = u;
+        else return -1;
+    }
+    return opt.dim && opt.dim <= KB_MAX_DIM && opt.pending && opt.pending <= MAX_PENDING &&
+                   opt.every && opt.trials ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (parse(argc, argv))
+        return fprintf(stderr, "usage: kb-box-ask [--engine E] [--dim D] [--trials T] "
+                               "[--pending 1..%d] [--every K] [--pool N] [--seed S]\n",
+                       MAX_PENDING), 2;
+    kb_error err = {0};
+    kb_engine *e = make_engine(&err);
+    uint64_t out[MAX_PENDING];
+    size_t n = 0, empty = 0, told = 0;
+    double best = -INFINITY, t0 = cpu_now();
+    int failed = !e;
+    while (!failed && told < opt.trials) {
+        failed = fill(e, out, &n, &empty, &err) != 0;
+        if (failed || n == 0)
+            break;
+        kb_point q;
+        kb_trial_state ts;
+        kb_engine_trial(e, out[0], &q, &ts);
+        double v = 0.0;
+        for (size_t j = 0; j < opt.dim; j++)
+            v -= (q.x[j] - 0.3) * (q.x[j] - 0.3);
+        failed = kb_engine_tell(e, out[0], v, &err) != KB_OK;
+        memmove(out, out + 1, --n * sizeof *out);
+        best = v > best ? v : best;
+        if (!failed && ++told % opt.every == 0) {
+            report(e, told, cpu_now() - t0, empty, best);
+            t0 = cpu_now();
+        }
+    }
+    if (failed)
+        fprintf(stderr, "kb-box-ask: %s\n", err.message);
+    else if (told < opt.trials)
+        fprintf(stderr, "kb-box-ask: the engine handed out nothing after %zu tells\n", told);
+    kb_engine_free(e);
+    return failed || told < opt.trials;
+}
