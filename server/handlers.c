@@ -32,7 +32,9 @@ static int not_found(request *rq, const char *what)
     return reply_error(rq, &err);
 }
 
-/* Integer query argument in [min, max] (def when absent); -1 after answering 400. */
+/* Integer query argument in [min, max] (def when absent); -1 after answering 400. The
+ * whole value must be the number: strtoll alone also took leading blanks and a '+'
+ * (limit=+5 arrives as " 5", since '+' is a space in a query). */
 static int query_int(request *rq, const char *key, int64_t min, int64_t max, int64_t def,
                      int64_t *out)
 {
@@ -43,7 +45,8 @@ static int query_int(request *rq, const char *key, int64_t min, int64_t max, int
     char *end;
     errno = 0;
     long long n = strtoll(v, &end, 10);
-    if (*v == 0 || *end || errno == ERANGE || n < min || n > max) {
+    const char *digits = v + (*v == '-');
+    if (*digits < '0' || *digits > '9' || *end || errno == ERANGE || n < min || n > max) {
         api_error err;
         api_fail(&err, API_INVALID, key, "must be an integer in [%lld, %lld]", (long long)min,
                  (long long)max);

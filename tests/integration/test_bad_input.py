@@ -156,6 +156,12 @@ CASES = [
     ("trials-cursor-overflow", "GET", "/v1/studies/{A}/trials?cursor=99999999999999999999", None,
      None, 400, {"invalid"}, "cursor"),
     ("list-limit-nul", "GET", "/v1/studies?limit=5%00junk", None, None, 400, {"invalid"}, "limit"),
+    # A sign or blanks before the digits were taken by strtoll (fuzz_url found limit=%2B5;
+    # '+' in a query is a space, so limit=+5 reads " 5").
+    ("list-limit-plus", "GET", "/v1/studies?limit=%2B5", None, None, 400, {"invalid"}, "limit"),
+    ("list-limit-space", "GET", "/v1/studies?limit=+5", None, None, 400, {"invalid"}, "limit"),
+    ("trials-cursor-blank", "GET", "/v1/studies/{A}/trials?cursor=%201", None, None, 400,
+     {"invalid"}, "cursor"),
     ("path-id-nul", "GET", "/v1/studies/{A}%00/best", None, None, 404, {"not_found"}, ANY),
     ("trials-state-bad", "GET", "/v1/studies/{A}/trials?state=bogus", None, None, 400, {"invalid"}, "state"),
     ("export-format-bad", "GET", "/v1/studies/{A}/export?format=xml", None, None, 400, {"invalid"}, "format"),
