@@ -46,6 +46,11 @@
  * default 32 KiB cost more CPU than the rest of an ask. Bodies are streamed in chunks
  * and need no room here; 8 KiB leaves several KiB of request headers. */
 #define CONN_MEMORY (8 * 1024)
+/* Query arguments a request may carry (no route reads more than three). MHD stores each
+ * one in the connection's pool before any handler of ours runs: a few hundred ("?&&&...")
+ * filled the pool, and MHD 0.9.75 then neither answered nor closed the connection until
+ * the idle timeout (found by fuzz_url). See on_uri. */
+#define MAX_QUERY_ARGS 16
 
 struct request {
     struct MHD_Connection *conn;
@@ -54,6 +59,7 @@ struct request {
     char *body;
     size_t len, cap;
     int too_large, csv, ready;
+    int too_many_args;       /* the query was emptied by on_uri: answer 400 */
     json_t *json;
     int status;              /* of the reply, for metrics */
     double t0;
@@ -539,6 +545,39 @@ static const char *bad_framing(struct MHD_Connection *c)
     return NULL;
 }
 
+/* MHD_OPTION_URI_LOG_CALLBACK: creates the request context (*con_cls) from the raw
+ * target, which MHD calls just before it splits the query into arguments. A query of more
+ * than MAX_QUERY_ARGS arguments is emptied in place (the target lies in MHD's own writable
+ * read buffer, and MHD reads the query only after this returns), and on_headers answers
+ * 400. NULL (out of memory): on_access allocates the context itself. */
+static request *request_new(void)
+{
+    request *rq = calloc(1, sizeof *rq);
+    if (rq) {
+        rq->t0 = mono_sec();
+        rq->route = -1;
+    }
+    return rq;
+}
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    request *rq = request_new();
+    if (!rq)
+        return NULL;
+    char *query = strchr(uri, '?');
+    size_t args = 1;
+    for (const char *p = query; p && *p; p++)
+        args += *p == '&';
+    if (query && args > MAX_QUERY_ARGS) {
+        query[1] = 0;
+        rq->too_many_args = 1;
+    }
+    return rq;
+}
+
 /* First call: framing, route, authenticate, check the declared length. 0 to go on. */
 static int on_headers(request *rq, const char *url, const char *method, int *rc)
 {
@@ -547,6 +586,12 @@ static int on_headers(request *rq, const char *url, const char *method, int *rc)
     if (framing) {
         rq->route = -1;
         *rc = reply_code(rq, API_INVALID, "%s", framing);
+        return -1;
+    }
+    if (rq->too_many_args) {
+        api_error err;
+        api_fail(&err, API_INVALID, NULL, "more than %d query arguments", MAX_QUERY_ARGS);
+        *rc = reply_error(rq, &err);
         return -1;
     }
     rq->route = route_of(method, url, rq->ids, allow, sizeof allow);
@@ -592,13 +637,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     (void)version;
     request *rq = *con_cls;
     int rc = MHD_YES;
-    if (!rq) {
-        rq = calloc(1, sizeof *rq);
-        if (!rq)
+    if (!rq || !rq->conn) { /* first call (the context comes from on_uri, or not yet) */
+        if (!rq && !(rq = request_new()))
             return MHD_NO;
         rq->conn = conn;
-        rq->t0 = mono_sec();
-        rq->route = -1;
         *con_cls = rq;
         if (on_headers(rq, url, method, &rc)) {
             rq->ready = -1; /* answered: ignore any body */
@@ -659,8 +701,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             MHD_destroy_response(rq->kept);
         study_put(rq->pending.s);
     }
-    metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
-                    mono_sec() - rq->t0);
+    if (rq->conn) /* requests MHD refused before on_access are not counted */
+        metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
+                        mono_sec() - rq->t0);
     if (rq->state_free)
         rq->state_free(rq->state);
     json_decref(rq->json);
@@ -712,7 +755,8 @@ int http_start(const http_config *cfg)
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
+        MHD_OPTION_END);
     if (!srv.d) {
         pthread_mutex_lock(&waits.lock);
         waits.stop = 1;

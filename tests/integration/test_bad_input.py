@@ -160,6 +160,12 @@ CASES = [
     # '+' in a query is a space, so limit=+5 reads " 5").
     ("list-limit-plus", "GET", "/v1/studies?limit=%2B5", None, None, 400, {"invalid"}, "limit"),
     ("list-limit-space", "GET", "/v1/studies?limit=+5", None, None, 400, {"invalid"}, "limit"),
+    # Hundreds of query arguments filled MHD's connection pool: no answer until the idle
+    # timeout (fuzz_url). More than 16 are refused.
+    ("query-many-empty-args", "GET", "/v1/studies?" + "&" * 300, None, None, 400, {"invalid"},
+     NOCHECK),
+    ("query-many-args", "GET", "/v1/studies/{A}/trials?" + "limit=1&" * 40, None, None, 400,
+     {"invalid"}, NOCHECK),
     ("trials-cursor-blank", "GET", "/v1/studies/{A}/trials?cursor=%201", None, None, 400,
      {"invalid"}, "cursor"),
     ("path-id-nul", "GET", "/v1/studies/{A}%00/best", None, None, 404, {"not_found"}, ANY),
