@@ -26,7 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define REPLY_TIMEOUT_MS 5000
+#define REPLY_TIMEOUT_MS 8000 /* under the run's -timeout=10; far under the idle timeout */
 
 static struct {
     int port;
@@ -123,7 +123,7 @@ static void start(void)
     store_set_batch_hook(db, http_commits_done);
     http_config hc = {.listen_fd = listen_loopback(), .threads = 2, .token = FUZZ_TOKEN,
                       .max_body = 1 << 20, .max_connections = 256,
-                      .max_connections_per_ip = 0, .idle_timeout_s = 10};
+                      .max_connections_per_ip = 0, .idle_timeout_s = 60};
     if (http_start(&hc))
         abort();
     seed_studies();
