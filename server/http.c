@@ -531,17 +531,22 @@ answer:
 /* ------------------------------------------------------------ MHD callbacks */
 
 /* Why the request's framing cannot be trusted (NULL: fine): two Content-Length headers
- * (the first used to win: request smuggling behind a proxy that reads the last), or a
- * Transfer-Encoding MHD does not decode (gzip waited for the idle timeout). */
+ * (the first used to win: request smuggling behind a proxy that reads the last), a
+ * Transfer-Encoding MHD does not decode (gzip waited for the idle timeout), or both
+ * headers (MHD reads the chunks, a proxy may read the length: RFC 9112 6.1 allows
+ * refusing it). */
 static const char *bad_framing(struct MHD_Connection *c)
 {
-    if (header_times(c, MHD_HTTP_HEADER_CONTENT_LENGTH) > 1)
+    int lengths = header_times(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (lengths > 1)
         return "several Content-Length headers";
     const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_TRANSFER_ENCODING);
     if (header_times(c, MHD_HTTP_HEADER_TRANSFER_ENCODING) > 1 ||
         (te && strcasecmp(te, "chunked") != 0))
         return "Transfer-Encoding other than chunked is not supported";
+    if (te && lengths)
+        return "both Content-Length and Transfer-Encoding";
     return NULL;
 }
 

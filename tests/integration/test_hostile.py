@@ -129,6 +129,7 @@ AUTHORIZATIONS = [None, "", "Bearer", "Bearer ", "Bearer " + TOKEN[:-1], "Bearer
 FRAMINGS = [b"Content-Length: 14\r\nContent-Length: 3\r\n", b"Transfer-Encoding: gzip\r\n",
             b"Transfer-Encoding: chunked, gzip\r\n", b"Transfer-Encoding: identity\r\n",
             b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+            b"Transfer-Encoding: chunked\r\nContent-Length: 14\r\n",
             b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"]
 
 
