@@ -248,6 +248,13 @@ const char *rq_arg(request *rq, const char *key)
     return MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+static int values_times(struct MHD_Connection *c, enum MHD_ValueKind kind, const char *name);
+
+int rq_arg_times(request *rq, const char *key)
+{
+    return values_times(rq->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
 const char *rq_body(const request *rq, size_t *len)
 {
     *len = rq->len;
@@ -415,7 +422,8 @@ static int route_of(const char *method, const char *path, int64_t *ids, char *al
     return path_found ? -2 : -1;
 }
 
-/* How many times header `name` came (MHD_lookup_connection_value sees the first only). */
+/* How many times header or argument `name` came (MHD_lookup_connection_value sees the
+ * first only). */
 typedef struct header_count {
     const char *name;
     int n;
@@ -431,11 +439,16 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
     return MHD_YES;
 }
 
-static int header_times(struct MHD_Connection *c, const char *name)
+static int values_times(struct MHD_Connection *c, enum MHD_ValueKind kind, const char *name)
 {
     header_count hc = {name, 0};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &hc);
+    MHD_get_connection_values(c, kind, count_header, &hc);
     return hc.n;
+}
+
+static int header_times(struct MHD_Connection *c, const char *name)
+{
+    return values_times(c, MHD_HEADER_KIND, name);
 }
 
 /* Constant-time comparison of the bearer token (time depends on lengths only). Several

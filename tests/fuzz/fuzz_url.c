@@ -8,8 +8,9 @@
  * target that an independent strict reading accepts (issue 16 item 8: a number is the
  * whole field or 400): every {id} is 1 to 18 digits, every numeric argument is digits
  * only and within the route's range, the enumerated ones are spelled exactly, and no
- * decoded NUL anywhere. Arguments are read as the daemon reads them: '+' is a space,
- * %XX is decoded except %00, and the first occurrence of a key counts.
+ * decoded NUL anywhere, and each argument the route reads is given at most once, with a
+ * value. Arguments are decoded as the daemon decodes them: '+' is a space, %XX is decoded
+ * except %00.
  */
 #include "daemon.h"
 #include "../../server/http.h"
@@ -71,22 +72,25 @@ static int path_matches(const char *pattern, const char *path)
     return *path == 0;
 }
 
-/* The decoded value of the first `key` argument of query[0..n) into out, or NULL. */
-static const char *first_arg(const char *query, size_t n, const char *key, char *out)
+/* The decoded value of the `key` argument of query[0..n) into out (NULL when absent);
+ * -1 when it is given twice or without a value. */
+static int arg_of(const char *query, size_t n, const char *key, char *out, const char **v)
 {
+    int times = 0;
+    *v = NULL;
     for (const char *p = query, *end = query + n; p < end;) {
         const char *amp = memchr(p, '&', (size_t)(end - p)), *stop = amp ? amp : end;
         const char *eq = memchr(p, '=', (size_t)(stop - p));
-        if (eq) {
-            decode(p, (size_t)(eq - p), 1, out);
-            if (strcmp(out, key) == 0) {
-                decode(eq + 1, (size_t)(stop - eq - 1), 1, out);
-                return out;
-            }
+        decode(p, (size_t)((eq ? eq : stop) - p), 1, out);
+        if (strcmp(out, key) == 0) {
+            if (++times > 1 || !eq)
+                return -1;
+            decode(eq + 1, (size_t)(stop - eq - 1), 1, out + n + 1);
+            *v = out + n + 1;
         }
         p = stop + 1;
     }
-    return NULL;
+    return 0;
 }
 
 static int digits_in(const char *v, unsigned long long min, unsigned long long max)
@@ -111,21 +115,20 @@ static int strict_ok(const char *pattern, const char *query, size_t qn, char *bu
 {
     static const char *const states[] = {"pending", "completed", "failed", "expired", NULL};
     static const char *const formats[] = {"json", "csv", NULL};
-    for (size_t i = 0; i < sizeof int_args / sizeof int_args[0]; i++) {
-        const char *v = strcmp(int_args[i].pattern, pattern) == 0
-                            ? first_arg(query, qn, int_args[i].key, buf) : NULL;
-        if (v && !digits_in(v, int_args[i].min, int_args[i].max))
-            return 0;
-    }
     const char *v;
+    for (size_t i = 0; i < sizeof int_args / sizeof int_args[0]; i++)
+        if (strcmp(int_args[i].pattern, pattern) == 0 &&
+            (arg_of(query, qn, int_args[i].key, buf, &v) ||
+             (v && !digits_in(v, int_args[i].min, int_args[i].max))))
+            return 0;
     if (strcmp(pattern, "/v1/studies/{id}/trials") == 0 &&
-        (v = first_arg(query, qn, "state", buf)) && !one_of(v, states))
+        (arg_of(query, qn, "state", buf, &v) || (v && !one_of(v, states))))
         return 0;
     if (strcmp(pattern, "/v1/studies/{id}/export") == 0 &&
-        (v = first_arg(query, qn, "format", buf)) && !one_of(v, formats))
+        (arg_of(query, qn, "format", buf, &v) || (v && !one_of(v, formats))))
         return 0;
-    if (strcmp(pattern, "/v1/studies") == 0 && (v = first_arg(query, qn, "name", buf)) &&
-        (!*v || strlen(v) > 200))
+    if (strcmp(pattern, "/v1/studies") == 0 &&
+        (arg_of(query, qn, "name", buf, &v) || (v && (!*v || strlen(v) > 200))))
         return 0;
     return 1;
 }
@@ -148,7 +151,7 @@ static void check_strict(const char *method, const char *target, size_t n, int s
         return;
     const char *q = memchr(target, '?', n);
     size_t pn = q ? (size_t)(q - target) : n, qn = q ? n - pn - 1 : 0;
-    char *buf = malloc(n + 1);
+    char *buf = malloc(2 * (n + 1)); /* a decoded key, then a decoded value */
     decode(target, pn, 0, buf);
     const char *pattern = route_pattern(method, buf);
     if (!pattern || !strict_ok(pattern, q ? q + 1 : "", qn, buf)) {

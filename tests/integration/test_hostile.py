@@ -114,11 +114,14 @@ BAD_QUERIES = [(path, q) for path in ("/v1/studies", "/v1/studies/{S}/trials")
                for q in ("limit=", "limit=0", "limit=-1", "limit=abc", "limit=1.5", "limit=1e2",
                          "limit=0x10", "limit=%2B1", "limit=+1", "limit=" + "9" * 30,
                          "limit=100000", "cursor=-1", "cursor=x", "cursor=1.0",
-                         "cursor=18446744073709551616", "cursor=%00", "&" * 40)]
+                         "cursor=18446744073709551616", "cursor=%00", "&" * 40, "limit",
+                         "limit&limit=5", "limit=5&limit=abc", "limit=5&limit=5")]
 BAD_QUERIES += [("/v1/studies/{S}/trials", "state=" + s)
-                for s in ("", "PENDING", "pending%20", "done", "pending%00")]
-BAD_QUERIES += [("/v1/studies/{S}/export", "format=" + f) for f in ("", "CSV", "xml", "json%00")]
-BAD_QUERIES += [("/v1/studies", "name="), ("/v1/studies", "name=" + "n" * 201)]
+                for s in ("", "PENDING", "pending%20", "done", "pending%00", "pending&state=failed")]
+BAD_QUERIES += [("/v1/studies/{S}/export", "format" + f)
+                for f in ("=", "=CSV", "=xml", "=json%00", "", "=csv&format=json")]
+BAD_QUERIES += [("/v1/studies", "name="), ("/v1/studies", "name=" + "n" * 201),
+                ("/v1/studies", "name"), ("/v1/studies", "name=S&name=B")]
 
 CONTENT_TYPES = ["text/plain", "application/xml", "application/jsonx", "json", "",
                  "multipart/form-data; boundary=x", "application/x-www-form-urlencoded"]
