@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from conftest import (Daemon, ask, create_study, db_dump, error_of, grid, shutdown_and_check,
-                      tell)
+from conftest import (Daemon, ask, create_study, db_dump, error_of, fill, grid,
+                      shutdown_and_check, tell)
 
 ANY = object()      # the error must name some field (a non-empty string)
 NOCHECK = None      # parse-level errors: field may be null
@@ -215,19 +215,6 @@ def env(tmp_path_factory):
     ids = {"A": a, "B": b, "C": c, "P": p, "E": e, "X": x, "D": dd, "T": t}
     yield d, api, ids
     shutdown_and_check([d])
-
-
-def fill(obj, ids):
-    """Substitute {A}-style placeholders; a JSON string "{P}" becomes the integer id."""
-    if isinstance(obj, str):
-        if obj.startswith("{") and obj.endswith("}") and obj[1:-1] in ids:
-            return ids[obj[1:-1]]
-        return obj.format(**ids)
-    if isinstance(obj, list):
-        return [fill(v, ids) for v in obj]
-    if isinstance(obj, dict):
-        return {k: fill(v, ids) for k, v in obj.items()}
-    return obj
 
 
 def field_ok(actual, expected):

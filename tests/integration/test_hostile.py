@@ -15,7 +15,8 @@ import socket
 
 import pytest
 
-from conftest import Client, Daemon, ask, create_study, db_dump, error_of, grid, shutdown_and_check, tell
+from conftest import (Client, Daemon, ask, create_study, db_dump, error_of, fill, grid,
+                      shutdown_and_check, tell)
 
 TOKEN = "hostile-token-0123456789"
 BOX = {"type": "box", "params": [
@@ -177,19 +178,6 @@ def build_cases():
 
 
 CASES = build_cases()
-
-
-def fill(obj, ids):
-    """Substitutes {S}-style placeholders; a JSON string "{P}" becomes the integer id."""
-    if isinstance(obj, str):
-        if obj.startswith("{") and obj.endswith("}") and obj[1:-1] in ids:
-            return ids[obj[1:-1]]
-        return obj.replace("{S}", str(ids["S"])).replace("{P}", str(ids["P"]))
-    if isinstance(obj, list):
-        return [fill(v, ids) for v in obj]
-    if isinstance(obj, dict):
-        return {k: fill(v, ids) for k, v in obj.items()}
-    return obj
 
 
 @pytest.fixture(scope="module")
