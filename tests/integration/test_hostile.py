@@ -91,6 +91,8 @@ WRONG_FIELDS = [
     ("observe", {"observations": [{"x": [1, "2"], "value": 1}]}, "observations[0].x"),
     ("observe", {"observations": [{"x": [1, 2], "value": "v"}]}, "observations[0].value"),
     ("observe", {"observations": [{"x": [1, 2, 3], "value": 1}]}, "observations[0].x"),
+    # Taken, and then every ask of a BBKB study failed with 500 (squares overflowed).
+    ("observe", {"observations": [{"x": [1e160, 2], "value": 1}]}, "observations[0]"),
     ("cset", {"rows": "x"}, "rows"), ("cset", {"rows": []}, "rows"), ("cset", {"rows": [[]]}, "rows[0]"),
     ("cset", {"rows": [[1, "a"]]}, "rows[0]"), ("cset", {"rows": [["1"]]}, "rows[0]"),
     ("cset", {"rows": [[1, 2]], "names": 1}, "names"), ("cset", {"rows": [[1, 2]], "names": ["a"]}, "names"),
