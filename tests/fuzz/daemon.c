@@ -129,8 +129,27 @@ static void start(void)
     seed_studies();
 }
 
-/* Reads until the peer closes; aborts on a hang. */
-static char *read_all(int fd, size_t *len)
+/* Whether buf[0..len) holds a whole answer: its head and, unless the request was a HEAD,
+ * the Content-Length bytes that follow (the daemon sends no other framing). */
+static int reply_complete(const char *buf, size_t len, int head)
+{
+    const char *end = memmem(buf, len, "\r\n\r\n", 4);
+    if (!end)
+        return 0;
+    size_t body = len - (size_t)(end + 4 - buf);
+    for (const char *h = buf; h && h < end; h = memmem(h, (size_t)(end - h), "\r\n", 2)) {
+        h += h == buf ? 0 : 2;
+        if (strncasecmp(h, "Content-Length:", 15) == 0)
+            return head || body >= strtoull(h + 15, NULL, 10);
+    }
+    return head;
+}
+
+/* Reads until the answer is complete or the peer closes; aborts on a hang. A complete
+ * answer does not wait for the close: MHD closes a half-closed keep-alive connection
+ * (the input may turn "Connection: close" into a folded header) only when its thread
+ * next wakes. */
+static char *read_all(int fd, int head, size_t *len)
 {
     size_t cap = 4096;
     char *buf = malloc(cap);
@@ -147,6 +166,8 @@ static char *read_all(int fd, size_t *len)
         if (n <= 0)
             break; /* closed (a reset counts as closed: MHD drops some connections) */
         *len += (size_t)n;
+        if (reply_complete(buf, *len, head))
+            break;
     }
     buf[*len] = 0;
     return buf;
@@ -194,7 +215,7 @@ void fuzz_exchange(const char *req, size_t len, fuzz_reply *out)
     }
     shutdown(fd, SHUT_WR);
     size_t got;
-    out->text = read_all(fd, &got);
+    out->text = read_all(fd, out->head, &got);
     close(fd);
     parse_reply(out, got);
 }

@@ -25,7 +25,7 @@ typedef struct fuzz_reply {
 } fuzz_reply;
 
 /* Sends the raw request bytes on a new connection, half-closes it and reads the answer
- * until the daemon closes. Aborts when no answer ends within 8 s (a hang: the daemon's idle
+ * until it is complete or the daemon closes. Aborts when no answer ends within 8 s (a hang: the daemon's idle
  * timeout, 60 s, would only close the connection later). */
 void fuzz_exchange(const char *req, size_t len, fuzz_reply *out);
 

@@ -93,10 +93,11 @@ static int arg_of(const char *query, size_t n, const char *key, char *out, const
     return 0;
 }
 
+/* Whether v is digits only (leading zeros allowed) for a value in [min, max]. */
 static int digits_in(const char *v, unsigned long long min, unsigned long long max)
 {
-    size_t d = strspn(v, "0123456789");
-    if (d == 0 || v[d] || d > 19)
+    size_t d = strspn(v, "0123456789"), z = strspn(v, "0");
+    if (d == 0 || v[d] || d - z > 19)
         return 0;
     unsigned long long x = strtoull(v, NULL, 10);
     return x >= min && x <= max;
