@@ -157,7 +157,11 @@ static char *read_all(int fd, int head, size_t *len)
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, REPLY_TIMEOUT_MS) != 1) {
-            fprintf(stderr, "fuzz daemon: no answer within %d ms\n", REPLY_TIMEOUT_MS);
+            /* Tell a slow answer from none before failing (run with -timeout above 60 s
+             * to see which it was). */
+            int late = poll(&p, 1, 50000) == 1;
+            fprintf(stderr, "fuzz daemon: no answer within %d ms (%s)\n", REPLY_TIMEOUT_MS,
+                    late ? "something came within 58 s" : "nothing within 58 s either");
             abort();
         }
         if (*len + 2048 > cap)
