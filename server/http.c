@@ -46,11 +46,16 @@
  * default 32 KiB cost more CPU than the rest of an ask. Bodies are streamed in chunks
  * and need no room here; 8 KiB leaves several KiB of request headers. */
 #define CONN_MEMORY (8 * 1024)
-/* Query arguments a request may carry (no route reads more than three). MHD stores each
- * one in the connection's pool before any handler of ours runs: a few hundred ("?&&&...")
- * filled the pool, and MHD 0.9.75 then neither answered nor closed the connection until
- * the idle timeout (found by fuzz_url). See on_uri. */
+/* Query arguments a request may carry, and bytes of its query (no route reads more than
+ * three arguments; a 200-byte name filter takes 600 bytes percent-encoded). MHD stores
+ * each argument in the connection's pool before any handler of ours runs: a few hundred
+ * ("?&&&...") or one of about 8,000 bytes filled the pool, and MHD 0.9.75 then neither
+ * answered nor closed the connection until the idle timeout (found by fuzz_url). See
+ * on_uri. */
 #define MAX_QUERY_ARGS 16
+#define MAX_QUERY_BYTES 2048
+#define STRINGIFY(x) #x
+#define DECIMAL(x) STRINGIFY(x)
 
 struct request {
     struct MHD_Connection *conn;
@@ -59,7 +64,7 @@ struct request {
     char *body;
     size_t len, cap;
     int too_large, csv, ready;
-    int too_many_args;       /* the query was emptied by on_uri: answer 400 */
+    const char *query_refused; /* why on_uri emptied the query (answered 400), or NULL */
     json_t *json;
     int status;              /* of the reply, for metrics */
     double t0;
@@ -563,11 +568,6 @@ static const char *bad_framing(struct MHD_Connection *c)
     return NULL;
 }
 
-/* MHD_OPTION_URI_LOG_CALLBACK: creates the request context (*con_cls) from the raw
- * target, which MHD calls just before it splits the query into arguments. A query of more
- * than MAX_QUERY_ARGS arguments is emptied in place (the target lies in MHD's own writable
- * read buffer, and MHD reads the query only after this returns), and on_headers answers
- * 400. NULL (out of memory): on_access allocates the context itself. */
 static request *request_new(void)
 {
     request *rq = calloc(1, sizeof *rq);
@@ -578,21 +578,30 @@ static request *request_new(void)
     return rq;
 }
 
+/* MHD_OPTION_URI_LOG_CALLBACK: creates the request context (*con_cls) from the raw
+ * target, which MHD calls just before it splits the query into arguments. A query of more
+ * than MAX_QUERY_ARGS arguments or MAX_QUERY_BYTES bytes is emptied in place (the target
+ * lies in MHD's own writable read buffer, and MHD reads the query only after this
+ * returns), and on_headers answers 400. NULL (out of memory): on_access allocates the
+ * context itself. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
     (void)conn;
     request *rq = request_new();
-    if (!rq)
-        return NULL;
     char *query = strchr(uri, '?');
+    if (!rq || !query)
+        return rq;
     size_t args = 1;
-    for (const char *p = query; p && *p; p++)
+    for (const char *p = query; *p; p++)
         args += *p == '&';
-    if (query && args > MAX_QUERY_ARGS) {
+    rq->query_refused = args > MAX_QUERY_ARGS
+                            ? "more than " DECIMAL(MAX_QUERY_ARGS) " query arguments"
+                        : strlen(query + 1) > MAX_QUERY_BYTES
+                            ? "a query longer than " DECIMAL(MAX_QUERY_BYTES) " bytes"
+                            : NULL;
+    if (rq->query_refused)
         query[1] = 0;
-        rq->too_many_args = 1;
-    }
     return rq;
 }
 
@@ -606,10 +615,8 @@ static int on_headers(request *rq, const char *url, const char *method, int *rc)
         *rc = reply_code(rq, API_INVALID, "%s", framing);
         return -1;
     }
-    if (rq->too_many_args) {
-        api_error err;
-        api_fail(&err, API_INVALID, NULL, "more than %d query arguments", MAX_QUERY_ARGS);
-        *rc = reply_error(rq, &err);
+    if (rq->query_refused) {
+        *rc = reply_code(rq, API_INVALID, "%s", rq->query_refused);
         return -1;
     }
     rq->route = route_of(method, url, rq->ids, allow, sizeof allow);

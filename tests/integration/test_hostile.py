@@ -118,7 +118,8 @@ BAD_QUERIES = [(path, q) for path in ("/v1/studies", "/v1/studies/{S}/trials")
                          "limit=0x10", "limit=%2B1", "limit=+1", "limit=" + "9" * 30,
                          "limit=100000", "cursor=-1", "cursor=x", "cursor=1.0",
                          "cursor=18446744073709551616", "cursor=%00", "&" * 40, "limit",
-                         "limit&limit=5", "limit=5&limit=abc", "limit=5&limit=5")]
+                         "limit&limit=5", "limit=5&limit=abc", "limit=5&limit=5",
+                         "name=" + "n" * 3000)]
 BAD_QUERIES += [("/v1/studies/{S}/trials", "state=" + s)
                 for s in ("", "PENDING", "pending%20", "done", "pending%00", "pending&state=failed")]
 BAD_QUERIES += [("/v1/studies/{S}/export", "format" + f)
