@@ -129,13 +129,17 @@ static void start(void)
     seed_studies();
 }
 
-/* Whether buf[0..len) holds a whole answer: its head and, unless the request was a HEAD,
- * the Content-Length bytes that follow (the daemon sends no other framing). */
+/* Whether buf[0..len) holds a whole answer: its head and, unless the request was a HEAD
+ * or the status has no body (204, 304), the Content-Length bytes that follow (the daemon
+ * sends no other framing). */
 static int reply_complete(const char *buf, size_t len, int head)
 {
     const char *end = memmem(buf, len, "\r\n\r\n", 4);
     if (!end)
         return 0;
+    int status = 0;
+    sscanf(buf, "HTTP/1.%*1[01] %3d", &status);
+    head |= status == 204 || status == 304;
     size_t body = len - (size_t)(end + 4 - buf);
     for (const char *h = buf; h && h < end; h = memmem(h, (size_t)(end - h), "\r\n", 2)) {
         h += h == buf ? 0 : 2;
