@@ -3,10 +3,11 @@
  * epoll, suspend/resume), routing through the table in handlers.c, authentication, the
  * body accumulator, replies, per-request metrics and the long-poll wait list.
  *
- * Request lifecycle: the access handler is called once for the headers (we route,
- * authenticate and check the declared size, answering errors at once), once per body
- * chunk (accumulated up to max_body) and once at the end, when the route's handler runs.
- * The request context is freed in the completion callback.
+ * Request lifecycle: the request context is created by the URI callback (on_uri, which
+ * also refuses oversized queries before MHD stores them); the access handler is called
+ * once for the headers (we route, authenticate and check the declared size, answering
+ * errors at once), once per body chunk (accumulated up to max_body) and once at the end,
+ * when the route's handler runs. The request context is freed in the completion callback.
  *
  * Long-polls (ask with wait_ms): instead of blocking a pool thread, which would stall
  * every other connection served by that thread, the handler suspends the connection
