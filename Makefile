@@ -50,6 +50,8 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 SERVER_UNIT := test_blas test_domain test_group_commit test_proto test_storage
 SERVER_UNIT_BIN := $(SERVER_UNIT:%=$(BUILD)/tests/%)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+# Shared by the targets (the in-process daemon of the HTTP-level ones).
+FUZZ_HELPERS := $(filter-out $(FUZZ_SRC),$(wildcard tests/fuzz/*.c))
 
 LIB := $(BUILD)/libkbandit.a
 DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
@@ -141,12 +143,20 @@ bench-quality: deps
 	bench/quality/run.py --daemon $(BUILD)/kbanditd $(QUALITY_ARGS)
 
 FUZZ_CC ?= clang
+# Sanitized objects are built once and linked into every target (each used to recompile
+# the whole daemon).
+FUZZ_SAN := -g -O1 -fsanitize=address,undefined
+FUZZ_OBJ := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(FUZZ_HELPERS) \
+	$(filter-out %/main.c,$(SERVER_SRC)) $(PROTO_SRC) $(CORE_SRC))
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+$(FUZZ_OBJ): $(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link $(CFLAGS_BASE) $(CFLAGS_PKG) -c $< -o $@
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer $(CFLAGS_BASE) $(CFLAGS_PKG) $< $(FUZZ_OBJ) -o $@ \
+		$(LIBS_SERVER) $(LIBS_CORE)
 fuzz: deps
-	@mkdir -p $(BUILD)/fuzz
-	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
-		$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined $(CFLAGS_BASE) $(CFLAGS_PKG) \
-		$$f $(filter-out %/main.c,$(SERVER_SRC)) $(PROTO_SRC) $(CORE_SRC) \
-		-o $(BUILD)/fuzz/$$n $(LIBS_SERVER) $(LIBS_CORE) || exit 1; done
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
 	@tests/fuzz/run $(BUILD)/fuzz
 
 $(BUILD)/kbandit.pc: core/kbandit.pc.in

@@ -48,18 +48,38 @@ static int not_found(request *rq, const char *what)
     return reply_error(rq, &err);
 }
 
-/* Integer query argument in [min, max] (def when absent); -1 after answering 400. */
+/* Query argument key into *out (NULL when absent); -1 after answering 400 when it is
+ * given more than once or without a value: "?limit&limit=abc" was read as no limit,
+ * "?limit=5&limit=abc" as 5 (found by fuzz_url). */
+static int query_arg(request *rq, const char *key, const char **out)
+{
+    int times = rq_arg_times(rq, key);
+    *out = rq_arg(rq, key);
+    if (times == 0 || (times == 1 && *out))
+        return 0;
+    api_error err;
+    api_fail(&err, API_INVALID, key, "must be given once, with a value");
+    reply_error(rq, &err);
+    return -1;
+}
+
+/* Integer query argument in [min, max] (def when absent); -1 after answering 400. The
+ * whole value must be the number: strtoll alone also took leading blanks and a '+'
+ * (limit=+5 arrives as " 5", since '+' is a space in a query). */
 static int query_int(request *rq, const char *key, int64_t min, int64_t max, int64_t def,
                      int64_t *out)
 {
-    const char *v = rq_arg(rq, key);
+    const char *v;
     *out = def;
+    if (query_arg(rq, key, &v))
+        return -1;
     if (!v)
         return 0;
     char *end;
     errno = 0;
     long long n = strtoll(v, &end, 10);
-    if (*v == 0 || *end || errno == ERANGE || n < min || n > max) {
+    const char *digits = v + (*v == '-');
+    if (*digits < '0' || *digits > '9' || *end || errno == ERANGE || n < min || n > max) {
         api_error err;
         api_fail(&err, API_INVALID, key, "must be an integer in [%lld, %lld]", (long long)min,
                  (long long)max);
@@ -171,10 +191,10 @@ static int h_study_create(request *rq)
 static int h_study_list(request *rq)
 {
     int64_t limit, cursor;
+    const char *name;
     if (query_int(rq, "limit", 1, 1000, 50, &limit) ||
-        query_int(rq, "cursor", 0, INT64_MAX, 0, &cursor))
+        query_int(rq, "cursor", 0, INT64_MAX, 0, &cursor) || query_arg(rq, "name", &name))
         return MHD_YES;
-    const char *name = rq_arg(rq, "name");
     if (name && (!*name || strlen(name) > 200)) {
         api_error err;
         api_fail(&err, API_INVALID, "name", "must have 1 to 200 characters");
@@ -366,7 +386,9 @@ static int h_trials(request *rq)
     api_error err;
     int64_t limit, cursor;
     int state = -1;
-    const char *sv = rq_arg(rq, "state");
+    const char *sv;
+    if (query_arg(rq, "state", &sv))
+        return MHD_YES;
     if (sv) {
         trial_state ts;
         if (proto_trial_state_parse(sv, &ts)) {
@@ -447,7 +469,9 @@ static int reply_export(request *rq, int csv, const study_doc *d, const trial_re
 static int h_export(request *rq)
 {
     api_error err;
-    const char *fmt = rq_arg(rq, "format");
+    const char *fmt;
+    if (query_arg(rq, "format", &fmt))
+        return MHD_YES;
     if (fmt && strcmp(fmt, "json") && strcmp(fmt, "csv")) {
         api_fail(&err, API_INVALID, "format", "must be json or csv");
         return reply_error(rq, &err);

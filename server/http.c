@@ -3,10 +3,11 @@
  * epoll, suspend/resume), routing through the table in handlers.c, authentication, the
  * body accumulator, replies, per-request metrics and the long-poll wait list.
  *
- * Request lifecycle: the access handler is called once for the headers (we route,
- * authenticate and check the declared size, answering errors at once), once per body
- * chunk (accumulated up to max_body) and once at the end, when the route's handler runs.
- * The request context is freed in the completion callback.
+ * Request lifecycle: the request context is created by the URI callback (on_uri, which
+ * also refuses oversized queries before MHD stores them); the access handler is called
+ * once for the headers (we route, authenticate and check the declared size, answering
+ * errors at once), once per body chunk (accumulated up to max_body) and once at the end,
+ * when the route's handler runs. The request context is freed in the completion callback.
  *
  * Long-polls (ask with wait_ms): instead of blocking a pool thread, which would stall
  * every other connection served by that thread, the handler suspends the connection
@@ -47,6 +48,16 @@
  * default 32 KiB cost more CPU than the rest of an ask. Bodies are streamed in chunks
  * and need no room here; 8 KiB leaves several KiB of request headers. */
 #define CONN_MEMORY (8 * 1024)
+/* Query arguments a request may carry, and bytes of its query (no route reads more than
+ * three arguments; a 200-byte name filter takes 600 bytes percent-encoded). MHD stores
+ * each argument in the connection's pool before any handler of ours runs: a few hundred
+ * ("?&&&...") or one of about 8,000 bytes filled the pool, and MHD 0.9.75 then neither
+ * answered nor closed the connection until the idle timeout (found by fuzz_url). See
+ * on_uri. */
+#define MAX_QUERY_ARGS 16
+#define MAX_QUERY_BYTES 2048
+#define STRINGIFY(x) #x
+#define DECIMAL(x) STRINGIFY(x)
 
 struct request {
     struct MHD_Connection *conn;
@@ -55,6 +66,7 @@ struct request {
     char *body;
     size_t len, cap;
     int too_large, csv, ready;
+    const char *query_refused; /* why on_uri emptied the query (answered 400), or NULL */
     json_t *json;
     int status;              /* of the reply, for metrics */
     double t0;
@@ -243,6 +255,13 @@ const char *rq_arg(request *rq, const char *key)
     return MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+static int values_times(struct MHD_Connection *c, enum MHD_ValueKind kind, const char *name);
+
+int rq_arg_times(request *rq, const char *key)
+{
+    return values_times(rq->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
 const char *rq_body(const request *rq, size_t *len)
 {
     *len = rq->len;
@@ -410,7 +429,8 @@ static int route_of(const char *method, const char *path, int64_t *ids, char *al
     return path_found ? -2 : -1;
 }
 
-/* How many times header `name` came (MHD_lookup_connection_value sees the first only). */
+/* How many times header or argument `name` came (MHD_lookup_connection_value sees the
+ * first only). */
 typedef struct header_count {
     const char *name;
     int n;
@@ -426,11 +446,16 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
     return MHD_YES;
 }
 
-static int header_times(struct MHD_Connection *c, const char *name)
+static int values_times(struct MHD_Connection *c, enum MHD_ValueKind kind, const char *name)
 {
     header_count hc = {name, 0};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &hc);
+    MHD_get_connection_values(c, kind, count_header, &hc);
     return hc.n;
+}
+
+static int header_times(struct MHD_Connection *c, const char *name)
+{
+    return values_times(c, MHD_HEADER_KIND, name);
 }
 
 /* Constant-time comparison of the bearer token (time depends on lengths only). Several
@@ -526,18 +551,60 @@ answer:
 /* ------------------------------------------------------------ MHD callbacks */
 
 /* Why the request's framing cannot be trusted (NULL: fine): two Content-Length headers
- * (the first used to win: request smuggling behind a proxy that reads the last), or a
- * Transfer-Encoding MHD does not decode (gzip waited for the idle timeout). */
+ * (the first used to win: request smuggling behind a proxy that reads the last), a
+ * Transfer-Encoding MHD does not decode (gzip waited for the idle timeout), or both
+ * headers (MHD reads the chunks, a proxy may read the length: RFC 9112 6.1 allows
+ * refusing it). */
 static const char *bad_framing(struct MHD_Connection *c)
 {
-    if (header_times(c, MHD_HTTP_HEADER_CONTENT_LENGTH) > 1)
+    int lengths = header_times(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (lengths > 1)
         return "several Content-Length headers";
     const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_TRANSFER_ENCODING);
     if (header_times(c, MHD_HTTP_HEADER_TRANSFER_ENCODING) > 1 ||
         (te && strcasecmp(te, "chunked") != 0))
         return "Transfer-Encoding other than chunked is not supported";
+    if (te && lengths)
+        return "both Content-Length and Transfer-Encoding";
     return NULL;
+}
+
+static request *request_new(void)
+{
+    request *rq = calloc(1, sizeof *rq);
+    if (rq) {
+        rq->t0 = mono_sec();
+        rq->route = -1;
+    }
+    return rq;
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: creates the request context (*con_cls) from the raw
+ * target, which MHD calls just before it splits the query into arguments. A query of more
+ * than MAX_QUERY_ARGS arguments or MAX_QUERY_BYTES bytes is emptied in place (the target
+ * lies in MHD's own writable read buffer, and MHD reads the query only after this
+ * returns), and on_headers answers 400. NULL (out of memory): on_access allocates the
+ * context itself. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    request *rq = request_new();
+    char *query = strchr(uri, '?');
+    if (!rq || !query)
+        return rq;
+    size_t args = 1;
+    for (const char *p = query; *p; p++)
+        args += *p == '&';
+    rq->query_refused = args > MAX_QUERY_ARGS
+                            ? "more than " DECIMAL(MAX_QUERY_ARGS) " query arguments"
+                        : strlen(query + 1) > MAX_QUERY_BYTES
+                            ? "a query longer than " DECIMAL(MAX_QUERY_BYTES) " bytes"
+                            : NULL;
+    if (rq->query_refused)
+        query[1] = 0;
+    return rq;
 }
 
 /* First call: framing, route, authenticate, check the declared length. 0 to go on. */
@@ -548,6 +615,10 @@ static int on_headers(request *rq, const char *url, const char *method, int *rc)
     if (framing) {
         rq->route = -1;
         *rc = reply_code(rq, API_INVALID, "%s", framing);
+        return -1;
+    }
+    if (rq->query_refused) {
+        *rc = reply_code(rq, API_INVALID, "%s", rq->query_refused);
         return -1;
     }
     rq->route = route_of(method, url, rq->ids, allow, sizeof allow);
@@ -593,13 +664,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     (void)version;
     request *rq = *con_cls;
     int rc = MHD_YES;
-    if (!rq) {
-        rq = calloc(1, sizeof *rq);
-        if (!rq)
+    if (!rq || !rq->conn) { /* first call (the context comes from on_uri, or not yet) */
+        if (!rq && !(rq = request_new()))
             return MHD_NO;
         rq->conn = conn;
-        rq->t0 = mono_sec();
-        rq->route = -1;
         *con_cls = rq;
         conn_guard_progress(conn);
         if (on_headers(rq, url, method, &rc)) {
@@ -663,8 +731,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             MHD_destroy_response(rq->kept);
         study_put(rq->pending.s);
     }
-    metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
-                    mono_sec() - rq->t0);
+    if (rq->conn) /* requests MHD refused before on_access are not counted */
+        metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
+                        mono_sec() - rq->t0);
     if (rq->state_free)
         rq->state_free(rq->state);
     json_decref(rq->json);
@@ -723,7 +792,8 @@ int http_start(const http_config *cfg)
         MHD_OPTION_CONNECTION_LIMIT, (cfg->threads + 1) * cfg->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
+        MHD_OPTION_END);
     if (!srv.d) {
         pthread_mutex_lock(&waits.lock);
         waits.stop = 1;

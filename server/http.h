@@ -62,6 +62,8 @@ void http_commits_done(uint64_t done, uint64_t synced);
 
 int64_t rq_id(const request *rq, int i);          /* i-th {id} of the path */
 const char *rq_arg(request *rq, const char *key); /* query argument or NULL */
+/* How many times key is in the query (with a value or without: "?limit&limit=5"). */
+int rq_arg_times(request *rq, const char *key);
 const char *rq_body(const request *rq, size_t *len);
 /* Parsed JSON body (borrowed; NULL for an empty optional body). */
 json_t *rq_json(const request *rq);

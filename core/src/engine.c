@@ -587,6 +587,12 @@ int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err)
     return rc;
 }
 
+/* Largest scaled coordinate an observation may have. Kernels sum squared differences over
+ * up to KB_MAX_DIM coordinates: beyond about 1e154 a square is infinite, inf - inf gives
+ * NaN, and BBKB/BKB then failed every later ask of the study with a 500 (the observation
+ * being durable, for good). 1e100 keeps every sum finite with room to spare. */
+#define MAX_SCALED_COORD 1e100
+
 int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
 {
     size_t d = e->space->dim;
@@ -601,7 +607,7 @@ int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
     double u[d];
     kb__space_to_internal(e->space, x, u);
     for (size_t j = 0; j < d; j++)
-        if (!isfinite(u[j])) {
+        if (!(fabs(u[j]) <= MAX_SCALED_COORD)) { /* NaN and infinities fail too */
             char field[KB_ERROR_FIELD_MAX];
             snprintf(field, sizeof field, "x[%zu]", j);
             return kb__fail(err, KB_ERANGE, field, "coordinate is too far outside the "

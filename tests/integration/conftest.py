@@ -247,6 +247,19 @@ def api(daemon):
 
 # --------------------------------------------------------------------------- helpers
 
+def fill(obj, ids):
+    """Substitute {A}-style placeholders; a JSON string "{P}" becomes the integer id."""
+    if isinstance(obj, str):
+        if obj.startswith("{") and obj.endswith("}") and obj[1:-1] in ids:
+            return ids[obj[1:-1]]
+        return obj.format(**ids)
+    if isinstance(obj, list):
+        return [fill(v, ids) for v in obj]
+    if isinstance(obj, dict):
+        return {k: fill(v, ids) for k, v in obj.items()}
+    return obj
+
+
 def error_of(resp):
     """The {"code","message","field"} object of an error response (asserts the shape)."""
     body = resp.json()

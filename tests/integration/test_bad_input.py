@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from conftest import (Daemon, ask, create_study, db_dump, error_of, grid, shutdown_and_check,
-                      tell)
+from conftest import (Daemon, ask, create_study, db_dump, error_of, fill, grid,
+                      shutdown_and_check, tell)
 
 ANY = object()      # the error must name some field (a non-empty string)
 NOCHECK = None      # parse-level errors: field may be null
@@ -156,6 +156,18 @@ CASES = [
     ("trials-cursor-overflow", "GET", "/v1/studies/{A}/trials?cursor=99999999999999999999", None,
      None, 400, {"invalid"}, "cursor"),
     ("list-limit-nul", "GET", "/v1/studies?limit=5%00junk", None, None, 400, {"invalid"}, "limit"),
+    # A sign or blanks before the digits were taken by strtoll (fuzz_url found limit=%2B5;
+    # '+' in a query is a space, so limit=+5 reads " 5").
+    ("list-limit-plus", "GET", "/v1/studies?limit=%2B5", None, None, 400, {"invalid"}, "limit"),
+    ("list-limit-space", "GET", "/v1/studies?limit=+5", None, None, 400, {"invalid"}, "limit"),
+    # Hundreds of query arguments filled MHD's connection pool: no answer until the idle
+    # timeout (fuzz_url). More than 16 are refused.
+    ("query-many-empty-args", "GET", "/v1/studies?" + "&" * 300, None, None, 400, {"invalid"},
+     NOCHECK),
+    ("query-many-args", "GET", "/v1/studies/{A}/trials?" + "limit=1&" * 40, None, None, 400,
+     {"invalid"}, NOCHECK),
+    ("trials-cursor-blank", "GET", "/v1/studies/{A}/trials?cursor=%201", None, None, 400,
+     {"invalid"}, "cursor"),
     ("path-id-nul", "GET", "/v1/studies/{A}%00/best", None, None, 404, {"not_found"}, ANY),
     ("trials-state-bad", "GET", "/v1/studies/{A}/trials?state=bogus", None, None, 400, {"invalid"}, "state"),
     ("export-format-bad", "GET", "/v1/studies/{A}/export?format=xml", None, None, 400, {"invalid"}, "format"),
@@ -203,19 +215,6 @@ def env(tmp_path_factory):
     ids = {"A": a, "B": b, "C": c, "P": p, "E": e, "X": x, "D": dd, "T": t}
     yield d, api, ids
     shutdown_and_check([d])
-
-
-def fill(obj, ids):
-    """Substitute {A}-style placeholders; a JSON string "{P}" becomes the integer id."""
-    if isinstance(obj, str):
-        if obj.startswith("{") and obj.endswith("}") and obj[1:-1] in ids:
-            return ids[obj[1:-1]]
-        return obj.format(**ids)
-    if isinstance(obj, list):
-        return [fill(v, ids) for v in obj]
-    if isinstance(obj, dict):
-        return {k: fill(v, ids) for k, v in obj.items()}
-    return obj
 
 
 def field_ok(actual, expected):

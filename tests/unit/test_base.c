@@ -759,6 +759,31 @@ static void scaling_survives_extreme_columns(void **state)
     }
 }
 
+/* An observation far outside the candidates' range (scaled beyond 1e100) is refused with
+ * KB_ERANGE naming the coordinate; BBKB took x = 1e160 and then failed every ask. One
+ * just inside the bound is taken and the engine still asks. */
+static void observe_refuses_unscalable_coordinates(void **state)
+{
+    (void)state;
+    kb_error err;
+    double rows[6] = {0.0, 1.0, 1.0, 0.0, 0.5, 0.5};
+    kb_space *sp = kb_space_new_finite(rows, 3, 2, &err);
+    kb_config *cfg = kb_config_new("bbkb", &err);
+    assert_non_null(sp);
+    assert_non_null(cfg);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    double far[2] = {0.5, 1e160}, near[2] = {1e99, 0.5};
+    expect_error(kb_engine_observe(e, far, 1.0, &err), &err, KB_ERANGE, "x[1]");
+    assert_int_equal(kb_engine_observe(e, near, 1.0, &err), KB_OK);
+    kb_point p;
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+    kb_engine_free(e);
+    kb_config_free(cfg);
+    kb_space_free(sp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -778,6 +803,7 @@ int main(void)
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
         cmocka_unit_test(pool_is_the_shifted_halton_set),
         cmocka_unit_test(scaling_survives_extreme_columns),
+        cmocka_unit_test(observe_refuses_unscalable_coordinates),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }
