@@ -888,8 +888,11 @@ json_t *study_create(study_spec *spec, api_error *err)
     if (load_candidates(spec, err) || proto_study_spec_config(spec, err) ||
         !(e = engine_new(spec, err)))
         goto fail;
+    proto_json_alloc_take();
     cfg = proto_study_spec_json(spec, 1);
-    text = json_dumps(cfg, JSON_COMPACT);
+    /* a failed allocation may have left parts out of cfg: such a config must never be
+     * stored (it would not load at the next start) */
+    text = proto_json_alloc_take() ? NULL : json_dumps(cfg, JSON_COMPACT);
     if (!text) {
         api_fail(err, API_INTERNAL, NULL, "out of memory");
         goto fail;
