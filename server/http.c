@@ -94,6 +94,7 @@ static struct {
 /* ------------------------------------------------------------ replies */
 
 static int queue_error(request *rq, const api_error *err);
+static int reply_code(request *rq, api_code code, const char *fmt, const char *arg);
 
 static int queue_now(request *rq, int status, struct MHD_Response *resp)
 {
@@ -186,13 +187,28 @@ static struct MHD_Response *json_response(json_t *body)
     return text ? buffer_response(text, strlen(text), "application/json") : NULL;
 }
 
+/* Whether body may lack parts (see proto_json_alloc_take): then it is dropped and a
+ * 500 "out of memory" answered instead. */
+static int reply_partial(request *rq, json_t *body, int *rc)
+{
+    if (!proto_json_alloc_take())
+        return 0;
+    json_decref(body);
+    *rc = reply_code(rq, API_INTERNAL, "%s", "out of memory");
+    return 1;
+}
+
 int reply_json(request *rq, int status, json_t *body)
 {
-    return queue(rq, status, json_response(body));
+    int rc;
+    return reply_partial(rq, body, &rc) ? rc : queue(rq, status, json_response(body));
 }
 
 int reply_json_retry(request *rq, int status, json_t *body, int retry_after_s)
 {
+    int rc;
+    if (reply_partial(rq, body, &rc))
+        return rc;
     struct MHD_Response *r = json_response(body);
     if (r && retry_after_s > 0) {
         char v[16];
@@ -202,7 +218,18 @@ int reply_json_retry(request *rq, int status, json_t *body, int retry_after_s)
     return queue(rq, status, r);
 }
 
-int reply_error(request *rq, const api_error *err) { return queue_error(rq, err); }
+int reply_error(request *rq, const api_error *err)
+{
+    /* After a failed allocation of jansson's the error may be its consequence (a
+     * renderer's NULL taken for "no completed trial yet") or not set at all: the
+     * allocation is the cause to report. */
+    api_error oom;
+    if (proto_json_alloc_take()) {
+        api_fail(&oom, API_INTERNAL, NULL, "out of memory");
+        err = &oom;
+    }
+    return queue_error(rq, err);
+}
 
 static int queue_error(request *rq, const api_error *err)
 {
@@ -623,6 +650,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     if (rq->pending.s)
         return (enum MHD_Result)resume_kept(rq);
     study_defer_begin();
+    proto_json_alloc_take(); /* from here on, a failure concerns this request's answer */
     rc = kb_routes[rq->route].fn(rq);
     study_pending left; /* not answered (a long-poll suspended): nothing to keep */
     if (study_defer_end(&left))
