@@ -228,9 +228,13 @@ static conn *conn_raw(store *s)
     if (!c)
         return NULL;
     c->owner = s;
+    /* the busy timeout before the pragmas: they read the database, and another
+     * connection may hold it a moment (WAL recovery at start-up: a restore thread's
+     * connection otherwise got "database is locked" and its study was marked failed) */
     if (sqlite3_open_v2(s->path, &c->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK ||
+        sqlite3_busy_timeout(c->db, 10000) != SQLITE_OK ||
         sqlite3_exec(c->db,
                      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
                      "PRAGMA foreign_keys=ON; PRAGMA secure_delete=OFF; PRAGMA wal_autocheckpoint=10000;",
@@ -239,7 +243,6 @@ static conn *conn_raw(store *s)
         conn_free(c);
         return NULL;
     }
-    sqlite3_busy_timeout(c->db, 10000);
     return c;
 }
 
