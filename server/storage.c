@@ -521,6 +521,14 @@ static int wexec(store *s, int q, const wval *v, int n)
 /* Runs one statement without arguments of the writer connection (conn_lock held). */
 static int wrun(store *s, int q) { return exec_now(s, q, NULL, 0); }
 
+/* Ends the writer connection's transaction (conn_lock held) unless SQLite already
+ * rolled it back, as it does when COMMIT fails on an I/O error or a full disk. */
+static void rollback(store *s)
+{
+    if (!sqlite3_get_autocommit(s->w.c->db))
+        wrun(s, Q_ROLLBACK);
+}
+
 /* Sets synchronous for the next transaction of the writer connection. */
 static int set_sync(store *s, int durable)
 {
@@ -573,12 +581,12 @@ static int run_batch(store *s, wop *ops)
         pthread_mutex_unlock(&w->m);
         for (size_t i = 0; !skip && i < op->n; i++)
             if (exec_now(s, op->calls[i].q, op->calls[i].v, op->calls[i].n)) {
-                wrun(s, Q_ROLLBACK);
+                rollback(s);
                 return -1;
             }
     }
     if (wrun(s, Q_COMMIT)) {
-        wrun(s, Q_ROLLBACK);
+        rollback(s);
         return -1;
     }
     return 0;
@@ -856,7 +864,7 @@ int store_commit(store *s)
     me->in_op = OP_NONE;
     int rc = wrun(s, Q_COMMIT);
     if (rc)
-        wrun(s, Q_ROLLBACK);
+        rollback(s);
     pthread_mutex_unlock(&s->w.conn_lock);
     return rc ? -1 : 0;
 }
@@ -870,7 +878,7 @@ void store_rollback(store *s)
         wop_free(me->rec);
         me->rec = NULL;
     } else {
-        wrun(s, Q_ROLLBACK);
+        rollback(s);
         pthread_mutex_unlock(&s->w.conn_lock);
     }
     me->in_op = OP_NONE;
