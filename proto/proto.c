@@ -459,6 +459,8 @@ int proto_study_spec_config(study_spec *s, api_error *err)
     kb_error kerr = {0};
     kb_config_free(s->cfg);
     s->cfg = kb_config_new(s->engine, &kerr);
+    if (!s->cfg && kerr.code != KB_ENOTFOUND) /* out of memory */
+        return api_fail_kb(err, &kerr, NULL);
     if (!s->cfg) {
         const char *const *names = kb_engine_names();
         char list[API_MESSAGE_MAX / 2] = "";
