@@ -96,13 +96,19 @@ static struct {
 static int queue_error(request *rq, const api_error *err);
 static int reply_code(request *rq, api_code code, const char *fmt, const char *arg);
 
+/* The answer sent when an answer cannot be allocated: made by http_start and shared by
+ * reference (MHD counts them), so that sending it allocates nothing. */
+static const char oom_body[] =
+    "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\",\"field\":null}}";
+static struct MHD_Response *oom_response;
+
+/* Queues resp (NULL: its allocation failed) and drops the caller's reference. */
 static int queue_now(request *rq, int status, struct MHD_Response *resp)
 {
-    rq->status = status;
-    if (!resp)
-        return MHD_NO;
-    int rc = MHD_queue_response(rq->conn, (unsigned)status, resp);
-    MHD_destroy_response(resp);
+    rq->status = resp ? status : 500;
+    int rc = MHD_queue_response(rq->conn, (unsigned)rq->status, resp ? resp : oom_response);
+    if (resp)
+        MHD_destroy_response(resp);
     return rc;
 }
 
@@ -728,8 +734,17 @@ int http_start(const http_config *cfg)
     pthread_condattr_init(&ca);
     pthread_cond_init(&waits.cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (pthread_create(&waits.timer, NULL, timer_main, NULL))
+    oom_response = MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body,
+                                                   MHD_RESPMEM_PERSISTENT);
+    if (!oom_response ||
+        MHD_add_response_header(oom_response, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                "application/json") != MHD_YES ||
+        pthread_create(&waits.timer, NULL, timer_main, NULL)) {
+        if (oom_response)
+            MHD_destroy_response(oom_response);
+        oom_response = NULL;
         return -1;
+    }
     srv.d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG,
@@ -747,6 +762,8 @@ int http_start(const http_config *cfg)
         pthread_cond_signal(&waits.cv);
         pthread_mutex_unlock(&waits.lock);
         pthread_join(waits.timer, NULL);
+        MHD_destroy_response(oom_response);
+        oom_response = NULL;
         return -1;
     }
     return 0;
@@ -784,6 +801,8 @@ void http_stop(void)
     pthread_join(waits.timer, NULL);
     MHD_stop_daemon(srv.d);
     srv.d = NULL;
+    MHD_destroy_response(oom_response);
+    oom_response = NULL;
     if (srv.quiesced_fd >= 0)
         close(srv.quiesced_fd);
     pthread_cond_destroy(&waits.cv);
