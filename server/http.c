@@ -186,10 +186,16 @@ static struct MHD_Response *buffer_response(char *text, size_t len, const char *
     return r;
 }
 
+/* NULL when the text cannot be made whole: jansson's dump ignores a failed append in an
+ * object key and goes on, so a failed allocation may leave invalid JSON. */
 static struct MHD_Response *json_response(json_t *body)
 {
     char *text = kb_json_dumps(body, JSON_COMPACT);
     json_decref(body);
+    if (proto_json_alloc_take()) {
+        free(text);
+        return NULL;
+    }
     return text ? buffer_response(text, strlen(text), "application/json") : NULL;
 }
 
