@@ -291,7 +291,18 @@ static sqlite3_stmt *stmt(store *s, int q, conn **out)
     return prepared(c, q);
 }
 
-/* Steps a statement that returns no row; 0 ok, STORE_CONFLICT on a constraint, -1. */
+/* A failed fsync leaves the page cache in an unknown state: Linux may have dropped dirty
+ * pages of earlier commits, and a later fsync succeed without them, so nothing written
+ * may be acknowledged any more. The process stops; a restart recovers what the disk has. */
+static void fsync_failed(const char *file, const char *error)
+{
+    log_json(LOG_ERROR, "fsync failed: aborting (a restart recovers from the database)",
+             json_pack("{s:s,s:s}", "file", file, "error", error));
+    abort();
+}
+
+/* Steps a statement that returns no row; 0 ok, STORE_CONFLICT on a constraint, -1.
+ * SQLite's own fsync (a direct COMMIT, a checkpoint) failing aborts, as the syncer's. */
 static int run(store *s, sqlite3_stmt *st, const char *what)
 {
     if (!st)
@@ -302,7 +313,11 @@ static int run(store *s, sqlite3_stmt *st, const char *what)
         return 0;
     if ((rc & 0xff) == SQLITE_CONSTRAINT)
         return STORE_CONFLICT;
-    db_log(sqlite3_db_handle(st), what);
+    sqlite3 *db = sqlite3_db_handle(st);
+    int xrc = sqlite3_extended_errcode(db);
+    if (xrc == SQLITE_IOERR_FSYNC || xrc == SQLITE_IOERR_DIR_FSYNC)
+        fsync_failed("database", sqlite3_errmsg(db));
+    db_log(db, what);
     return -1;
 }
 
@@ -659,12 +674,8 @@ static void *syncer_main(void *arg)
          * makes it all durable, batches committed after sync_want's included. */
         uint64_t target = w->done;
         pthread_mutex_unlock(&w->m);
-        if (fdatasync(w->wal_fd)) {
-            log_json(LOG_ERROR, "fsync of the WAL failed: aborting (a restart recovers "
-                                "from the database)",
-                     json_pack("{s:s}", "error", strerror(errno)));
-            abort();
-        }
+        if (fdatasync(w->wal_fd))
+            fsync_failed("WAL", strerror(errno));
         pthread_mutex_lock(&w->m);
         w->synced = target;
         w->syncs++;
