@@ -181,8 +181,11 @@ static struct MHD_Response *buffer_response(char *text, size_t len, const char *
         free(text);
         return NULL;
     }
-    if (ctype)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    /* a body without its Content-Type would be misread: no answer rather than that one */
+    if (ctype && MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) != MHD_YES) {
+        MHD_destroy_response(r); /* frees text */
+        return NULL;
+    }
     return r;
 }
 
