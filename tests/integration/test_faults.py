@@ -6,8 +6,9 @@ For each kind, one run with n = 0 counts the calls the workload makes; then, for
 a range covering that count, a fresh daemon is armed (after start-up) to fail its n-th call
 once, and the workload runs. Checked for every n:
   - every answer is 2xx, or a JSON error of the documented shape with status 500, 503 or
-    507 (openapi.yaml, by the client's response hook); a dropped connection is allowed only
-    for a malloc fault (libmicrohttpd closes a connection it cannot allocate for);
+    507 (openapi.yaml, by the client's response hook), within 30 s (a hang fails); a
+    dropped connection is allowed only for a malloc fault (libmicrohttpd closes a
+    connection it cannot allocate for) or once the daemon aborted by design;
   - the daemon keeps running, except where the design stops it: a failed fsync (SQLite's
     xSync, or the syncer's fdatasync of the WAL) aborts the process (storage.c), and the
     restart must then recover;
