@@ -226,6 +226,31 @@ static int number_matrix(json_t *arr, const char *path, double **rows, size_t *n
     return 0;
 }
 
+/* Set in a thread when an allocation of jansson's fails there (proto_init). jansson
+ * hides such failures: the parser reports them as errors of the document (out_of_memory,
+ * no error text at all when its lexer could not be set up, or a syntax error inside a
+ * string token), and json_object_set_new / json_array_append_new with the NULL of a
+ * failed constructor leave the key out without a word. Parsing and rendering read it to
+ * answer 500 "out of memory" rather than blame the client or send a partial document. */
+static _Thread_local int json_alloc_failed;
+
+static void *json_alloc(size_t n)
+{
+    void *p = malloc(n);
+    if (!p)
+        json_alloc_failed = 1;
+    return p;
+}
+
+void proto_init(void) { json_set_alloc_funcs(json_alloc, free); }
+
+int proto_json_alloc_take(void)
+{
+    int failed = json_alloc_failed;
+    json_alloc_failed = 0;
+    return failed;
+}
+
 json_t *proto_parse_object(const char *body, size_t len, api_error *err)
 {
     if (!body || len == 0) {
@@ -233,7 +258,13 @@ json_t *proto_parse_object(const char *body, size_t len, api_error *err)
         return NULL;
     }
     json_error_t jerr;
+    proto_json_alloc_take();
     json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc && (proto_json_alloc_take() || json_error_code(&jerr) == json_error_out_of_memory ||
+                 !jerr.text[0])) {
+        api_fail(err, API_INTERNAL, NULL, "out of memory");
+        return NULL;
+    }
     if (!doc) {
         api_fail(err, API_INVALID_JSON, NULL, "invalid JSON at line %d column %d: %s",
                  jerr.line, jerr.column, jerr.text);
@@ -428,6 +459,8 @@ int proto_study_spec_config(study_spec *s, api_error *err)
     kb_error kerr = {0};
     kb_config_free(s->cfg);
     s->cfg = kb_config_new(s->engine, &kerr);
+    if (!s->cfg && kerr.code != KB_ENOTFOUND) /* out of memory */
+        return api_fail_kb(err, &kerr, NULL);
     if (!s->cfg) {
         const char *const *names = kb_engine_names();
         char list[API_MESSAGE_MAX / 2] = "";

@@ -58,8 +58,16 @@ int api_fail_kb(api_error *err, const kb_error *kerr, const char *field_prefix);
 
 /* ------------------------------------------------------ documents */
 
+/* Gives jansson an allocator that lets proto_parse_object tell a failed allocation from
+ * a malformed body. Call once, before any thread parses. */
+void proto_init(void);
+/* Whether an allocation of jansson's failed in this thread since the last call (a
+ * document built meanwhile may lack parts); clears it. Always 0 without proto_init. */
+int proto_json_alloc_take(void);
+
 /* Parses a JSON object body. Empty or unparsable body / invalid UTF-8 -> invalid_json;
- * a non-object -> invalid. Returns a new reference or NULL. */
+ * a non-object -> invalid; an allocation failure -> internal (after proto_init; before,
+ * only those jansson reports as such). Returns a new reference or NULL. */
 json_t *proto_parse_object(const char *body, size_t len, api_error *err);
 
 /* A study document: POST /v1/studies, or a stored configuration. */

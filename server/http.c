@@ -107,14 +107,21 @@ static struct {
 /* ------------------------------------------------------------ replies */
 
 static int queue_error(request *rq, const api_error *err);
+static int reply_code(request *rq, api_code code, const char *fmt, const char *arg);
 
+/* The answer sent when an answer cannot be allocated: made by http_start and shared by
+ * reference (MHD counts them), so that sending it allocates nothing. */
+static const char oom_body[] =
+    "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\",\"field\":null}}";
+static struct MHD_Response *oom_response;
+
+/* Queues resp (NULL: its allocation failed) and drops the caller's reference. */
 static int queue_now(request *rq, int status, struct MHD_Response *resp)
 {
-    rq->status = status;
-    if (!resp)
-        return MHD_NO;
-    int rc = MHD_queue_response(rq->conn, (unsigned)status, resp);
-    MHD_destroy_response(resp);
+    rq->status = resp ? status : 500;
+    int rc = MHD_queue_response(rq->conn, (unsigned)rq->status, resp ? resp : oom_response);
+    if (resp)
+        MHD_destroy_response(resp);
     return rc;
 }
 
@@ -187,25 +194,49 @@ static struct MHD_Response *buffer_response(char *text, size_t len, const char *
         free(text);
         return NULL;
     }
-    if (ctype)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    /* a body without its Content-Type would be misread: no answer rather than that one */
+    if (ctype && MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) != MHD_YES) {
+        MHD_destroy_response(r); /* frees text */
+        return NULL;
+    }
     return r;
 }
 
+/* NULL when the text cannot be made whole: jansson's dump ignores a failed append in an
+ * object key and goes on, so a failed allocation may leave invalid JSON. */
 static struct MHD_Response *json_response(json_t *body)
 {
     char *text = kb_json_dumps(body, JSON_COMPACT);
     json_decref(body);
+    if (proto_json_alloc_take()) {
+        free(text);
+        return NULL;
+    }
     return text ? buffer_response(text, strlen(text), "application/json") : NULL;
+}
+
+/* Whether body may lack parts (see proto_json_alloc_take): then it is dropped and a
+ * 500 "out of memory" answered instead. */
+static int reply_partial(request *rq, json_t *body, int *rc)
+{
+    if (!proto_json_alloc_take())
+        return 0;
+    json_decref(body);
+    *rc = reply_code(rq, API_INTERNAL, "%s", "out of memory");
+    return 1;
 }
 
 int reply_json(request *rq, int status, json_t *body)
 {
-    return queue(rq, status, json_response(body));
+    int rc;
+    return reply_partial(rq, body, &rc) ? rc : queue(rq, status, json_response(body));
 }
 
 int reply_json_retry(request *rq, int status, json_t *body, int retry_after_s)
 {
+    int rc;
+    if (reply_partial(rq, body, &rc))
+        return rc;
     struct MHD_Response *r = json_response(body);
     if (r && retry_after_s > 0) {
         char v[16];
@@ -215,7 +246,18 @@ int reply_json_retry(request *rq, int status, json_t *body, int retry_after_s)
     return queue(rq, status, r);
 }
 
-int reply_error(request *rq, const api_error *err) { return queue_error(rq, err); }
+int reply_error(request *rq, const api_error *err)
+{
+    /* After a failed allocation of jansson's the error may be its consequence (a
+     * renderer's NULL taken for "no completed trial yet") or not set at all: the
+     * allocation is the cause to report. */
+    api_error oom;
+    if (proto_json_alloc_take()) {
+        api_fail(&oom, API_INTERNAL, NULL, "out of memory");
+        err = &oom;
+    }
+    return queue_error(rq, err);
+}
 
 static int queue_error(request *rq, const api_error *err)
 {
@@ -695,6 +737,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     if (rq->pending.s)
         return (enum MHD_Result)resume_kept(rq);
     study_defer_begin();
+    proto_json_alloc_take(); /* from here on, a failure concerns this request's answer */
     rc = kb_routes[rq->route].fn(rq);
     study_pending left; /* not answered (a long-poll suspended): nothing to keep */
     if (study_defer_end(&left))
@@ -779,8 +822,17 @@ int http_start(const http_config *cfg)
     pthread_condattr_init(&ca);
     pthread_cond_init(&waits.cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (pthread_create(&waits.timer, NULL, timer_main, NULL))
+    oom_response = MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body,
+                                                   MHD_RESPMEM_PERSISTENT);
+    if (!oom_response ||
+        MHD_add_response_header(oom_response, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                "application/json") != MHD_YES ||
+        pthread_create(&waits.timer, NULL, timer_main, NULL)) {
+        if (oom_response)
+            MHD_destroy_response(oom_response);
+        oom_response = NULL;
         return -1;
+    }
     srv.d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG,
@@ -800,6 +852,8 @@ int http_start(const http_config *cfg)
         pthread_cond_signal(&waits.cv);
         pthread_mutex_unlock(&waits.lock);
         pthread_join(waits.timer, NULL);
+        MHD_destroy_response(oom_response);
+        oom_response = NULL;
         return -1;
     }
     return 0;
@@ -837,6 +891,8 @@ void http_stop(void)
     pthread_join(waits.timer, NULL);
     MHD_stop_daemon(srv.d);
     srv.d = NULL;
+    MHD_destroy_response(oom_response);
+    oom_response = NULL;
     if (srv.quiesced_fd >= 0)
         close(srv.quiesced_fd);
     pthread_cond_destroy(&waits.cv);

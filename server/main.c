@@ -323,6 +323,7 @@ int main(int argc, char **argv)
         return 2;
     blas_choose_core(argv);
     blas_single_thread();
+    proto_init();
     signal(SIGPIPE, SIG_IGN);
     sigset_t sigs;
     sigemptyset(&sigs);

@@ -292,7 +292,18 @@ static sqlite3_stmt *stmt(store *s, int q, conn **out)
     return prepared(c, q);
 }
 
-/* Steps a statement that returns no row; 0 ok, STORE_CONFLICT on a constraint, -1. */
+/* A failed fsync leaves the page cache in an unknown state: Linux may have dropped dirty
+ * pages of earlier commits, and a later fsync succeed without them, so nothing written
+ * may be acknowledged any more. The process stops; a restart recovers what the disk has. */
+static void fsync_failed(const char *file, const char *error)
+{
+    log_json(LOG_ERROR, "fsync failed: aborting (a restart recovers from the database)",
+             json_pack("{s:s,s:s}", "file", file, "error", error));
+    abort();
+}
+
+/* Steps a statement that returns no row; 0 ok, STORE_CONFLICT on a constraint, -1.
+ * SQLite's own fsync (a direct COMMIT, a checkpoint) failing aborts, as the syncer's. */
 static int run(store *s, sqlite3_stmt *st, const char *what)
 {
     if (!st)
@@ -303,7 +314,11 @@ static int run(store *s, sqlite3_stmt *st, const char *what)
         return 0;
     if ((rc & 0xff) == SQLITE_CONSTRAINT)
         return STORE_CONFLICT;
-    db_log(sqlite3_db_handle(st), what);
+    sqlite3 *db = sqlite3_db_handle(st);
+    int xrc = sqlite3_extended_errcode(db);
+    if (xrc == SQLITE_IOERR_FSYNC || xrc == SQLITE_IOERR_DIR_FSYNC)
+        fsync_failed("database", sqlite3_errmsg(db));
+    db_log(db, what);
     return -1;
 }
 
@@ -522,6 +537,14 @@ static int wexec(store *s, int q, const wval *v, int n)
 /* Runs one statement without arguments of the writer connection (conn_lock held). */
 static int wrun(store *s, int q) { return exec_now(s, q, NULL, 0); }
 
+/* Ends the writer connection's transaction (conn_lock held) unless SQLite already
+ * rolled it back, as it does when COMMIT fails on an I/O error or a full disk. */
+static void rollback(store *s)
+{
+    if (!sqlite3_get_autocommit(s->w.c->db))
+        wrun(s, Q_ROLLBACK);
+}
+
 /* Sets synchronous for the next transaction of the writer connection. */
 static int set_sync(store *s, int durable)
 {
@@ -574,12 +597,12 @@ static int run_batch(store *s, wop *ops)
         pthread_mutex_unlock(&w->m);
         for (size_t i = 0; !skip && i < op->n; i++)
             if (exec_now(s, op->calls[i].q, op->calls[i].v, op->calls[i].n)) {
-                wrun(s, Q_ROLLBACK);
+                rollback(s);
                 return -1;
             }
     }
     if (wrun(s, Q_COMMIT)) {
-        wrun(s, Q_ROLLBACK);
+        rollback(s);
         return -1;
     }
     return 0;
@@ -652,12 +675,8 @@ static void *syncer_main(void *arg)
          * makes it all durable, batches committed after sync_want's included. */
         uint64_t target = w->done;
         pthread_mutex_unlock(&w->m);
-        if (fdatasync(w->wal_fd)) {
-            log_json(LOG_ERROR, "fsync of the WAL failed: aborting (a restart recovers "
-                                "from the database)",
-                     json_pack("{s:s}", "error", strerror(errno)));
-            abort();
-        }
+        if (fdatasync(w->wal_fd))
+            fsync_failed("WAL", strerror(errno));
         pthread_mutex_lock(&w->m);
         w->synced = target;
         w->syncs++;
@@ -857,7 +876,7 @@ int store_commit(store *s)
     me->in_op = OP_NONE;
     int rc = wrun(s, Q_COMMIT);
     if (rc)
-        wrun(s, Q_ROLLBACK);
+        rollback(s);
     pthread_mutex_unlock(&s->w.conn_lock);
     return rc ? -1 : 0;
 }
@@ -871,7 +890,7 @@ void store_rollback(store *s)
         wop_free(me->rec);
         me->rec = NULL;
     } else {
-        wrun(s, Q_ROLLBACK);
+        rollback(s);
         pthread_mutex_unlock(&s->w.conn_lock);
     }
     me->in_op = OP_NONE;

@@ -37,8 +37,16 @@ study *study_create(study_spec *spec, api_error *err)
     if (study_load_candidates(spec, err) || proto_study_spec_config(spec, err) ||
         !(e = study_engine_new(spec, err)))
         goto fail;
+    proto_json_alloc_take();
     cfg = proto_study_spec_json(spec, 1);
     text = json_dumps(cfg, JSON_COMPACT);
+    /* a failed allocation may have left parts out of cfg, or out of text (jansson's dump
+     * ignores a failed append in an object key): such a config must never be stored, it
+     * would not load at the next start */
+    if (proto_json_alloc_take()) {
+        free(text);
+        text = NULL;
+    }
     if (!text) {
         api_fail(err, API_INTERNAL, NULL, "out of memory");
         goto fail;

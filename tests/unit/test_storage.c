@@ -54,6 +54,36 @@ static void newer_schema_is_refused(void **state)
     tu_remove_db(path);
 }
 
+static void *commit_later(void *db)
+{
+    usleep(300 * 1000);
+    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    return NULL;
+}
+
+/* A connection opened while another holds the database a moment waits for it: the busy
+ * timeout is set before the connection's pragmas, which read the database (a restore
+ * thread's connection, opened during a WAL recovery, failed with "database is locked"
+ * and its study was marked failed). */
+static void open_waits_for_a_held_database(void **state)
+{
+    (void)state;
+    char *path = tu_temp_db("kb-test-storage"), err[256] = "";
+    sqlite3 *db;
+    pthread_t th;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "CREATE TABLE held(a); BEGIN EXCLUSIVE; "
+                                      "INSERT INTO held VALUES(1);", NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(pthread_create(&th, NULL, commit_later, db), 0);
+    store *s = store_open(path, err, sizeof err);
+    pthread_join(th, NULL);
+    sqlite3_close(db);
+    assert_non_null(s);
+    store_close(s);
+    tu_remove_db(path);
+}
+
 static int64_t insert_study(store *s, const char *name)
 {
     int64_t id = 0;
@@ -355,6 +385,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(migrations_apply_once),
         cmocka_unit_test(newer_schema_is_refused),
+        cmocka_unit_test(open_waits_for_a_held_database),
         cmocka_unit_test(deleted_ids_are_not_reused),
         cmocka_unit_test(migration_keeps_rows_and_their_trials),
         cmocka_unit_test(queries_round_trip),
