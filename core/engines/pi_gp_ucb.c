@@ -19,7 +19,8 @@
  * leaves partition [0,1]^d. A child inherits every observation of its parent that lies
  * in it (D_t^A is "the subset of D_t^X located in A") and every pending point in it.
  * The rule is applied after every observation to the leaf receiving it, and again to the
- * new children until none satisfies it, so no leaf ever satisfies the rule.
+ * new children until none satisfies it, so no leaf ever satisfies the rule (unless a
+ * split ran out of memory: that leaf stays whole until its next observation).
  *
  * Each leaf's GP. Repeated inputs are common (grids, exploitation), so a leaf stores its
  * DISTINCT inputs u_j with the number c_j of observations, their sum of values and the
@@ -558,14 +559,27 @@ static int split_rule(const pi_state *st, const cell *c)
     return exp(-log(c->side) / st->b) < (double)c->gp->n_told + 1.0;
 }
 
-/* Splits leaf `id` into 2^d children that inherit its inputs, counts and values. */
+/* Removes the cells a failed split of leaf `id` added from `first` on: `id` is a leaf
+ * again, its GP untouched. Returns rc. */
+static int undo_split(pi_state *st, size_t id, size_t first, int rc)
+{
+    for (size_t c = first; c < st->n_cells; c++)
+        gp_free(st->cells[c].gp);
+    st->n_cells = first;
+    st->cells[id].child = 0;
+    return rc;
+}
+
+/* Splits leaf `id` into 2^d children that inherit its inputs, counts and values. Out of
+ * memory (KB_ENOMEM) undoes it: the leaf stays whole with its GP. A child whose factors
+ * cannot be built is left broken, rebuilt at its first use (gp_ready). */
 static int split(kb_engine *e, size_t id)
 {
     pi_state *st = e->impl;
     size_t d = st->d, nch = n_children(st), first = st->n_cells;
     int rc = add_cells(st, nch);
     if (rc)
-        return rc;
+        return undo_split(st, id, first, rc);
     cell *p = &st->cells[id];
     leaf_gp *g = p->gp;
     for (size_t c = 0; c < nch; c++) {
@@ -576,10 +590,10 @@ static int split(kb_engine *e, size_t id)
             st->lo[(first + c) * d + j] = st->lo[id * d + j] + ((c >> j) & 1) * ch->side;
     }
     p->child = first;
-    for (size_t j = 0; j < g->n && !rc; j++) {
+    for (size_t j = 0; j < g->n; j++) {
         leaf_gp *cg = st->cells[locate(st, g->u + j * d)].gp;
         if ((rc = gp_reserve(cg, d)))
-            break;
+            return undo_split(st, id, first, rc);
         size_t k = cg->n++;
         memcpy(cg->u + k * d, g->u + j * d, d * sizeof *g->u);
         cg->told[k] = g->told[j];
@@ -588,10 +602,8 @@ static int split(kb_engine *e, size_t id)
         cg->n_told += g->told[j];
         cg->n_pend += g->pend[j];
     }
-    for (size_t c = 0; c < nch && !rc; c++)
-        rc = gp_rebuild(st, &e->kernel, st->cells[first + c].gp);
-    if (rc)
-        return rc; /* out of memory or numerical failure mid-split: the engine is unusable */
+    for (size_t c = 0; c < nch; c++)
+        gp_rebuild(st, &e->kernel, st->cells[first + c].gp);
     gp_free(g);
     p->gp = NULL;
     for (size_t i = 0; i < st->n_leaves; i++)
@@ -905,7 +917,13 @@ static int update_at(kb_engine *e, const double *u, int dtold, int dpend, double
     int rc = gp_add(st, &e->kernel, st->cells[id].gp, u, dtold, dpend, y);
     if (!rc) {
         st->cells[id].stale = 1;
-        if (dtold && (rc = split_while_needed(e, id)) == KB_OK && st->splits != splits)
+        /* The observation stands even when a split runs out of memory (split undoes
+         * itself): the leaf stays whole, the rule applied again at its next observation.
+         * Failing the op instead would leave the leaf counting an observation the base
+         * has undone. */
+        if (dtold)
+            split_while_needed(e, id);
+        if (st->splits != splits)
             assign_candidates(e);
     }
     st->sec_tell += kb__now() - t0;
