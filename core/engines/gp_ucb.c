@@ -39,6 +39,10 @@
  *                    observed, in the base's order), so that the mean needs no pending row;
  *   alpha (n_alpha)  (K_T + lambda I)^{-1} y_std over obs[0..n_alpha): the mean in use;
  *   mean (A)         Kc^T alpha (scattered to rows), valid unless mean_stale.
+ *   broken, told_broken: set while L (with Kc, var) or LT is not what the lines above
+ *                    say, because a rebuild failed (out of memory, or no jitter made the
+ *                    matrix positive definite); every op rebuilds it from X or obs_u
+ *                    first (ensure_built) or fails, and nothing is computed on it.
  * Appending a row is O(n^2 + n A) through BLAS; an abandon or a box pool refresh rebuilds
  * L, Kc and var from the remaining rows (O(n^3 + n^2 A)): correctness over speed. Box
  * pools are refreshed at each batch start (gp-bucb) or once the observations grew by a
@@ -109,7 +113,8 @@ typedef struct gp_state {
     double *alpha, *mean, *work;
     size_t n_alpha, cap_work;
     size_t n_var;                 /* rows folded into var */
-    int broken;                   /* L, Kc, var need a rebuild from X (it failed) */
+    int broken;                   /* L, Kc, var are not a cache of X (a rebuild failed) */
+    int told_broken;              /* LT is not the factor of the observations (same) */
     int alpha_stale, mean_stale;
     /* batches (gp-bucb) and box pool refresh (gp-ucb) */
     int closed;
@@ -201,7 +206,7 @@ static int recompute_var(gp_state *s)
 }
 
 /* Rebuilds L from X, then Kc and var for the current candidates. Everything it rebuilds
- * is a cache of X: if it fails, `broken` makes the next ask or posterior retry. */
+ * is a cache of X: if it fails, `broken` makes the next op retry (ensure_built). */
 static int rebuild(kb_engine *e, gp_state *s)
 {
     double t0 = kb__now();
@@ -259,22 +264,37 @@ static int append_row(kb_engine *e, gp_state *s, const double *u, uint64_t h, si
     return KB_OK;
 }
 
-/* Refactors the told-set factor LT over every observation (after a kernel change). */
-static int rebuild_told(kb_engine *e, gp_state *s)
+/* Refactors the told-set factor LT over the first m observations. If it fails,
+ * `told_broken` makes the next op that needs LT retry. */
+static int rebuild_told(kb_engine *e, gp_state *s, size_t m)
 {
-    size_t m = e->n_obs;
+    s->told_broken = 1;
+    s->alpha_stale = 1;
     double *K = work(s, m * m + 1);
     if (!K)
         return KB_ENOMEM;
     kb_kernel_matrix(&e->kernel, e->obs_u, m, e->obs_u, m, K);
     for (size_t i = 0; i < m; i++)
         K[i * m + i] += s->lambda;
-    s->alpha_stale = 1;
-    return kb__chol_factor(&s->LT, K, m, m);
+    int rc = kb__chol_factor(&s->LT, K, m, m);
+    s->told_broken = rc != KB_OK;
+    return rc;
+}
+
+/* Every op that computes on a factor calls this first, so that none computes on a factor
+ * a failed rebuild left behind (L empty or of an old kernel): such a factor is rebuilt
+ * from scratch, LT over the first m observations (those the op's state covers: a tell or
+ * observe passes n_obs - 1, its own observation being appended after), or the op fails
+ * with the rebuild's code and the flags stay set. */
+static int ensure_built(kb_engine *e, gp_state *s, size_t m)
+{
+    int rc = s->told_broken ? rebuild_told(e, s, m) : KB_OK;
+    return rc || !s->broken ? rc : rebuild(e, s);
 }
 
 /* A scheduled hyperparameter fit (core/src/hyper.c): the new kernel and noise, then every
- * factor built from them. */
+ * factor built from them. Both factors are marked invalid first: they belong to the old
+ * kernel whether or not their rebuild succeeds. */
 static int refit(kb_engine *e, gp_state *s)
 {
     double t0 = kb__now();
@@ -282,9 +302,10 @@ static int refit(kb_engine *e, gp_state *s)
     if (rc)
         return rc;
     s->lambda = e->noise;
-    rc = rebuild_told(e, s);
+    s->broken = s->told_broken = 1;
+    rc = ensure_built(e, s, e->n_obs);
     s->sec_resparsify += kb__now() - t0;
-    return rc ? rc : rebuild(e, s);
+    return rc;
 }
 
 /* Appends the next observation, obs_u[LT.n], to the told-set factor LT. */
@@ -467,7 +488,7 @@ static int bucb_gate(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait)
 static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
                        double *width)
 {
-    int rc = s->broken ? rebuild(e, s) : KB_OK;
+    int rc = ensure_built(e, s, e->n_obs);
     *wait = 0;
     if (rc)
         return rc;
@@ -525,7 +546,9 @@ static int gp_handed(kb_engine *e, uint64_t h, kb_error *err)
 {
     gp_state *s = e->impl;
     double s2;
-    int rc = append_row(e, s, kb__trial_u(e, h), h, NO_OBS, &s2);
+    int rc = ensure_built(e, s, e->n_obs);
+    if (!rc)
+        rc = append_row(e, s, kb__trial_u(e, h), h, NO_OBS, &s2);
     if (rc)
         return fail_rc(err, rc);
     s->batch_asks++;
@@ -541,7 +564,9 @@ static int gp_tell(kb_engine *e, uint64_t h, kb_error *err)
 {
     gp_state *s = e->impl;
     double t0 = kb__now();
-    int rc = append_told(e, s);
+    int rc = ensure_built(e, s, e->n_obs - 1);
+    if (!rc)
+        rc = append_told(e, s);
     if (rc)
         return fail_rc(err, rc);
     for (size_t i = 0; i < s->n; i++)
@@ -556,8 +581,10 @@ static int gp_observe(kb_engine *e, kb_error *err)
 {
     gp_state *s = e->impl;
     double s2;
+    int rc = ensure_built(e, s, e->n_obs - 1);
     size_t nt = s->LT.n;
-    int rc = append_told(e, s);
+    if (!rc)
+        rc = append_told(e, s);
     if (!rc && (rc = append_row(e, s, e->obs_u + (e->n_obs - 1) * s->d, 0, e->n_obs - 1,
                                 &s2)))
         kb__chol_truncate(&s->LT, nt);
@@ -591,7 +618,7 @@ static int gp_posterior(kb_engine *e, const double *U, size_t m, double *mean, d
                         kb_error *err)
 {
     gp_state *s = e->impl;
-    int rc = s->broken ? rebuild(e, s) : KB_OK;
+    int rc = ensure_built(e, s, e->n_obs);
     if (!rc && !s->batched && s->alpha_stale)
         rc = refresh_alpha(e, s);
     if (rc)
@@ -640,7 +667,9 @@ int kb__gp_candidate_posterior(kb_engine *e, double *mean, double *var, double *
     if (e->ops != &kb_engine_gp_ucb && e->ops != &kb_engine_gp_bucb)
         return KB_EUNSUPPORTED;
     gp_state *s = e->impl;
-    int rc = !s->batched && s->alpha_stale ? refresh_alpha(e, s) : KB_OK;
+    int rc = ensure_built(e, s, e->n_obs);
+    if (!rc && !s->batched && s->alpha_stale)
+        rc = refresh_alpha(e, s);
     if (rc || (rc = refresh_candidates(s)))
         return rc;
     memcpy(mean, s->mean, s->A * sizeof *mean);

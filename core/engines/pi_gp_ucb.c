@@ -19,7 +19,8 @@
  * leaves partition [0,1]^d. A child inherits every observation of its parent that lies
  * in it (D_t^A is "the subset of D_t^X located in A") and every pending point in it.
  * The rule is applied after every observation to the leaf receiving it, and again to the
- * new children until none satisfies it, so no leaf ever satisfies the rule.
+ * new children until none satisfies it, so no leaf ever satisfies the rule (unless a
+ * split ran out of memory: that leaf stays whole until its next observation).
  *
  * Each leaf's GP. Repeated inputs are common (grids, exploitation), so a leaf stores its
  * DISTINCT inputs u_j with the number c_j of observations, their sum of values and the
@@ -69,8 +70,11 @@
  * engine hands out points one at a time, with no batches or resparsifications).
  *
  * Invariants: every pending trial and every observation is counted in exactly one leaf,
- * the one kb__pi_locate returns for its coordinates; leaf factors match their counts;
- * cand_cell[i] is the leaf holding candidate i of the current space.
+ * the one kb__pi_locate returns for its coordinates; leaf factors match their counts
+ * (every input with told[j] > 0 has one told row) unless the leaf is marked broken by a
+ * failed rebuild, in which case every op on it rebuilds it from the counts first
+ * (gp_ready) or fails without changing them; cand_cell[i] is the leaf holding candidate
+ * i of the current space.
  */
 #include "../src/internal.h"
 
@@ -114,6 +118,7 @@ typedef struct leaf_gp {
     size_t n_pend;
     kb_chol tf, ff;  /* told and full factors (row-major; zeroed = empty) */
     size_t *tpt;     /* told row r is distinct input tpt[r]; full row r is input r */
+    int broken;      /* tf, ff do not match the counts (a rebuild failed): see gp_ready */
     double *w_y, *w_1; /* told system solves, tf.n each */
 } leaf_gp;
 
@@ -142,13 +147,17 @@ typedef struct pi_state {
     double sec_ask, sec_tell;
 } pi_state;
 
-/* Row of input j in the told factor, or (size_t)-1. */
+#define NO_ROW ((size_t)-1)
+
+/* Row of input j in the told factor, or NO_ROW. Unless the leaf is broken, every input
+ * with told[j] > 0 has exactly one row (gp_rebuild and gp_add establish it), so callers
+ * treat NO_ROW as KB_ESTATE. */
 static size_t told_row(const leaf_gp *g, size_t j)
 {
     for (size_t r = 0; r < g->tf.n; r++)
         if (g->tpt[r] == j)
             return r;
-    return (size_t)-1;
+    return NO_ROW;
 }
 
 static double told_noise(const pi_state *st, const leaf_gp *g, size_t j)
@@ -276,9 +285,11 @@ static size_t gp_find(const leaf_gp *g, const double *u, size_t d)
     return (size_t)-1;
 }
 
-/* Rebuilds both factors from the counts (told rows in table order). */
+/* Rebuilds both factors from the counts (told rows in table order: the told-row invariant
+ * of told_row holds after it). On failure the leaf is marked broken. */
 static int gp_rebuild(const pi_state *st, const kb_kernel *k, leaf_gp *g)
 {
+    g->broken = 1;
     double noise[g->n ? g->n : 1];
     size_t nt = 0;
     for (size_t j = 0; j < g->n; j++)
@@ -291,7 +302,18 @@ static int gp_rebuild(const pi_state *st, const kb_kernel *k, leaf_gp *g)
         return rc;
     for (size_t j = 0; j < g->n; j++)
         noise[j] = full_noise(st, g, j);
-    return factor_build(&g->ff, NULL, g->n, k, g, noise);
+    rc = factor_build(&g->ff, NULL, g->n, k, g, noise);
+    g->broken = rc != KB_OK;
+    return rc;
+}
+
+/* Every op that reads or changes a leaf's factors calls this first: the counts are the
+ * truth and the factors their cache, so a leaf a failed rebuild left broken is rebuilt
+ * from its counts, or the op fails before changing anything. Nothing indexes a factor
+ * whose rows do not match the table. */
+static int gp_ready(const pi_state *st, const kb_kernel *k, leaf_gp *g)
+{
+    return g->broken ? gp_rebuild(st, k, g) : KB_OK;
 }
 
 /* Moves factor row r from noise `from` to `to`. */
@@ -306,6 +328,9 @@ static int gp_add(const pi_state *st, const kb_kernel *k, leaf_gp *g, const doub
                   int dtold, int dpend, double y)
 {
     size_t d = k->dim;
+    int rc = gp_ready(st, k, g);
+    if (rc)
+        return rc;
     if (gp_reserve(g, d))
         return KB_ENOMEM;
     size_t j = gp_find(g, u, d);
@@ -323,17 +348,18 @@ static int gp_add(const pi_state *st, const kb_kernel *k, leaf_gp *g, const doub
     g->ysum[j] += y;
     g->n_told += (size_t)dtold;
     g->n_pend = (size_t)((long)g->n_pend + dpend);
-    int rc = fresh ? factor_append(&g->ff, NULL, k, g, j, full_noise(st, g, j))
-                   : renoise(&g->ff, j, ff_old, full_noise(st, g, j));
+    rc = fresh ? factor_append(&g->ff, NULL, k, g, j, full_noise(st, g, j))
+               : renoise(&g->ff, j, ff_old, full_noise(st, g, j));
     if (!rc && dtold && tf_old == 0.0) {
-        g->tpt[g->tf.n] = j;
+        g->tpt[g->tf.n] = j; /* the told-row invariant for the new told input */
         rc = factor_append(&g->tf, g->tpt, k, g, j, told_noise(st, g, j));
     } else if (!rc && dtold) {
-        rc = renoise(&g->tf, told_row(g, j), tf_old, told_noise(st, g, j));
+        size_t r = told_row(g, j);
+        rc = r == NO_ROW ? KB_ESTATE : renoise(&g->tf, r, tf_old, told_noise(st, g, j));
     }
-    if (rc) /* a downdate lost positivity to rounding: factor the counts afresh */
+    if (rc && rc != KB_ESTATE) /* a downdate lost positivity to rounding: factor afresh */
         rc = gp_rebuild(st, k, g);
-    if (rc) {
+    if (rc) { /* the counts as they were; their factors rebuilt (or the leaf left broken) */
         g->told[j] -= (unsigned)dtold;
         g->pend[j] = (unsigned)((int)g->pend[j] - dpend);
         g->ysum[j] -= y;
@@ -346,15 +372,23 @@ static int gp_add(const pi_state *st, const kb_kernel *k, leaf_gp *g, const doub
     return rc;
 }
 
-/* Forgets one pending hand-out at input j (abandon). */
+/* Forgets one pending hand-out at input j (abandon). Fails only before changing anything
+ * (a broken leaf that cannot be rebuilt); past that point a failed rebuild leaves the
+ * leaf broken, to be rebuilt by the next op on it, and the abandon stands. */
 static int gp_unpend(const pi_state *st, const kb_kernel *k, leaf_gp *g, size_t j)
 {
     size_t d = k->dim;
+    int rc = gp_ready(st, k, g);
+    if (rc)
+        return rc;
     double old = full_noise(st, g, j);
     g->pend[j]--;
     g->n_pend--;
-    if (g->told[j] + g->pend[j] > 0)
-        return renoise(&g->ff, j, old, full_noise(st, g, j)) ? gp_rebuild(st, k, g) : KB_OK;
+    if (g->told[j] + g->pend[j] > 0) {
+        if (renoise(&g->ff, j, old, full_noise(st, g, j)))
+            gp_rebuild(st, k, g);
+        return KB_OK;
+    }
     /* The input carries nothing any more: drop it from the table. */
     size_t tail = g->n - j - 1;
     memmove(g->u + j * d, g->u + (j + 1) * d, tail * d * sizeof *g->u);
@@ -366,7 +400,8 @@ static int gp_unpend(const pi_state *st, const kb_kernel *k, leaf_gp *g, size_t 
         kb__chol_truncate(&g->ff, g->ff.n - 1);
         return KB_OK;
     }
-    return gp_rebuild(st, k, g);
+    gp_rebuild(st, k, g);
+    return KB_OK;
 }
 
 /* w_y = A^-1 ybar and w_1 = A^-1 1 for the told system A = L L^T. */
@@ -524,14 +559,27 @@ static int split_rule(const pi_state *st, const cell *c)
     return exp(-log(c->side) / st->b) < (double)c->gp->n_told + 1.0;
 }
 
-/* Splits leaf `id` into 2^d children that inherit its inputs, counts and values. */
+/* Removes the cells a failed split of leaf `id` added from `first` on: `id` is a leaf
+ * again, its GP untouched. Returns rc. */
+static int undo_split(pi_state *st, size_t id, size_t first, int rc)
+{
+    for (size_t c = first; c < st->n_cells; c++)
+        gp_free(st->cells[c].gp);
+    st->n_cells = first;
+    st->cells[id].child = 0;
+    return rc;
+}
+
+/* Splits leaf `id` into 2^d children that inherit its inputs, counts and values. Out of
+ * memory (KB_ENOMEM) undoes it: the leaf stays whole with its GP. A child whose factors
+ * cannot be built is left broken, rebuilt at its first use (gp_ready). */
 static int split(kb_engine *e, size_t id)
 {
     pi_state *st = e->impl;
     size_t d = st->d, nch = n_children(st), first = st->n_cells;
     int rc = add_cells(st, nch);
     if (rc)
-        return rc;
+        return undo_split(st, id, first, rc);
     cell *p = &st->cells[id];
     leaf_gp *g = p->gp;
     for (size_t c = 0; c < nch; c++) {
@@ -542,10 +590,10 @@ static int split(kb_engine *e, size_t id)
             st->lo[(first + c) * d + j] = st->lo[id * d + j] + ((c >> j) & 1) * ch->side;
     }
     p->child = first;
-    for (size_t j = 0; j < g->n && !rc; j++) {
+    for (size_t j = 0; j < g->n; j++) {
         leaf_gp *cg = st->cells[locate(st, g->u + j * d)].gp;
         if ((rc = gp_reserve(cg, d)))
-            break;
+            return undo_split(st, id, first, rc);
         size_t k = cg->n++;
         memcpy(cg->u + k * d, g->u + j * d, d * sizeof *g->u);
         cg->told[k] = g->told[j];
@@ -554,10 +602,8 @@ static int split(kb_engine *e, size_t id)
         cg->n_told += g->told[j];
         cg->n_pend += g->pend[j];
     }
-    for (size_t c = 0; c < nch && !rc; c++)
-        rc = gp_rebuild(st, &e->kernel, st->cells[first + c].gp);
-    if (rc)
-        return rc; /* out of memory or numerical failure mid-split: the engine is unusable */
+    for (size_t c = 0; c < nch; c++)
+        gp_rebuild(st, &e->kernel, st->cells[first + c].gp);
     gp_free(g);
     p->gp = NULL;
     for (size_t i = 0; i < st->n_leaves; i++)
@@ -730,11 +776,14 @@ static int refresh_leaf(kb_engine *e, size_t id)
     cell *c = &st->cells[id];
     if (!c->stale)
         return KB_OK;
+    int rc = gp_ready(st, &e->kernel, c->gp);
+    if (rc)
+        return rc;
     size_t d = st->d, m = c->cand_n;
     gp_solve(c->gp);
     double *U = malloc((m ? m : 1) * d * sizeof *U);
     double *my = malloc((m ? m : 1) * 3 * sizeof *my);
-    int rc = KB_ENOMEM;
+    rc = KB_ENOMEM;
     if (!U || !my)
         goto done;
     for (size_t i = 0; i < m; i++)
@@ -788,7 +837,18 @@ static void leaf_widths(kb_engine *e)
     }
 }
 
-/* A refit (kb__hyper_due) changes every leaf's kernel and noise: rebuild them all. */
+/* The code of a failed leaf operation, with its message. */
+static int leaf_fail(kb_error *err, int rc)
+{
+    return kb__fail(err, rc, NULL, "%s",
+                    rc == KB_ENOMEM  ? "out of memory"
+                    : rc == KB_ESTATE ? "a leaf's factor does not match its data"
+                                      : "a leaf's kernel matrix is not positive definite");
+}
+
+/* A refit (kb__hyper_due) changes every leaf's kernel and noise: every leaf is marked
+ * broken first, so that one whose rebuild fails (or is not reached) is rebuilt before its
+ * next use rather than used with the old kernel. */
 static int refit(kb_engine *e, kb_error *err)
 {
     pi_state *st = e->impl;
@@ -799,11 +859,12 @@ static int refit(kb_engine *e, kb_error *err)
         st->alpha = e->noise;
     for (size_t i = 0; i < st->n_leaves; i++) {
         cell *c = &st->cells[st->leaves[i]];
-        if ((rc = gp_rebuild(st, &e->kernel, c->gp)))
-            return kb__fail(err, rc, NULL, rc == KB_ENOMEM ? "out of memory"
-                                                           : "a leaf's kernel matrix is singular");
+        c->gp->broken = 1;
         c->stale = 1;
     }
+    for (size_t i = 0; i < st->n_leaves; i++)
+        if ((rc = gp_ready(st, &e->kernel, st->cells[st->leaves[i]].gp)))
+            return leaf_fail(err, rc);
     return KB_OK;
 }
 
@@ -818,8 +879,8 @@ static int pi_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error 
     double t0 = kb__now();
     maybe_refresh_pool(e);
     for (size_t i = 0; i < st->n_leaves; i++)
-        if (refresh_leaf(e, st->leaves[i]))
-            return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+        if ((rc = refresh_leaf(e, st->leaves[i])))
+            return leaf_fail(err, rc);
     leaf_widths(e);
     double mean, sd;
     kb__output_stats(e, &mean, &sd);
@@ -856,14 +917,17 @@ static int update_at(kb_engine *e, const double *u, int dtold, int dpend, double
     int rc = gp_add(st, &e->kernel, st->cells[id].gp, u, dtold, dpend, y);
     if (!rc) {
         st->cells[id].stale = 1;
-        if (dtold && (rc = split_while_needed(e, id)) == KB_OK && st->splits != splits)
+        /* The observation stands even when a split runs out of memory (split undoes
+         * itself): the leaf stays whole, the rule applied again at its next observation.
+         * Failing the op instead would leave the leaf counting an observation the base
+         * has undone. */
+        if (dtold)
+            split_while_needed(e, id);
+        if (st->splits != splits)
             assign_candidates(e);
     }
     st->sec_tell += kb__now() - t0;
-    if (rc)
-        return kb__fail(err, rc, NULL, rc == KB_ENOMEM ? "out of memory"
-                                                       : "kernel matrix not positive definite");
-    return KB_OK;
+    return rc ? leaf_fail(err, rc) : KB_OK;
 }
 
 static int pi_handed(kb_engine *e, uint64_t h, kb_error *err)
@@ -902,7 +966,7 @@ static int pi_abandon(kb_engine *e, uint64_t h, kb_error *err)
         return kb__fail(err, KB_ESTATE, "handle", "pending point missing from its cell");
     st->cells[id].stale = 1;
     int rc = gp_unpend(st, &e->kernel, g, j);
-    return rc ? kb__fail(err, rc, NULL, "kernel matrix not positive definite") : KB_OK;
+    return rc ? leaf_fail(err, rc) : KB_OK;
 }
 
 static int pi_posterior(kb_engine *e, const double *U, size_t n, double *mean, double *sd,
@@ -917,10 +981,13 @@ static int pi_posterior(kb_engine *e, const double *U, size_t n, double *mean, d
                 return kb__fail(err, KB_EINVAL, "x", "point %zu outside [0,1]^d", i);
         size_t id = locate(st, U + i * st->d);
         leaf_gp *g = st->cells[id].gp;
+        int rc = gp_ready(st, &e->kernel, g);
+        if (rc)
+            return leaf_fail(err, rc);
         gp_solve(g);
         double my, m1, var;
         if (gp_predict(&e->kernel, g, U + i * st->d, 1, &my, &m1, &var))
-            return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+            return leaf_fail(err, KB_ENOMEM);
         mean[i] = (my - m * m1) / s;
         sd[i] = sqrt(var);
     }

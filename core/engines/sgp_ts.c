@@ -258,22 +258,30 @@ static void embed_fill(kb_engine *e, sgp_ts *st, sgp_model *md)
 /* New kernel and noise (kb__hyper_refit): the random features are drawn again for the new
  * kernel and re-evaluated at the candidates, and the model restarts from the prior (its
  * factors belong to the old kernel: the inducing points are then drawn by prior variance);
- * the refresh that follows rebuilds it from every observation. */
+ * the refresh that follows rebuilds it from every observation. Everything that may fail
+ * comes before the first change, so that a failure leaves the model whole rather than
+ * without the arrays the next ask reads. */
 static int refit(kb_engine *e, sgp_ts *st, kb_error *err)
 {
     int rc = kb__hyper_refit(e, err);
     if (rc)
         return rc;
     st->lambda = e->noise;
+    sgp_model prior = {0};
     ts_features feat;
-    if ((rc = kb__ts_features_draw(&feat, &e->kernel, &e->rng, st->M, err)))
+    if (embed_alloc(e, st, &prior)) {
+        model_free(&prior);
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    }
+    if ((rc = kb__ts_features_draw(&feat, &e->kernel, &e->rng, st->M, err))) {
+        model_free(&prior);
         return rc;
+    }
     kb__ts_features_free(&st->feat);
     st->feat = feat;
     kb__ts_features_eval(&st->feat, e->space->u, e->space->n, st->PhiA);
     model_free(&st->mod);
-    if (embed_alloc(e, st, &st->mod))
-        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    st->mod = prior;
     embed_fill(e, st, &st->mod);
     return KB_OK;
 }

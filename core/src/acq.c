@@ -71,7 +71,9 @@ static int acq_build(acq_gp *g, const kb_kernel *k, double noise, const double *
         g->L[i * n + i] += noise;
     if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, g->L, (int)n) != 0)
         return KB_ENUMERIC;
-    LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)n, 1, g->L, (int)n, g->a, 1);
+    /* row-major LAPACKE allocates transposed copies: it fails, a untouched, without memory */
+    if (LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)n, 1, g->L, (int)n, g->a, 1) != 0)
+        return KB_ENOMEM;
     return KB_OK;
 }
 

@@ -89,9 +89,11 @@ int kb__chol_copy(kb_chol *dst, const kb_chol *src)
     kb__chol_truncate(dst, 0);
     if (kb__chol_reserve(dst, src->n))
         return KB_ENOMEM;
-    LAPACKE_dlacpy(src->colmajor ? LAPACK_COL_MAJOR : LAPACK_ROW_MAJOR, 'L',
-                   (lapack_int)src->n, (lapack_int)src->n, src->L, (lapack_int)src->cap,
-                   dst->L, (lapack_int)dst->cap);
+    /* row-major LAPACKE may allocate transposed copies, and then fail without memory */
+    if (LAPACKE_dlacpy(src->colmajor ? LAPACK_COL_MAJOR : LAPACK_ROW_MAJOR, 'L',
+                       (lapack_int)src->n, (lapack_int)src->n, src->L, (lapack_int)src->cap,
+                       dst->L, (lapack_int)dst->cap) != 0)
+        return KB_ENOMEM;
     dst->n = src->n;
     dst->jitter = src->jitter;
     return KB_OK;

@@ -363,6 +363,8 @@ int kb_engine_ask(kb_engine *e, size_t n, kb_point *out, kb_ask_result *res, kb_
     while (res->n < n) {
         size_t index = (size_t)-1;
         kb_ask_result one = {0, KB_ASK_OK, 0};
+        if (kb__log_reserve(e->log, e->space->dim))
+            return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
         int rc = e->ops->ask_one(e, &index, &one, err);
         if (rc)
             return rc;
@@ -373,8 +375,7 @@ int kb_engine_ask(kb_engine *e, size_t n, kb_point *out, kb_ask_result *res, kb_
         }
         if ((rc = hand_out(e, index, &out[res->n], err)))
             return rc;
-        if ((rc = kb__log_ask(e->log)))
-            return kb__fail(err, rc, NULL, "out of memory");
+        kb__log_ask(e->log); /* cannot fail: reserved above */
         res->n++;
     }
     return KB_OK;
@@ -549,6 +550,8 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
     int rc = pending_trial(e, handle, &t, err);
     if (rc)
         return rc;
+    if (kb__log_reserve(e->log, e->space->dim))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     unsigned char was_told = e->cand_told[t->index];
     if (push_obs(e, kb__trial_u(e, handle), y, handle))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
@@ -556,8 +559,6 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
     settle(e, t, 1, 0);
     e->n_tells++;
     rc = e->ops->tell ? e->ops->tell(e, handle, err) : KB_OK;
-    if (!rc && (rc = kb__log_tell(e->log, handle, y)))
-        kb__fail(err, rc, NULL, "out of memory");
     if (rc) {
         pop_obs(e);
         e->n_tells--;
@@ -565,8 +566,10 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
         if (trial_in_current_pool(e, t))
             e->cand_told[t->index] = was_told;
         t->y = NAN;
+        return rc;
     }
-    return rc;
+    kb__log_tell(e->log, handle, y); /* cannot fail: reserved above */
+    return KB_OK;
 }
 
 int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err)
@@ -575,16 +578,18 @@ int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err)
     int rc = pending_trial(e, handle, &t, err);
     if (rc)
         return rc;
+    if (kb__log_reserve(e->log, e->space->dim))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     settle(e, t, 0, 0);
     e->n_abandons++;
     rc = e->ops->abandon ? e->ops->abandon(e, handle, err) : KB_OK;
-    if (!rc && (rc = kb__log_abandon(e->log, handle)))
-        kb__fail(err, rc, NULL, "out of memory");
     if (rc) {
         e->n_abandons--;
         settle(e, t, 0, 1);
+        return rc;
     }
-    return rc;
+    kb__log_abandon(e->log, handle); /* cannot fail: reserved above */
+    return KB_OK;
 }
 
 /* Largest scaled coordinate an observation may have. Kernels sum squared differences over
@@ -613,17 +618,17 @@ int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
             return kb__fail(err, KB_ERANGE, field, "coordinate is too far outside the "
                             "candidates' range to be scaled");
         }
-    if (push_obs(e, u, y, 0))
+    if (kb__log_reserve(e->log, d) || push_obs(e, u, y, 0))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     e->n_observed++;
     int rc = e->ops->observe ? e->ops->observe(e, err) : KB_OK;
-    if (!rc && (rc = kb__log_observe(e->log, x, d, y)))
-        kb__fail(err, rc, NULL, "out of memory");
     if (rc) {
         pop_obs(e);
         e->n_observed--;
+        return rc;
     }
-    return rc;
+    kb__log_observe(e->log, x, d, y); /* cannot fail: reserved above */
+    return KB_OK;
 }
 
 int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_state *state)

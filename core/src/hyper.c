@@ -105,7 +105,8 @@ static void kernel_and_slope(lml_work *w, const double *theta)
 }
 
 /* log p(y | theta), and its gradient into grad (d + 2) when not NULL; -HUGE_VAL when Ky
- * is not positive definite in floating point. Uses the lower triangles only. */
+ * is not positive definite in floating point (or LAPACKE lacks memory). Uses the lower
+ * triangles only. */
 static double log_marginal(lml_work *w, const double *theta, double *grad)
 {
     size_t n = w->n, d = w->d;
@@ -117,7 +118,9 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
     if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, w->L, (int)n) != 0)
         return -HUGE_VAL;
     memcpy(w->a, w->y, n * sizeof *w->a);
-    LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)n, 1, w->L, (int)n, w->a, 1);
+    /* row-major LAPACKE allocates transposed copies: without memory it fails, a = y */
+    if (LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)n, 1, w->L, (int)n, w->a, 1) != 0)
+        return -HUGE_VAL;
     double fit = 0.0, logdet = 0.0;
     for (size_t i = 0; i < n; i++) {
         fit += w->y[i] * w->a[i];

@@ -13,7 +13,8 @@
  *     trial history enough to rebuild any engine by replay;
  *   - ops->tell / ops->abandon / ops->observe run after the base recorded the event; if
  *     they fail, the base undoes its record, and the op must leave its own state as it
- *     was.
+ *     was. Once an op (or ops->handed) succeeded nothing after it fails: the event log's
+ *     room is reserved before the op (kb__log_reserve), so engine and log never part.
  */
 #ifndef KB_INTERNAL_H
 #define KB_INTERNAL_H
@@ -437,6 +438,10 @@ const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound);
 struct kb_log;
 struct kb_log *kb__log_new(void);
 void kb__log_free(struct kb_log *log);
+/* Room for the next event of an engine of `dim` coordinates: the base calls it before an
+ * op changes the engine, so that logging the op afterwards cannot fail (an op that
+ * succeeded is not undone, internal.h top). KB_ENOMEM leaves the log as it was. */
+int kb__log_reserve(struct kb_log *log, size_t dim);
 int kb__log_ask(struct kb_log *log);
 int kb__log_tell(struct kb_log *log, uint64_t handle, double y);
 int kb__log_abandon(struct kb_log *log, uint64_t handle);

@@ -42,21 +42,29 @@ struct kb_log {
     uint64_t n_events;
 };
 
+/* Room for n more bytes. KB_ENOMEM leaves b as it was. */
+static int reserve(buf *b, size_t n)
+{
+    if (b->len + n <= b->cap)
+        return KB_OK;
+    size_t nc = b->cap ? b->cap : 256;
+    while (nc < b->len + n)
+        nc *= 2;
+    unsigned char *p = realloc(b->p, nc);
+    if (!p)
+        return KB_ENOMEM;
+    b->p = p;
+    b->cap = nc;
+    return KB_OK;
+}
+
 static void put(buf *b, const void *src, size_t n)
 {
     if (b->oom)
         return;
-    if (b->len + n > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->len + n)
-            nc *= 2;
-        unsigned char *p = realloc(b->p, nc);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = nc;
+    if (reserve(b, n)) {
+        b->oom = 1;
+        return;
     }
     memcpy(b->p + b->len, src, n);
     b->len += n;
@@ -80,6 +88,13 @@ void kb__log_free(struct kb_log *log)
         return;
     free(log->b.p);
     free(log);
+}
+
+int kb__log_reserve(struct kb_log *log, size_t dim)
+{
+    /* the largest event: OBSERVE (kind, dim coordinates, y); TELL is 17 bytes */
+    size_t most = 1 + 8 * dim + 8;
+    return reserve(&log->b, most > 17 ? most : 17);
 }
 
 static int log_done(struct kb_log *log, size_t mark)

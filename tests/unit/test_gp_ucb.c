@@ -154,14 +154,15 @@ static void check_posterior(model *m)
     double mean[A], var[A], sd[A], rm[A], rv[A], rsd[A], cm[A], cv[A], gamma;
     kb_error err;
     reference(m, rm, rv);
+    /* the cached values first: as the next ask finds them, before anything rebuilds */
+    assert_int_equal(kb__gp_candidate_posterior(m->e, cm, cv, &gamma), KB_OK);
+    assert_true(tu_max_rel_err(cv, rv, A, 1e-6) < m->tol);
+    assert_true(tu_max_rel_err(cm, rm, A, 1e-3) < m->tol);
     assert_int_equal(kb_engine_posterior(m->e, m->cand, A, mean, sd, &err), 0);
     for (size_t a = 0; a < A; a++)
         rsd[a] = sqrt(rv[a] > 0 ? rv[a] : 0);
     assert_true(tu_max_rel_err(mean, rm, A, 1e-3) < m->tol);
     assert_true(tu_max_rel_err(sd, rsd, A, 1e-3) < m->tol);
-    assert_int_equal(kb__gp_candidate_posterior(m->e, cm, cv, &gamma), KB_OK);
-    assert_true(tu_max_rel_err(cv, rv, A, 1e-6) < m->tol);
-    assert_true(tu_max_rel_err(cm, rm, A, 1e-3) < m->tol);
     (void)var;
 }
 
@@ -408,6 +409,91 @@ static void product_rule_closes_batches(void **state)
     }
 }
 
+/* Asks n points one at a time (gp-bucb's C is loose enough never to wait here). */
+static void ask_rows(model *m, int n)
+{
+    kb_error err;
+    for (int i = 0; i < n; i++) {
+        kb_point p;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(m->e, 1, &p, &res, &err), 0);
+        assert_int_equal(res.n, 1);
+        push_row(m, p.x, p.handle);
+    }
+}
+
+static double objective(const double *x) { return sin(3 * x[0]) + x[1]; }
+
+/* A rebuild that fails (here: the kernel made NaN behind the engine's back, as a stand-in
+ * for out of memory or a matrix no jitter repairs) leaves a factor that is no longer the
+ * model. Every later op must rebuild from scratch first or fail with a code, and once the
+ * cause is gone the engine must be exact again, its cached candidate values included.
+ * Two ways in: an abandon's rebuild of L (gp-ucb and gp-bucb), and a refit's refactoring
+ * of the told-set factor (gp-ucb, fitted variance). */
+static void failed_rebuild_is_never_computed_on(void **state)
+{
+    (void)state;
+    const char *engines[] = {"gp-ucb", "gp-bucb"};
+    kb_error err;
+    double x[D] = {0.2, 0.4, 0.6};
+    for (int en = 0; en < 2; en++) {
+        model m;
+        model_init(&m, engines[en], KB_KERNEL_RBF, 1e9, 21, "fixed");
+        ask_rows(&m, 4);
+        kb_point p;
+        kb_trial_state ts;
+        kb_engine_trial(m.e, 1, &p, &ts);
+        assert_int_equal(kb_engine_tell(m.e, 1, objective(p.x), &err), 0);
+        push_obs(&m, p.x, objective(p.x));
+        m.n_mean = en ? 0 : m.n_obs; /* gp-bucb's mean stays that of its batch start */
+        double v = m.e->kernel.variance;
+        m.e->kernel.variance = NAN;
+        assert_int_equal(kb_engine_abandon(m.e, 4, &err), 0); /* an abandon cannot fail */
+        drop_row(&m, 4);
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(m.e, 1, &p, &res, &err), KB_ENUMERIC);
+        assert_int_equal(kb_engine_observe(m.e, x, 1.0, &err), KB_ENUMERIC);
+        kb_engine_trial(m.e, 2, &p, &ts);
+        assert_int_equal(kb_engine_tell(m.e, 2, 1.0, &err), KB_ENUMERIC);
+        assert_int_equal(ts, KB_TRIAL_PENDING);
+        m.e->kernel.variance = v;
+        assert_int_equal(kb_engine_observe(m.e, x, 0.5, &err), 0);
+        push_obs(&m, x, 0.5);
+        push_row(&m, x, 0);
+        assert_int_equal(kb_engine_tell(m.e, 2, objective(p.x), &err), 0);
+        push_obs(&m, p.x, objective(p.x));
+        m.n_mean = en ? 0 : m.n_obs;
+        check_posterior(&m);
+        ask_rows(&m, 2);
+        check_posterior(&m);
+        model_free(&m);
+    }
+    model m;
+    model_init(&m, "gp-ucb", KB_KERNEL_RBF, 1.0, 22, "fit");
+    ask_rows(&m, 6);
+    for (uint64_t h = 1; h <= 4; h++) {
+        kb_point p;
+        kb_trial_state ts;
+        kb_engine_trial(m.e, h, &p, &ts);
+        assert_int_equal(kb_engine_tell(m.e, h, objective(p.x), &err), 0);
+        push_obs(&m, p.x, objective(p.x));
+    }
+    m.n_mean = m.n_obs;
+    m.e->fit_next = m.e->n_obs; /* a refit is due at the next ask */
+    m.e->kernel.lengthscales[0] = NAN;
+    kb_point p;
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(m.e, 1, &p, &res, &err), KB_ENUMERIC);
+    m.e->kernel.lengthscales[0] = 0.5;
+    kb_trial_state ts;
+    kb_engine_trial(m.e, 5, &p, &ts);
+    assert_int_equal(kb_engine_tell(m.e, 5, objective(p.x), &err), 0);
+    push_obs(&m, p.x, objective(p.x));
+    m.n_mean = m.n_obs;
+    check_posterior(&m);
+    model_free(&m);
+}
+
 static void bad_configs_name_the_field(void **state)
 {
     (void)state;
@@ -477,6 +563,7 @@ int main(void)
         cmocka_unit_test(gamma_is_half_logdet),
         cmocka_unit_test(deterministic_and_restorable),
         cmocka_unit_test(product_rule_closes_batches),
+        cmocka_unit_test(failed_rebuild_is_never_computed_on),
         cmocka_unit_test(bad_configs_name_the_field),
         cmocka_unit_test(box_space_refreshes_pool),
     };

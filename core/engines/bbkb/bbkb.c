@@ -419,6 +419,12 @@ static int epoch_factor(kb_engine *e, uint64_t skip, kb_chol *L)
 static int bbkb_abandon(kb_engine *e, uint64_t h, kb_error *err)
 {
     bbkb *st = e->impl;
+    /* Without an epoch (a resparsification failed part-way: r, W and Z may belong to a new
+     * dictionary while V and L are the old one's) there is no model to remove the point
+     * from, and none may be read: the next ask rebuilds it from the trials, where this one
+     * is now abandoned. */
+    if (!st->have_epoch)
+        return KB_OK;
     double t0 = kb__now();
     const kb_trial *t = &e->trials[h - 1];
     size_t r = st->r, at = NONE;
