@@ -56,9 +56,10 @@ DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
 BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
 LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so)
 ACQ_TOOLS := $(if $(wildcard bench/acq/acq_cost.c),$(BUILD)/kb-acq-cost $(BUILD)/kb-box-ask)
+SHIMS := $(BUILD)/tests/sqlite_fault.so
 
 .PHONY: all deps test unit asan run bench bench-quality install clean fuzz
-all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(ACQ_TOOLS) $(UNIT_BIN)
+all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(ACQ_TOOLS) $(UNIT_BIN) $(SHIMS)
 
 deps:
 	@scripts/install-deps
@@ -100,6 +101,11 @@ $(BUILD)/kb-box-ask: $(BUILD)/bench/acq/box_ask.o $(LIB)
 
 # LD_PRELOAD shim: a slower fsync, to benchmark the daemon as on a slower disk.
 $(BUILD)/kb-slow-fsync.so: bench/load/slow_fsync.c
+	$(CC) $(CFLAGS_BASE) $(OPT) -shared -o $@ $< -ldl
+
+# LD_PRELOAD shim of the integration tests: SQLite statements fail while a file exists.
+$(BUILD)/tests/sqlite_fault.so: tests/shim/sqlite_fault.c
+	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(OPT) -shared -o $@ $< -ldl
 
 $(filter-out $(SERVER_UNIT_BIN),$(UNIT_BIN)): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o \
