@@ -43,6 +43,12 @@ def test_failed_rebuild_answers_503_and_recovers(daemons, tmp_path):
     listed = [s["id"] for s in api.get("/v1/studies").json()["studies"]]
     assert sid in listed
     assert api.get("/healthz").json()["studies"]["restoring"] == 1
+    # Backoff: 2.5 s of requests cost at most the rebuilds at ~1 s and ~3 s, not one each.
+    t_end = time.monotonic() + 2.5
+    while time.monotonic() < t_end:
+        assert api.get(f"/v1/studies/{sid}").status_code == 503
+        time.sleep(0.05)
+    assert d.stderr().count("study rebuild failed") <= 3, d.stderr()
 
     switch.unlink()
     deadline = time.monotonic() + 10  # the first retry comes 1 s after the failure
