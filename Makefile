@@ -47,7 +47,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 # Unit tests of the daemon's layers (they include server/ or proto/ headers); every other
 # unit test is a core test and links libkbandit alone.
-SERVER_UNIT := test_blas test_domain test_group_commit test_proto test_storage
+SERVER_UNIT := test_blas test_domain test_group_commit test_proto test_ratelimit test_storage
 SERVER_UNIT_BIN := $(SERVER_UNIT:%=$(BUILD)/tests/%)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 

@@ -29,6 +29,7 @@
 #include "conn_guard.h"
 #include "log.h"
 #include "metrics.h"
+#include "ratelimit.h"
 #include "../proto/numfmt.h"
 #include "study.h"
 
@@ -673,15 +674,23 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's messages, one line per kind (format string) per second at most: under
+ * attack it logs a line per few evicted connections, which would flood the log. */
+static rate_limit mhd_lines = RATE_LIMIT_INIT(1.0);
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    unsigned long suppressed;
+    if (!rate_limit_pass(&mhd_lines, fmt, mono_sec(), &suppressed))
+        return;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n')
         msg[--n] = 0;
-    log_json(LOG_WARN, "microhttpd", json_pack("{s:s}", "detail", msg));
+    log_json(LOG_WARN, "microhttpd",
+             json_pack("{s:s,s:I}", "detail", msg, "suppressed", (json_int_t)suppressed));
 }
 
 /* libmicrohttpd's fatal errors abort the process; say why first, in the log. */
