@@ -702,6 +702,15 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
     abort();
 }
 
+static void timer_stop(void)
+{
+    pthread_mutex_lock(&waits.lock);
+    waits.stop = 1;
+    pthread_cond_signal(&waits.cv);
+    pthread_mutex_unlock(&waits.lock);
+    pthread_join(waits.timer, NULL);
+}
+
 /* Beyond its limit libmicrohttpd refuses a connection whoever holds the slots, so the cap
  * is kept by conn_guard (evicting the connection that waited longest on its client), and
  * libmicrohttpd's limit is (threads + 1) times the cap: it splits its limit over the pool
@@ -710,7 +719,7 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
 int http_start(const http_config *cfg)
 {
     MHD_set_panic_func(mhd_panic, NULL);
-    conn_guard_init(cfg->max_connections);
+    conn_guard_init(cfg->max_connections, cfg->header_timeout_s);
     srv.cfg = *cfg;
     srv.quiesced_fd = -1;
     atomic_store(&srv.quiescing, 0);
@@ -721,6 +730,10 @@ int http_start(const http_config *cfg)
     pthread_condattr_destroy(&ca);
     if (pthread_create(&waits.timer, NULL, timer_main, NULL))
         return -1;
+    if (conn_guard_start_sweeper()) {
+        timer_stop();
+        return -1;
+    }
     srv.d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG,
@@ -734,11 +747,8 @@ int http_start(const http_config *cfg)
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
     if (!srv.d) {
-        pthread_mutex_lock(&waits.lock);
-        waits.stop = 1;
-        pthread_cond_signal(&waits.cv);
-        pthread_mutex_unlock(&waits.lock);
-        pthread_join(waits.timer, NULL);
+        conn_guard_stop_sweeper();
+        timer_stop();
         return -1;
     }
     return 0;
@@ -769,11 +779,8 @@ void http_stop(void)
             break;
         usleep(1000);
     }
-    pthread_mutex_lock(&waits.lock);
-    waits.stop = 1;
-    pthread_cond_signal(&waits.cv);
-    pthread_mutex_unlock(&waits.lock);
-    pthread_join(waits.timer, NULL);
+    timer_stop();
+    conn_guard_stop_sweeper();
     MHD_stop_daemon(srv.d);
     srv.d = NULL;
     if (srv.quiesced_fd >= 0)
