@@ -199,6 +199,7 @@ static void move(struct MHD_Connection *c, int to)
     guarded *e = entry_of(c);
     if (!e)
         return;
+    unsigned long long rx = to == SERVED ? bytes_received(e->fd) : 0; /* a syscall: unlocked */
     pthread_mutex_lock(&g.lock);
     if (to == KEEP && (e->where == FRESH || e->where == SERVED)) {
         append(e, e->where);
@@ -211,7 +212,7 @@ static void move(struct MHD_Connection *c, int to)
         append(e, SERVED);
         e->headers = 0;
         e->began = 0;
-        e->rx = bytes_received(e->fd);
+        e->rx = rx;
     }
     pthread_mutex_unlock(&g.lock);
 }

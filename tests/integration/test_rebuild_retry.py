@@ -9,6 +9,7 @@ The storage failure is played by an LD_PRELOAD shim (tests/shim/sqlite_fault.c, 
 tests/sqlite_fault.so beside the daemon): while a switch file exists, every SQLite
 statement naming the events table fails, so the tell's write and the rebuild's replay
 both fail."""
+import os
 import time
 
 from conftest import SANITIZED, ask, create_study, daemon_binary, error_of, tell
@@ -19,7 +20,7 @@ SHIM = daemon_binary().parent / "tests" / "sqlite_fault.so"
 def fault_env(switch):
     env = {"LD_PRELOAD": str(SHIM), "KB_FAULT_FILE": str(switch), "KB_FAULT_SQL": "events"}
     if SANITIZED:  # the shim is loaded before the sanitizer runtime
-        env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=1"
+        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
     return env
 
 
