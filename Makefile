@@ -47,7 +47,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 # Unit tests of the daemon's layers (they include server/ or proto/ headers); every other
 # unit test is a core test and links libkbandit alone.
-SERVER_UNIT := test_blas test_domain test_group_commit test_proto test_storage
+SERVER_UNIT := test_blas test_domain test_group_commit test_proto test_ratelimit test_storage
 SERVER_UNIT_BIN := $(SERVER_UNIT:%=$(BUILD)/tests/%)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 # Shared by the targets (the in-process daemon of the HTTP-level ones).
@@ -59,9 +59,10 @@ BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
 LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so)
 ACQ_TOOLS := $(if $(wildcard bench/acq/acq_cost.c),$(BUILD)/kb-acq-cost $(BUILD)/kb-box-ask)
 FAULT := $(BUILD)/kb-fault.so
+SHIMS := $(BUILD)/tests/sqlite_fault.so
 
 .PHONY: all deps test unit asan run bench bench-quality install clean fuzz
-all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(ACQ_TOOLS) $(FAULT) $(UNIT_BIN)
+all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(ACQ_TOOLS) $(FAULT) $(SHIMS) $(UNIT_BIN)
 
 deps:
 	@scripts/install-deps
@@ -111,6 +112,11 @@ $(BUILD)/kb-slow-fsync.so: bench/load/slow_fsync.c
 $(FAULT): tests/fault/fault_shim.c
 	$(CC) $(CFLAGS_BASE) $(OPT) $(shell pkg-config --cflags sqlite3) -shared -o $@ $< \
 		-ldl $(shell pkg-config --libs sqlite3)
+
+# LD_PRELOAD shim of the integration tests: SQLite statements fail while a file exists.
+$(BUILD)/tests/sqlite_fault.so: tests/shim/sqlite_fault.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(OPT) -shared -o $@ $< -ldl
 
 $(filter-out $(SERVER_UNIT_BIN),$(UNIT_BIN)): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o \
 		$(BUILD)/tests/unit/util/testutil.o $(LIB)

@@ -26,13 +26,27 @@
  *    guard never shuts down a descriptor number that was reused.
  *  - Victims: the oldest FRESH connection first (idle or stalled clients that never
  *    completed a request: the slowloris shape), then the oldest SERVED one.
+ *
+ * Header timeout: below the cap a client trickling header bytes is never idle, so it
+ * kept its slot for good. A sweeper thread shuts down, the same way, every connection
+ * whose request headers have not reached the handler --header-timeout-s after its
+ * request began: for a FRESH connection, when it was accepted; for a SERVED one, when
+ * the sweep first sees more bytes received on its socket (TCP_INFO) than at its last
+ * answer (until then it is idle between requests, which the idle timeout governs). An entry's `began` is 0 while no request is under way,
+ * and `headers` is set once its request's headers reached the handler.
  */
 #include "conn_guard.h"
 
+#include "log.h"
+
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's lacks it) */
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 
 enum { FRESH = 0, SERVED = 1, BUSY, EVICTED, KEEP /* move(): stay in the same list */ };
 
@@ -40,23 +54,39 @@ typedef struct guarded {
     struct guarded *prev, *next;
     int fd;
     int where;
+    int headers;  /* the current request's headers reached the handler */
+    double began; /* mono_sec() when its current request began; 0: none under way */
+    unsigned long long rx; /* bytes received from its client by its last answer (SERVED) */
 } guarded;
+
+/* How often the sweeper looks for connections past the header timeout (seconds). */
+#define SWEEP_PERIOD 0.5
 
 static struct {
     pthread_mutex_t lock;
     guarded *head[2], *tail[2];
     unsigned live, cap;
-    atomic_ullong evicted;
+    atomic_ullong evicted, header_timeouts;
+    double header_timeout;
+    pthread_t sweeper;
+    pthread_cond_t wake; /* signalled (under lock) to stop the sweeper */
+    int stop;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-void conn_guard_init(unsigned max_connections)
+void conn_guard_init(unsigned max_connections, unsigned header_timeout_s)
 {
     g.cap = max_connections;
+    g.header_timeout = header_timeout_s;
 }
 
 unsigned long long conn_guard_evicted(void)
 {
     return atomic_load(&g.evicted);
+}
+
+unsigned long long conn_guard_header_timeouts(void)
+{
+    return atomic_load(&g.header_timeouts);
 }
 
 static void unlink_entry(guarded *e)
@@ -77,13 +107,14 @@ static void append(guarded *e, int list)
     g.tail[list] = e;
 }
 
-static void evict(guarded *e)
+/* Shuts e down; *counter (evictions at the cap, or header timeouts) counts it. */
+static void evict(guarded *e, atomic_ullong *counter)
 {
     unlink_entry(e);
     e->where = EVICTED;
     g.live--;
     shutdown(e->fd, SHUT_RDWR);
-    atomic_fetch_add(&g.evicted, 1);
+    atomic_fetch_add(counter, 1);
 }
 
 /* The connection to give way for `arriving`: the oldest waiting one other than it. */
@@ -108,13 +139,14 @@ static void started(struct MHD_Connection *c, void **socket_context)
     }
     e->fd = ci->connect_fd;
     e->where = BUSY; /* in no list yet */
+    e->began = mono_sec();
     *socket_context = e;
     pthread_mutex_lock(&g.lock);
     append(e, FRESH);
     g.live++;
     while (g.live > g.cap) {
         guarded *v = victim(e);
-        evict(v ? v : e);
+        evict(v ? v : e, &g.evicted);
     }
     pthread_mutex_unlock(&g.lock);
 }
@@ -143,6 +175,17 @@ void conn_guard_notify(void *cls, struct MHD_Connection *c, void **socket_contex
         closed(socket_context);
 }
 
+/* Bytes the kernel received on socket fd so far (0 when it cannot say: not TCP). */
+static unsigned long long bytes_received(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return 0;
+    return ti.tcpi_bytes_received;
+}
+
 static guarded *entry_of(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -156,14 +199,20 @@ static void move(struct MHD_Connection *c, int to)
     guarded *e = entry_of(c);
     if (!e)
         return;
+    unsigned long long rx = to == SERVED ? bytes_received(e->fd) : 0; /* a syscall: unlocked */
     pthread_mutex_lock(&g.lock);
     if (to == KEEP && (e->where == FRESH || e->where == SERVED)) {
         append(e, e->where);
+        e->headers = 1;
     } else if (to == BUSY && e->where != EVICTED) {
         unlink_entry(e);
         e->where = BUSY;
+        e->headers = 1;
     } else if (to == SERVED && e->where != EVICTED) {
         append(e, SERVED);
+        e->headers = 0;
+        e->began = 0;
+        e->rx = rx;
     }
     pthread_mutex_unlock(&g.lock);
 }
@@ -171,3 +220,67 @@ static void move(struct MHD_Connection *c, int to)
 void conn_guard_progress(struct MHD_Connection *c) { move(c, KEEP); }
 void conn_guard_busy(struct MHD_Connection *c) { move(c, BUSY); }
 void conn_guard_done(struct MHD_Connection *c) { move(c, SERVED); }
+
+/* ------------------------------------------------------------ header timeout */
+
+/* When e's current request began, 0 if none has (g.lock held): a SERVED connection's
+ * request begins when bytes arrive after its last answer (noticed within a sweep). */
+static double request_began(guarded *e, double now)
+{
+    if (!e->began && e->where == SERVED && bytes_received(e->fd) > e->rx)
+        e->began = now;
+    return e->began;
+}
+
+static void sweep(double now)
+{
+    for (int list = FRESH; list <= SERVED; list++)
+        for (guarded *e = g.head[list], *next; e; e = next) {
+            next = e->next;
+            double began = e->headers ? 0 : request_began(e, now);
+            if (began && now - began >= g.header_timeout)
+                evict(e, &g.header_timeouts);
+        }
+}
+
+static void *sweeper_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g.lock);
+    while (!g.stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)(SWEEP_PERIOD * 1e9);
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&g.wake, &g.lock, &ts);
+        if (!g.stop)
+            sweep(mono_sec());
+    }
+    pthread_mutex_unlock(&g.lock);
+    return NULL;
+}
+
+int conn_guard_start_sweeper(void)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g.wake, &ca);
+    pthread_condattr_destroy(&ca);
+    g.stop = 0;
+    if (pthread_create(&g.sweeper, NULL, sweeper_main, NULL) == 0)
+        return 0;
+    pthread_cond_destroy(&g.wake);
+    return -1;
+}
+
+void conn_guard_stop_sweeper(void)
+{
+    pthread_mutex_lock(&g.lock);
+    g.stop = 1;
+    pthread_cond_signal(&g.wake);
+    pthread_mutex_unlock(&g.lock);
+    pthread_join(g.sweeper, NULL);
+    pthread_cond_destroy(&g.wake);
+}

@@ -30,6 +30,7 @@
 #include "conn_guard.h"
 #include "log.h"
 #include "metrics.h"
+#include "ratelimit.h"
 #include "../proto/numfmt.h"
 #include "study.h"
 
@@ -785,15 +786,23 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's messages, one line per kind (format string) per second at most: under
+ * attack it logs a line per few evicted connections, which would flood the log. */
+static rate_limit mhd_lines = RATE_LIMIT_INIT(1.0);
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    unsigned long suppressed;
+    if (!rate_limit_pass(&mhd_lines, fmt, mono_sec(), &suppressed))
+        return;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n')
         msg[--n] = 0;
-    log_json(LOG_WARN, "microhttpd", json_pack("{s:s}", "detail", msg));
+    log_json(LOG_WARN, "microhttpd",
+             json_pack("{s:s,s:I}", "detail", msg, "suppressed", (json_int_t)suppressed));
 }
 
 /* libmicrohttpd's fatal errors abort the process; say why first, in the log. */
@@ -805,6 +814,15 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
     abort();
 }
 
+static void timer_stop(void)
+{
+    pthread_mutex_lock(&waits.lock);
+    waits.stop = 1;
+    pthread_cond_signal(&waits.cv);
+    pthread_mutex_unlock(&waits.lock);
+    pthread_join(waits.timer, NULL);
+}
+
 /* Beyond its limit libmicrohttpd refuses a connection whoever holds the slots, so the cap
  * is kept by conn_guard (evicting the connection that waited longest on its client), and
  * libmicrohttpd's limit is (threads + 1) times the cap: it splits its limit over the pool
@@ -813,7 +831,7 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
 int http_start(const http_config *cfg)
 {
     MHD_set_panic_func(mhd_panic, NULL);
-    conn_guard_init(cfg->max_connections);
+    conn_guard_init(cfg->max_connections, cfg->header_timeout_s);
     srv.cfg = *cfg;
     srv.quiesced_fd = -1;
     atomic_store(&srv.quiescing, 0);
@@ -833,6 +851,12 @@ int http_start(const http_config *cfg)
         oom_response = NULL;
         return -1;
     }
+    if (conn_guard_start_sweeper()) {
+        timer_stop();
+        MHD_destroy_response(oom_response);
+        oom_response = NULL;
+        return -1;
+    }
     srv.d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG,
@@ -847,11 +871,8 @@ int http_start(const http_config *cfg)
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
         MHD_OPTION_END);
     if (!srv.d) {
-        pthread_mutex_lock(&waits.lock);
-        waits.stop = 1;
-        pthread_cond_signal(&waits.cv);
-        pthread_mutex_unlock(&waits.lock);
-        pthread_join(waits.timer, NULL);
+        conn_guard_stop_sweeper();
+        timer_stop();
         MHD_destroy_response(oom_response);
         oom_response = NULL;
         return -1;
@@ -884,11 +905,8 @@ void http_stop(void)
             break;
         usleep(1000);
     }
-    pthread_mutex_lock(&waits.lock);
-    waits.stop = 1;
-    pthread_cond_signal(&waits.cv);
-    pthread_mutex_unlock(&waits.lock);
-    pthread_join(waits.timer, NULL);
+    timer_stop();
+    conn_guard_stop_sweeper();
     MHD_stop_daemon(srv.d);
     srv.d = NULL;
     MHD_destroy_response(oom_response);

@@ -43,8 +43,10 @@ typedef struct http_config {
     size_t max_body;
     /* Connection limits (issue 16 item 4): beyond them a new connection is closed at
      * once; a connection silent for idle_timeout_s (headers included: slowloris) is
-     * closed (keep-alive workers reconnect; a long-poll's wait_ms is far below it). */
-    unsigned max_connections, max_connections_per_ip, idle_timeout_s;
+     * closed (keep-alive workers reconnect; a long-poll's wait_ms is far below it); one
+     * whose request headers are not complete header_timeout_s after the request began
+     * is closed, however slowly it sends (conn_guard.c). */
+    unsigned max_connections, max_connections_per_ip, idle_timeout_s, header_timeout_s;
 } http_config;
 
 int http_start(const http_config *cfg);

@@ -38,7 +38,7 @@ static size_t sweep_study(study *s, int64_t now)
     if (atomic_load(&s->restore) != RESTORED) /* nothing to expire yet; never wait for it */
         return 0;
     pthread_mutex_lock(&s->mu);
-    if (s->deleted || !s->counts[TRIAL_PENDING]) {
+    if (s->deleted || atomic_load(&s->restore) != RESTORED || !s->counts[TRIAL_PENDING]) {
         pthread_mutex_unlock(&s->mu);
         return 0;
     }

@@ -34,7 +34,7 @@
 
 typedef struct options {
     const char *listen, *db, *token_file, *log_level;
-    long long threads, sweep_ms, max_conn, max_conn_ip, idle_s, max_body;
+    long long threads, sweep_ms, max_conn, max_conn_ip, idle_s, header_s, max_body;
     int insecure;
 } options;
 
@@ -53,11 +53,14 @@ static void usage(FILE *f)
           "                          one whose request is being handled)\n"
           "  --max-connections-per-ip N  from one address, 0 = no cap (default 256)\n"
           "  --idle-timeout-s N      close a connection silent this long, 1..3600 (default 60)\n"
+          "  --header-timeout-s N    close a connection whose request headers are not all\n"
+          "                          in this long after the request began, however slowly\n"
+          "                          they come, 1..3600 (default 10)\n"
           "  --insecure              allow a non-loopback listen without a token\n"
           "  --version               print the version and exit\n"
           "Each flag may also be given as KB_<FLAG> in the environment (KB_LISTEN, KB_DB,\n"
           "KB_THREADS, KB_TOKEN_FILE, KB_MAX_BODY_BYTES, KB_LOG_LEVEL, KB_SWEEP_MS,\n"
-          "KB_MAX_CONNECTIONS, KB_MAX_CONNECTIONS_PER_IP, KB_IDLE_TIMEOUT_S,\n"
+          "KB_MAX_CONNECTIONS, KB_MAX_CONNECTIONS_PER_IP, KB_IDLE_TIMEOUT_S, KB_HEADER_TIMEOUT_S,\n"
           "KB_INSECURE=0|1|false|true); flags win.\n",
           f);
 }
@@ -116,12 +119,14 @@ static int parse_options(int argc, char **argv, options *o)
         {"max-connections", required_argument, 0, 'c'},
         {"max-connections-per-ip", required_argument, 0, 'p'},
         {"idle-timeout-s", required_argument, 0, 'o'},
+        {"header-timeout-s", required_argument, 0, 'H'},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     const char *threads = env_or("KB_THREADS", "4"), *max_body = env_or("KB_MAX_BODY_BYTES", "67108864"),
                *sweep = env_or("KB_SWEEP_MS", "200");
     const char *max_conn = env_or("KB_MAX_CONNECTIONS", "1000"),
                *max_conn_ip = env_or("KB_MAX_CONNECTIONS_PER_IP", "256"),
-               *idle = env_or("KB_IDLE_TIMEOUT_S", "60");
+               *idle = env_or("KB_IDLE_TIMEOUT_S", "60"),
+               *header = env_or("KB_HEADER_TIMEOUT_S", "10");
     o->listen = env_or("KB_LISTEN", "127.0.0.1:8080");
     o->db = env_or("KB_DB", "./kbandit.db");
     o->token_file = env_or("KB_TOKEN_FILE", NULL);
@@ -140,6 +145,7 @@ static int parse_options(int argc, char **argv, options *o)
         case 'c': max_conn = optarg; break;
         case 'p': max_conn_ip = optarg; break;
         case 'o': idle = optarg; break;
+        case 'H': header = optarg; break;
         case 'i': o->insecure = 1; break;
         case 'h': usage(stdout); exit(0);
         case 'V': puts("kbanditd " KB_VERSION_STRING); exit(0);
@@ -163,6 +169,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"max-connections", max_conn, 1, 100000, &o->max_conn},
         {"max-connections-per-ip", max_conn_ip, 0, 100000, &o->max_conn_ip},
         {"idle-timeout-s", idle, 1, 3600, &o->idle_s},
+        {"header-timeout-s", header, 1, 3600, &o->header_s},
         {"max-body-bytes", max_body, 1024, (long long)1 << 40, &o->max_body},
     };
     for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
@@ -371,7 +378,8 @@ int main(int argc, char **argv)
     http_config hc = {.listen_fd = fd, .threads = (unsigned)o.threads, .token = token,
                       .max_body = (size_t)o.max_body, .max_connections = (unsigned)o.max_conn,
                       .max_connections_per_ip = (unsigned)o.max_conn_ip,
-                      .idle_timeout_s = (unsigned)o.idle_s};
+                      .idle_timeout_s = (unsigned)o.idle_s,
+                      .header_timeout_s = (unsigned)o.header_s};
     if (http_start(&hc)) {
         registry_close();
         store_close(db);

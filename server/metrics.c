@@ -230,6 +230,9 @@ char *metrics_render(size_t *len)
     fprintf(f, "# HELP kbandit_connections_evicted_total Connections closed to make room at --max-connections.\n"
                "# TYPE kbandit_connections_evicted_total counter\n"
                "kbandit_connections_evicted_total %llu\n", conn_guard_evicted());
+    fprintf(f, "# HELP kbandit_connections_header_timeouts_total Connections closed because their request headers took longer than --header-timeout-s.\n"
+               "# TYPE kbandit_connections_header_timeouts_total counter\n"
+               "kbandit_connections_header_timeouts_total %llu\n", conn_guard_header_timeouts());
     render_process(f);
     fclose(f);
     return buf;

@@ -8,11 +8,15 @@
  * Invariant: a rebuild leaves s->engine equal to the replay of events 1..s->seq, and
  * s->trials[i] holding the trials row of id i + 1; a replayed ask must return the
  * recorded handle, otherwise the rebuild fails (logged) and the study is not served.
+ * A rebuild that failed because the store could not be read ("database is locked", an
+ * I/O error) is retried by the next operation on the study, after a backoff that doubles
+ * up to REBUILD_BACKOFF_MAX seconds; one whose history the engine rejects is not.
  */
 #include "study_internal.h"
 
 #include "log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +125,7 @@ static int load_trial_cb(void *ud, const trial_rec *t)
 typedef struct replay_ctx {
     study *s;
     kb_error kerr;
+    int rejected; /* the engine refused an event: the history, not the store, is at fault */
 } replay_ctx;
 
 static int replay_cb(void *ud, const store_event *ev)
@@ -143,10 +148,13 @@ static int replay_cb(void *ud, const store_event *ev)
         r = kb_engine_observe(e, ev->x, ev->value, &rc->kerr);
     }
     rc->s->seq = ev->seq;
+    rc->rejected = r != 0;
     return r;
 }
 
-/* Rebuilds engine and trials of s from the store (s->mu held or s unpublished). */
+/* Rebuilds engine and trials of s from the store (s->mu held or s unpublished). Returns
+ * 0, REBUILD_RETRY when the store could not be read (perhaps for a moment), or
+ * REBUILD_REJECTED when the engine cannot be built from what the store holds. */
 int study_rebuild(study *s)
 {
     api_error err;
@@ -169,15 +177,20 @@ int study_rebuild(study *s)
     } else if (r == STORE_NOTFOUND) {
         s->snap_seq = 0;
         s->engine = study_engine_new(&s->spec, &err);
+    } else {
+        snprintf(rc.kerr.message, sizeof rc.kerr.message, "snapshot unreadable");
     }
+    rc.rejected = !s->engine && (r == 0 || r == STORE_NOTFOUND);
     s->seq = s->snap_seq;
     if (!s->engine || store_events_each(registry.cfg.db, s->id, s->snap_seq, s->spec.dim,
                                         replay_cb, &rc) ||
         store_trials_each(registry.cfg.db, s->id, s->spec.dim, load_trial_cb, s)) {
         log_json(LOG_ERROR, "study rebuild failed",
-                 json_pack("{s:I,s:I,s:s}", "study", (json_int_t)s->id, "seq",
-                           (json_int_t)s->seq, "error", rc.kerr.message));
-        return -1;
+                 json_pack("{s:I,s:I,s:s,s:b}", "study", (json_int_t)s->id, "seq",
+                           (json_int_t)s->seq, "error",
+                           rc.kerr.message[0] ? rc.kerr.message : "database read failed", "retried",
+                           !rc.rejected));
+        return rc.rejected ? REBUILD_REJECTED : REBUILD_RETRY;
     }
     kb_stats st = {.size = sizeof st};
     kb_engine_stats(s->engine, &st, NULL);
@@ -234,23 +247,51 @@ int study_load_stored(void *ud, int64_t id, const char *name, const char *config
     return 0;
 }
 
+/* Seconds of the first wait before a failed rebuild is retried; it doubles per failure. */
+#define REBUILD_BACKOFF_MIN 1.0
+#define REBUILD_BACKOFF_MAX 30.0
+
+/* Rebuilds s (s->mu held) and moves it from state `from` to the outcome's state; a
+ * rebuild the store refused is retried no sooner than the backoff allows. */
+static int rebuild_into_state(study *s, int from)
+{
+    int r = study_rebuild(s);
+    int state = r == 0 ? RESTORED : r == REBUILD_RETRY ? RESTORE_RETRY : RESTORE_FAILED;
+    if (state == RESTORE_RETRY) {
+        s->retry_wait = s->retry_wait ? fmin(2 * s->retry_wait, REBUILD_BACKOFF_MAX)
+                                      : REBUILD_BACKOFF_MIN;
+        s->retry_at = mono_sec() + s->retry_wait;
+    } else {
+        s->retry_wait = 0;
+    }
+    atomic_store(&s->restore, state);
+    reg_count_restore(from, state);
+    return state;
+}
+
 /* Restores s from the store unless that was done (s->mu held): by a restore thread or
- * by the first operation on s, whichever locks it first. 0 when s is restored. */
+ * by the first operation on s, whichever locks it first; or, when an earlier rebuild
+ * could not read the store, retries it once its backoff has passed. Returns the study's
+ * restore state. */
 int study_ensure_restored(study *s, const char *by)
 {
     int state = atomic_load(&s->restore);
-    if (state != RESTORE_PENDING)
-        return state == RESTORED ? 0 : -1;
+    if (state == RESTORED || state == RESTORE_FAILED ||
+        (state == RESTORE_RETRY && mono_sec() < s->retry_at))
+        return state;
     double t0 = mono_sec();
-    state = study_rebuild(s) ? RESTORE_FAILED : RESTORED;
-    atomic_store(&s->restore, state);
-    reg_count_restore(RESTORE_PENDING, state);
-    if (state != RESTORED)
-        return -1;
+    if (rebuild_into_state(s, state) != RESTORED)
+        return atomic_load(&s->restore);
     log_json(LOG_INFO, "study restored",
              json_pack("{s:I,s:s,s:I,s:I,s:f,s:s}", "study", (json_int_t)s->id, "name",
                        s->spec.name, "events", (json_int_t)s->seq, "snapshot_seq",
                        (json_int_t)s->snap_seq, "seconds", mono_sec() - t0, "by", by));
-    return 0;
+    return RESTORED;
 }
 
+/* Memory ran ahead of the store (a write failed): rebuild it from the store (s->mu
+ * held). If the store cannot be read now, the study waits for a retry. */
+void study_resync(study *s)
+{
+    rebuild_into_state(s, atomic_load(&s->restore));
+}

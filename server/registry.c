@@ -37,7 +37,7 @@ void registry_restore_counts(size_t *restored, size_t *restoring, size_t *failed
 {
     pthread_mutex_lock(&registry.count_lock);
     *restored = registry.by_restore[RESTORED];
-    *restoring = registry.by_restore[RESTORE_PENDING];
+    *restoring = registry.by_restore[RESTORE_PENDING] + registry.by_restore[RESTORE_RETRY];
     *failed = registry.by_restore[RESTORE_FAILED];
     pthread_mutex_unlock(&registry.count_lock);
 }
@@ -300,13 +300,14 @@ static int list_page(study **v, size_t n, int64_t after, size_t limit, const cha
         /* A study not restored yet is listed without its lock, which its restore may hold
          * for seconds, and without progress (deleted meanwhile, it may still be listed, as
          * if deleted just after). */
-        int restored = atomic_load(&s->restore) == RESTORED;
-        if (restored)
+        int locked = atomic_load(&s->restore) == RESTORED;
+        if (locked)
             pthread_mutex_lock(&s->mu);
-        int listed = !restored || !s->deleted, rc = 0;
+        int restored = locked && atomic_load(&s->restore) == RESTORED; /* a rebuild failed? */
+        int listed = !locked || !s->deleted, rc = 0;
         if (listed && out->n == limit) { /* a further study exists: a next page */
             out->next_cursor = out->docs[out->n - 1].id;
-            if (restored)
+            if (locked)
                 pthread_mutex_unlock(&s->mu);
             return 0;
         }
@@ -314,7 +315,7 @@ static int list_page(study **v, size_t n, int64_t after, size_t limit, const cha
             out->refs[out->n++] = s;
             v[i] = NULL;
         }
-        if (restored)
+        if (locked)
             pthread_mutex_unlock(&s->mu);
         if (rc)
             return -1;
@@ -352,7 +353,7 @@ void registry_stats_get(registry_stats *out)
         if (atomic_load(&v[i]->restore) != RESTORED)
             continue;
         pthread_mutex_lock(&v[i]->mu);
-        for (int k = 0; k < TRIAL__STATES; k++)
+        for (int k = 0; k < TRIAL__STATES; k++) /* zero while a failed rebuild waits */
             out->trials[k] += v[i]->counts[k];
         out->resparsifications += v[i]->epoch_high;
         out->engine_sec += v[i]->engine_sec;

@@ -49,7 +49,8 @@ void registry_shutting_down(void);
 /* Joins the restore threads, stores a snapshot of every restored study and frees them
  * all. */
 void registry_close(void);
-/* Live studies restored, still to restore, and that failed to restore. */
+/* Live studies restored, still to restore (a rebuild waiting for its retry included),
+ * and that failed to restore. */
 void registry_restore_counts(size_t *restored, size_t *restoring, size_t *failed);
 
 study *study_get(int64_t id);   /* new reference or NULL */

@@ -37,7 +37,10 @@
  *     never handed out twice; they never wait for the fsync of another client's tell;
  *   - if a commit fails, the study is rebuilt from the store (which still holds the state
  *     before the failed batch): by the waiter of the failed ticket, or by the next write,
- *     which checks its predecessor's ticket before queueing (study_begin_write);
+ *     which checks its predecessor's ticket before queueing (study_begin_write); if
+ *     the store cannot be read then, the study stays registered in RESTORE_RETRY and
+ *     the next operation after the backoff rebuilds it (never taken offline: 404 is
+ *     for studies that do not exist);
  *   - values told to the engine are negated for minimize studies (engines maximize);
  *     trial values are kept in the user's direction.
  */
@@ -53,6 +56,8 @@ typedef enum restore_state {
     RESTORE_PENDING = 0, /* registered from the store; engine and trials not loaded yet */
     RESTORED,            /* loaded (a study created by this process is born so) */
     RESTORE_FAILED,      /* its events did not replay exactly (logged): answers 500 */
+    RESTORE_RETRY,       /* the store could not be read (logged): answers 503 until a
+                            rebuild, tried again after retry_at, succeeds */
     RESTORE__STATES
 } restore_state;
 
@@ -81,8 +86,11 @@ struct study {
     double engine_sec;  /* cumulated engine call time */
     int deleted;
     /* A restore_state, changed under mu; read without it where waiting behind a restore
-     * (seconds) must be avoided: listing, sweeps, statistics. Once RESTORED it stays. */
+     * (seconds) must be avoided: listing, sweeps, statistics; those that then take mu
+     * check it again, since a failed write's rebuild can leave RESTORED for RESTORE_RETRY. */
     atomic_int restore;
+    double retry_at;    /* RESTORE_RETRY: mono_sec() before which no rebuild is tried */
+    double retry_wait;  /* the backoff behind retry_at (0: no rebuild failed since success) */
 };
 
 /* The counters of /metrics that are sums over studies. */
@@ -113,7 +121,7 @@ extern struct registry_state registry;
  * it leaves it (s->mu held, so each study's moves are in order). */
 void reg_count_restore(int from, int to);
 int reg_insert(study *s);
-/* Removes s (s->mu held, s out of service: deleted, offline or closing, so its counters
+/* Removes s (s->mu held, s out of service: deleted or closing, so its counters
  * are final) and folds its counters into the retired totals. */
 void reg_remove(study *s);
 /* References to every live study (caller gives them back with reg_put_all), and when
@@ -133,22 +141,32 @@ kb_engine *study_engine_new(const study_spec *sp, api_error *err);
 int study_load_candidates(study_spec *sp, api_error *err);
 int study_trials_reserve(study *s, size_t need);
 int study_better(const study *s, double a, double b);
-/* Rebuilds engine and trials of s from the store (s->mu held or s unpublished). */
+/* Rebuilds engine and trials of s from the store (s->mu held or s unpublished): 0,
+ * REBUILD_RETRY or REBUILD_REJECTED (logged). */
 int study_rebuild(study *s);
 /* A study not yet published, taking over *spec (cleared), with one reference. */
 study *study_alloc(int64_t id, int64_t created_ms, study_spec *spec);
 /* store_studies_each callback: registers a stored study, restore pending. */
 int study_load_stored(void *ud, int64_t id, const char *name, const char *config,
                       int64_t created_ms);
-/* Restores s unless that was done (s->mu held); 0 when s is restored. */
+/* study_rebuild's failures: the store could not be read (worth a retry), or the engine
+ * rejected the stored history (no use retrying). */
+#define REBUILD_RETRY (-1)
+#define REBUILD_REJECTED (-2)
+/* Restores s unless that was done, or retries a rebuild that failed to read the store
+ * once its backoff passed (s->mu held); returns the restore state. */
 int study_ensure_restored(study *s, const char *by);
+/* Rebuilds s from the store after a failed write (s->mu held): RESTORED
+ * again, or RESTORE_RETRY when the store cannot be read now. */
+void study_resync(study *s);
 
 /* ------------------------------------------------------------ study_write.c */
 
 /* Locks s and checks it is not deleted; 0 ok (locked) or -1 (unlocked, 404). */
 int study_lock_undeleted(study *s, api_error *err);
 /* Locks s for an operation, restoring it first if it is not yet; 0 ok (locked) or -1
- * (unlocked: 404 deleted, 500 when it cannot be restored). */
+ * (unlocked: 404 deleted, 503 while its rebuild waits for a retry, 500 when its history
+ * cannot be replayed). */
 int study_lock_live(study *s, api_error *err);
 trial_rec *study_find_trial(study *s, int64_t id, api_error *err); /* or 404 */
 trial_rec *study_find_pending(study *s, int64_t id, api_error *err); /* or 404, 409 */

@@ -13,6 +13,7 @@
 
 #include "log.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,18 +60,6 @@ int study_finish_txn(study *s)
     return 0;
 }
 
-/* Memory ran ahead of the store: rebuild it from the store (s->mu held). */
-static void resync(study *s)
-{
-    if (study_rebuild(s)) {
-        /* The study cannot be trusted any more: take it offline until a restart. */
-        s->deleted = 1;
-        reg_count_restore(RESTORED, -1);
-        reg_remove(s);
-        study_put(s);
-    }
-}
-
 /* 503: the write may succeed later (a full disk freed, an I/O error gone), the study's
  * memory was rebuilt from the store, and the client may retry (tells are exactly-once). */
 static int fail_write(api_error *err)
@@ -83,7 +72,7 @@ static int fail_write(api_error *err)
 int study_abort_txn(study *s, api_error *err)
 {
     store_rollback(registry.cfg.db);
-    resync(s);
+    study_resync(s);
     return fail_write(err);
 }
 
@@ -119,7 +108,7 @@ static int settle(study *s, uint64_t ticket, uint64_t durable, int rc, api_error
         return rc;
     pthread_mutex_lock(&s->mu);
     if (!s->deleted && s->ticket == ticket)
-        resync(s);
+        study_resync(s);
     pthread_mutex_unlock(&s->mu);
     return fail_write(err);
 }
@@ -213,14 +202,22 @@ int study_lock_undeleted(study *s, api_error *err)
 }
 
 /* Locks s for an operation, restoring it first if it is not yet; 0 ok (locked) or -1
- * (unlocked: 404 deleted, 500 when it cannot be restored). */
+ * (unlocked: 404 deleted, 503 while its rebuild waits for a retry, 500 when its history
+ * cannot be replayed). */
 int study_lock_live(study *s, api_error *err)
 {
     if (study_lock_undeleted(s, err))
         return -1;
-    if (study_ensure_restored(s, "request") == 0)
+    int state = study_ensure_restored(s, "request");
+    if (state == RESTORED)
         return 0;
+    double wait = s->retry_at - mono_sec();
     pthread_mutex_unlock(&s->mu);
+    if (state == RESTORE_RETRY)
+        return api_fail(err, API_UNAVAILABLE, NULL,
+                        "study %lld could not be read from the database; the rebuild is "
+                        "retried in %.0f s (see the daemon's log)",
+                        (long long)s->id, wait > 0 ? ceil(wait) : 0);
     return api_fail(err, API_INTERNAL, NULL,
                     "study %lld cannot be restored from the database (see the daemon's log)",
                     (long long)s->id);

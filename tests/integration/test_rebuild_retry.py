@@ -1,0 +1,65 @@
+"""Issue 16 follow-up: a study whose rebuild failed went offline until a restart. After a
+failed write the study is rebuilt from the database; when that rebuild could not read the
+database (an I/O error, "database is locked" that goes away), the study was removed from
+the registry: 503 once, then 404 for a study that exists. Now it stays registered, answers
+503 JSON with Retry-After while the rebuild fails, and the next request after a bounded
+backoff rebuilds it.
+
+The storage failure is played by an LD_PRELOAD shim (tests/shim/sqlite_fault.c, built as
+tests/sqlite_fault.so beside the daemon): while a switch file exists, every SQLite
+statement naming the events table fails, so the tell's write and the rebuild's replay
+both fail."""
+import os
+import time
+
+from conftest import SANITIZED, ask, create_study, daemon_binary, error_of, tell
+
+SHIM = daemon_binary().parent / "tests" / "sqlite_fault.so"
+
+
+def fault_env(switch):
+    env = {"LD_PRELOAD": str(SHIM), "KB_FAULT_FILE": str(switch), "KB_FAULT_SQL": "events"}
+    if SANITIZED:  # the shim is loaded before the sanitizer runtime
+        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+    return env
+
+
+def test_failed_rebuild_answers_503_and_recovers(daemons, tmp_path):
+    assert SHIM.exists(), f"{SHIM} not built (make)"
+    switch = tmp_path / "fault"
+    d = daemons(env=fault_env(switch))
+    api = d.client()
+    sid = create_study(api, "resync")["id"]
+    trials = ask(api, sid, count=3)["trials"]
+    tell(api, sid, trials[0]["id"], 1.0)
+
+    switch.touch()
+    r = api.post(f"/v1/studies/{sid}/trials/{trials[1]['id']}/tell", json={"value": 2.0})
+    assert r.status_code == 503, r.text
+    assert "study rebuild failed" in d.stderr()
+    for path in (f"/v1/studies/{sid}", f"/v1/studies/{sid}/trials"):
+        r = api.get(path)
+        assert r.status_code == 503, (path, r.text)  # never 404: the study exists
+        assert error_of(r)["code"] == "unavailable" and r.headers["Retry-After"], r.text
+    listed = [s["id"] for s in api.get("/v1/studies").json()["studies"]]
+    assert sid in listed
+    assert api.get("/healthz").json()["studies"]["restoring"] == 1
+    # Backoff: 2.5 s of requests cost at most the rebuilds at ~1 s and ~3 s, not one each.
+    t_end = time.monotonic() + 2.5
+    while time.monotonic() < t_end:
+        assert api.get(f"/v1/studies/{sid}").status_code == 503
+        time.sleep(0.05)
+    assert d.stderr().count("study rebuild failed") <= 3, d.stderr()
+
+    switch.unlink()
+    deadline = time.monotonic() + 10  # the first retry comes 1 s after the failure
+    while True:
+        r = api.get(f"/v1/studies/{sid}")
+        if r.status_code == 200:
+            break
+        assert r.status_code == 503 and time.monotonic() < deadline, r.text
+        time.sleep(0.2)
+    assert r.json()["progress"]["trials"]["completed"] == 1  # the failed tell was not applied
+    tell(api, sid, trials[1]["id"], 2.0)
+    tell(api, sid, trials[2]["id"], 3.0)
+    assert api.get("/healthz").json()["studies"] == {"restored": 1, "restoring": 0, "failed": 0}
