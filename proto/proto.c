@@ -52,6 +52,7 @@ int api_fail(api_error *err, api_code code, const char *field, const char *fmt, 
 {
     if (err) {
         err->code = code;
+        err->retry_after_s = 0;
         snprintf(err->field, sizeof err->field, "%s", field ? field : "");
         va_list ap;
         va_start(ap, fmt);

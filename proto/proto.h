@@ -44,6 +44,7 @@ typedef struct api_error {
     api_code code;
     char field[API_FIELD_MAX];
     char message[API_MESSAGE_MAX];
+    int retry_after_s; /* API_UNAVAILABLE: the Retry-After to send (0: the default 1 s) */
 } api_error;
 
 int api_status(api_code code);          /* HTTP status of a code */

@@ -265,8 +265,11 @@ static int queue_error(request *rq, const api_error *err)
     struct MHD_Response *r = json_response(api_error_json(err));
     if (r && err->code == API_UNAUTHORIZED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    if (r && err->code == API_UNAVAILABLE)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (r && err->code == API_UNAVAILABLE) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", err->retry_after_s > 0 ? err->retry_after_s : 1);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
     if (err->code == API_INTERNAL)
         log_json(LOG_ERROR, "internal error", json_pack("{s:s}", "error", err->message));
     return queue(rq, api_status(err->code), r);

@@ -213,11 +213,15 @@ int study_lock_live(study *s, api_error *err)
         return 0;
     double wait = s->retry_at - mono_sec();
     pthread_mutex_unlock(&s->mu);
-    if (state == RESTORE_RETRY)
-        return api_fail(err, API_UNAVAILABLE, NULL,
-                        "study %lld could not be read from the database; the rebuild is "
-                        "retried in %.0f s (see the daemon's log)",
-                        (long long)s->id, wait > 0 ? ceil(wait) : 0);
+    if (state == RESTORE_RETRY) {
+        int secs = wait > 0 ? (int)ceil(wait) : 0;
+        api_fail(err, API_UNAVAILABLE, NULL,
+                 "study %lld could not be read from the database; the rebuild is retried in "
+                 "%d s (see the daemon's log)", (long long)s->id, secs);
+        if (err)
+            err->retry_after_s = secs;
+        return -1;
+    }
     return api_fail(err, API_INTERNAL, NULL,
                     "study %lld cannot be restored from the database (see the daemon's log)",
                     (long long)s->id);

@@ -10,6 +10,7 @@ tests/sqlite_fault.so beside the daemon): while a switch file exists, every SQLi
 statement naming the events table fails, so the tell's write and the rebuild's replay
 both fail."""
 import os
+import re
 import time
 
 from conftest import SANITIZED, ask, create_study, daemon_binary, error_of, tell
@@ -45,11 +46,19 @@ def test_failed_rebuild_answers_503_and_recovers(daemons, tmp_path):
     assert sid in listed
     assert api.get("/healthz").json()["studies"]["restoring"] == 1
     # Backoff: 2.5 s of requests cost at most the rebuilds at ~1 s and ~3 s, not one each.
-    t_end = time.monotonic() + 2.5
+    # Retry-After is the backoff's remaining wait (the number the message gives), so it
+    # grows once a retried rebuild has failed and the wait doubled.
+    t_end, waits = time.monotonic() + 2.5, []
     while time.monotonic() < t_end:
-        assert api.get(f"/v1/studies/{sid}").status_code == 503
+        r = api.get(f"/v1/studies/{sid}")
+        assert r.status_code == 503
+        wait = int(r.headers["Retry-After"])
+        said = int(re.search(r"retried in (\d+) s", error_of(r)["message"]).group(1))
+        assert 1 <= wait <= 30 and wait == max(said, 1), (wait, r.text)
+        waits.append(wait)
         time.sleep(0.05)
     assert d.stderr().count("study rebuild failed") <= 3, d.stderr()
+    assert max(waits) >= 2, waits
 
     switch.unlink()
     deadline = time.monotonic() + 10  # the first retry comes 1 s after the failure
