@@ -474,13 +474,13 @@ static int sgp_ts_create(kb_engine *e, kb_error *err)
     st->alpha_scale = kb_config_number(c, "alpha_scale");
     st->refresh_every = (size_t)kb_config_number(c, "refresh_every");
     st->pool_refresh = (size_t)kb_config_number(c, "pool_refresh");
-    size_t A = e->space->n;
-    if (A * st->M > KB_MAX_POINTS) {
+    size_t A = e->space->n, M = st->M;
+    if (A * M > KB_MAX_POINTS) { /* (M, not st->M: st is freed first) */
         sgp_ts_destroy(e);
         e->impl = NULL;
         return kb__fail(err, KB_ERANGE, "features",
                         "%zu candidates x %zu features exceed the cache limit of %zu values",
-                        A, st->M, KB_MAX_POINTS);
+                        A, M, KB_MAX_POINTS);
     }
     int rc = kb__ts_features_draw(&st->feat, &e->kernel, &e->rng, st->M, err);
     if (!rc) {
