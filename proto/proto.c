@@ -307,8 +307,9 @@ static int parse_param(json_t *p, const char *path, param_spec *out, api_error *
     if (out->type == PARAM_CATEGORICAL) {
         json_t *c = json_object_get(p, "choices");
         path_key(fp, sizeof fp, path, "choices");
-        if (!json_is_array(c) || json_array_size(c) == 0 || json_array_size(c) > 10000)
-            return api_fail(err, API_INVALID, fp, "must be an array of 1 to 10000 choices");
+        if (!json_is_array(c) || json_array_size(c) == 0 || json_array_size(c) > KB_MAX_CHOICES)
+            return api_fail(err, API_INVALID, fp, "must be an array of 1 to %d choices",
+                            KB_MAX_CHOICES);
         size_t i;
         json_t *v;
         json_array_foreach(c, i, v) {

@@ -146,6 +146,12 @@ KB_API int kb_scaling_parse(const char *name, kb_scaling *out);
  * one ask and slowed every restore (issue 16). 2,048 points (the default) x 1,024
  * dimensions is half of it. */
 #define KB_MAX_POOL_POINTS ((size_t)1 << 22)
+/* Choices of one categorical coordinate: each is a coordinate of the kernel's one-hot
+ * embedding, so a larger count asked random features and embeddings for absurd (and,
+ * through a snapshot's levels, overflowing) allocations. */
+#define KB_MAX_CHOICES 10000
+/* Values of one integer coordinate: (i + 1/2) / L stays distinct in a double. */
+#define KB_MAX_LEVELS ((size_t)1 << 53)
 
 /* A finite candidate set: n rows of dim numbers (row-major, copied). Rejects n == 0,
  * dim == 0, dim > KB_MAX_DIM, n * dim > KB_MAX_POINTS and non-finite entries (field
@@ -164,8 +170,9 @@ KB_API kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
  * categorical[j] != 0 (with L >= 2): the values are unordered choices, compared by
  * identity in the kernel (kb_kernel_set_choices), so their order changes nothing. NULL
  * arrays mean all 0. Copies the arrays and redraws the pool. KB_EINVAL (field
- * "levels[j]") for a categorical with fewer than 2 values, KB_EUNSUPPORTED for a finite
- * set. */
+ * "levels[j]") for a categorical with fewer than 2 or more than KB_MAX_CHOICES values,
+ * KB_ERANGE (same field) for more than KB_MAX_LEVELS levels, KB_EUNSUPPORTED for a
+ * finite set. */
 KB_API int kb_space_set_levels(kb_space *space, const size_t *levels, const unsigned char *categorical,
                         kb_error *err);
 

@@ -167,12 +167,17 @@ int kb_space_set_levels(kb_space *s, const size_t *levels, const unsigned char *
 {
     if (s->finite)
         return kb__fail(err, KB_EUNSUPPORTED, "levels", "levels are for boxes");
-    for (size_t j = 0; categorical && j < s->dim; j++)
-        if (categorical[j] && (!levels || levels[j] < 2)) {
-            char field[KB_ERROR_FIELD_MAX];
-            snprintf(field, sizeof field, "levels[%zu]", j);
-            return kb__fail(err, KB_EINVAL, field, "a categorical needs at least 2 choices");
-        }
+    for (size_t j = 0; j < s->dim; j++) {
+        int cat = categorical && categorical[j];
+        size_t L = levels ? levels[j] : 0;
+        if ((cat && L >= 2 && L <= KB_MAX_CHOICES) || (!cat && L <= KB_MAX_LEVELS))
+            continue;
+        char field[KB_ERROR_FIELD_MAX];
+        snprintf(field, sizeof field, "levels[%zu]", j);
+        return cat ? kb__fail(err, KB_EINVAL, field, "a categorical needs 2 to %d choices",
+                              KB_MAX_CHOICES)
+                   : kb__fail(err, KB_ERANGE, field, "at most 2^53 levels");
+    }
     size_t *lv = calloc(s->dim, sizeof *lv);
     unsigned char *cat = calloc(s->dim, 1);
     if (!lv || !cat) {

@@ -211,6 +211,16 @@ static void space_rejects_bad_candidates(void **state)
     assert_non_null(box);
     assert_int_equal(kb_space_size(box), 100);
     assert_false(kb_space_is_finite(box));
+    /* Levels are bounded (a snapshot's choice count of ~2^63 asked random features for an
+     * absurd allocation: fuzz_snapshot); a refusal keeps the levels as they were. */
+    size_t lv[3] = {0, KB_MAX_CHOICES, (size_t)1 << 53};
+    unsigned char cat[3] = {0, 1, 0};
+    assert_int_equal(kb_space_set_levels(box, lv, cat, &err), KB_OK);
+    lv[1] = KB_MAX_CHOICES + 1;
+    expect_error(kb_space_set_levels(box, lv, cat, &err), &err, KB_EINVAL, "levels[1]");
+    lv[1] = 3;
+    lv[2] = ((size_t)1 << 53) + 1;
+    expect_error(kb_space_set_levels(box, lv, cat, &err), &err, KB_ERANGE, "levels[2]");
     kb_space_free(box);
     kb_space_free(NULL);
 }
