@@ -59,10 +59,9 @@ BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
 LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so)
 ACQ_TOOLS := $(if $(wildcard bench/acq/acq_cost.c),$(BUILD)/kb-acq-cost $(BUILD)/kb-box-ask)
 FAULT := $(BUILD)/kb-fault.so
-SHIMS := $(BUILD)/tests/sqlite_fault.so
 
 .PHONY: all deps test unit asan run bench bench-quality install clean fuzz
-all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(ACQ_TOOLS) $(FAULT) $(SHIMS) $(UNIT_BIN)
+all: $(LIB) $(BUILD)/libkbandit.so $(DAEMON) $(BENCH) $(LOAD) $(ACQ_TOOLS) $(FAULT) $(UNIT_BIN)
 
 deps:
 	@scripts/install-deps
@@ -107,16 +106,12 @@ $(BUILD)/kb-slow-fsync.so: bench/load/slow_fsync.c
 	$(CC) $(CFLAGS_BASE) $(OPT) -shared -o $@ $< -ldl
 
 # LD_PRELOAD fault injection for tests/integration/test_faults.py (docs/TESTING.md): the
-# n-th malloc, SQLite xWrite/xSync or fdatasync fails. Never linked into the daemon, and
+# n-th malloc, SQLite xWrite/xSync or fdatasync fails; and for test_rebuild_retry.py, SQLite
+# statements fail while a switch file exists. Never linked into the daemon, and
 # built without $(SAN) in either build: the ASan runtime's allocator stays underneath it.
 $(FAULT): tests/fault/fault_shim.c
 	$(CC) $(CFLAGS_BASE) $(OPT) $(shell pkg-config --cflags sqlite3) -shared -o $@ $< \
 		-ldl $(shell pkg-config --libs sqlite3)
-
-# LD_PRELOAD shim of the integration tests: SQLite statements fail while a file exists.
-$(BUILD)/tests/sqlite_fault.so: tests/shim/sqlite_fault.c
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(OPT) -shared -o $@ $< -ldl
 
 $(filter-out $(SERVER_UNIT_BIN),$(UNIT_BIN)): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o \
 		$(BUILD)/tests/unit/util/testutil.o $(LIB)

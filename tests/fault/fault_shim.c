@@ -14,6 +14,11 @@
  *   sync       SQLite's xSync returns SQLITE_IOERR_FSYNC;
  *   fdatasync  fdatasync(2) returns -1 with EIO (the daemon's syncer calls it directly on
  *              the WAL file, and SQLite's unix VFS through libc as well).
+ * Separately, a transient failure (not counted, not armed): with KB_FAULT_FILE and
+ * KB_FAULT_SQL set, every SQLite statement whose SQL contains KB_FAULT_SQL fails with
+ * SQLITE_IOERR for as long as the file KB_FAULT_FILE exists (sqlite3_step interposed; the
+ * daemon calls it through the PLT), which plays "database is locked" or an I/O error
+ * that goes away (test_rebuild_retry.py).
  * The xWrite and xSync faults come from a VFS wrapped around SQLite's default one and
  * registered as the new default by this library's constructor, before main: the daemon
  * opens its connections through it without knowing. Nothing here is linked into
@@ -323,10 +328,26 @@ static void parse_spec(const char *spec)
     _exit(2);
 }
 
+static int (*real_step)(sqlite3_stmt *); /* resolved by the constructor */
+
+/* The switch file exists and the statement's SQL names KB_FAULT_SQL. */
+static int step_faulted(sqlite3_stmt *st)
+{
+    const char *file = getenv("KB_FAULT_FILE"), *what = getenv("KB_FAULT_SQL");
+    const char *sql = sqlite3_sql(st);
+    return file && what && sql && strstr(sql, what) && access(file, F_OK) == 0;
+}
+
+int sqlite3_step(sqlite3_stmt *st)
+{
+    return step_faulted(st) ? SQLITE_IOERR : real_step(st);
+}
+
 __attribute__((constructor)) static void shim_init(void)
 {
     resolve();
     real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    real_step = (int (*)(sqlite3_stmt *))dlsym(RTLD_NEXT, "sqlite3_step");
     const char *spec = getenv("KB_FAULT");
     if (!spec)
         return;

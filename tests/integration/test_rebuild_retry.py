@@ -5,8 +5,8 @@ the registry: 503 once, then 404 for a study that exists. Now it stays registere
 503 JSON with Retry-After while the rebuild fails, and the next request after a bounded
 backoff rebuilds it.
 
-The storage failure is played by an LD_PRELOAD shim (tests/shim/sqlite_fault.c, built as
-tests/sqlite_fault.so beside the daemon): while a switch file exists, every SQLite
+The storage failure is played by the fault shim (tests/fault/fault_shim.c, built as
+kb-fault.so beside the daemon) without KB_FAULT: while a switch file exists, every SQLite
 statement naming the events table fails, so the tell's write and the rebuild's replay
 both fail."""
 import os
@@ -15,7 +15,7 @@ import time
 
 from conftest import SANITIZED, ask, create_study, daemon_binary, error_of, tell
 
-SHIM = daemon_binary().parent / "tests" / "sqlite_fault.so"
+SHIM = daemon_binary().parent / "kb-fault.so"
 
 
 def fault_env(switch):
