@@ -14,7 +14,7 @@
  *
  * Metrics: regret_ratio = cumulative regret / (T (f* - mean f)) on the noiseless f (1 is
  * uniform random), simple_regret = f* - max f over evaluated points; batches are the
- * points handed out per engine epoch (kb_stats.epoch; an engine without epochs has
+ * points handed out per engine epoch (kb_engine_stat "epoch"; an engine without epochs has
  * batches of 1); ask_us_mean averages the wall time of asks that neither started an
  * epoch nor spent time in a resparsification (i.e. in-batch asks).
  * --curve N adds "curve": one entry per window of N evaluations (the last may be
@@ -239,19 +239,28 @@ static void apply_problem_settings(kb_config *cfg, const char *engine, const cha
 
 /* ------------------------------------------------------------ bookkeeping */
 
+/* The engine's figure `name`; 0 for one it does not have, which the output reads as
+ * "not applicable" (no epochs, no dictionary, not timed). */
+static double figure(const kb_engine *e, const char *name)
+{
+    double v;
+    kb_engine_stat(e, name, &v, NULL);
+    return v;
+}
+
 static void note_points(run *r, size_t npts)
 {
-    kb_stats st = {.size = sizeof st};
-    kb_engine_stats(r->e, &st, NULL);
-    if (st.dict_size) {
-        r->dict_sum += (double)st.dict_size;
+    double dict_size = figure(r->e, "dict_size");
+    uint64_t epoch = (uint64_t)figure(r->e, "epoch");
+    if (dict_size) {
+        r->dict_sum += dict_size;
         r->dict_n++;
-        r->dict_max = (double)st.dict_size > r->dict_max ? (double)st.dict_size : r->dict_max;
+        r->dict_max = dict_size > r->dict_max ? dict_size : r->dict_max;
     }
     for (size_t i = 0; i < npts; i++) {
         /* a new batch for each point of an epoch-less engine, else on epoch change */
-        int fresh = r->n_batch == 0 || st.epoch == 0 || st.epoch != r->last_epoch;
-        r->last_epoch = st.epoch;
+        int fresh = r->n_batch == 0 || epoch == 0 || epoch != r->last_epoch;
+        r->last_epoch = epoch;
         if (fresh) {
             if (r->n_batch == r->cap_batch) {
                 r->cap_batch = r->cap_batch ? 2 * r->cap_batch : 256;
@@ -299,15 +308,13 @@ static void curve_alloc(run *r, size_t T, size_t window)
 static size_t timed_ask(run *r, size_t n, kb_point *pts, kb_ask_result *res)
 {
     kb_error err;
-    kb_stats before = {.size = sizeof before}, after = {.size = sizeof after};
-    kb_engine_stats(r->e, &before, NULL);
+    double epoch = figure(r->e, "epoch"), resparsify = figure(r->e, "sec_resparsify");
     double t0 = now(), c0 = cpu_now();
     if (kb_engine_ask(r->e, n, pts, res, &err))
         die("ask", &err);
     double dt = now() - t0, dc = cpu_now() - c0;
-    kb_engine_stats(r->e, &after, NULL);
-    if (res->n && after.epoch == before.epoch &&
-        after.sec_resparsify == before.sec_resparsify) {
+    if (res->n && figure(r->e, "epoch") == epoch &&
+        figure(r->e, "sec_resparsify") == resparsify) {
         r->ask_us_sum += 1e6 * dt;
         r->ask_us_n++;
     }
@@ -316,7 +323,7 @@ static size_t timed_ask(run *r, size_t n, kb_point *pts, kb_ask_result *res)
     if (w0 >= 0 && res->n) {
         r->w_ask_s[w0] += dt;
         r->w_ask_cpu[w0] += dc;
-        r->w_dict[window_of(r, r->evals + res->n - 1)] = after.dict_size;
+        r->w_dict[window_of(r, r->evals + res->n - 1)] = (size_t)figure(r->e, "dict_size");
     }
     for (size_t i = 0; i < res->n; i++) {
         double f = r->p->f[pts[i].index];
@@ -535,8 +542,7 @@ int main(int argc, char **argv)
         idle = simulate_async(&r, o.T, o.W, &clock_rng);
     double wall = now() - t0;
 
-    kb_stats st = {.size = sizeof st};
-    kb_engine_stats(r.e, &st, NULL);
+    double sec_embed = figure(r.e, "sec_embed"), sec_resparsify = figure(r.e, "sec_resparsify");
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double bmean, bmax, b1, b2;
@@ -556,13 +562,13 @@ int main(int argc, char **argv)
            "\"epochs_low_rank\": %llu",
            o.engine, o.problem, p.A, p.d, r.evals, (unsigned long long)o.seed, o.W, o.mode,
            r.evals && gap > 0 ? r.cum_regret / ((double)r.evals * gap) : 0.0,
-           r.evals ? r.fstar - r.best_f : r.fstar, wall, st.sec_embed, st.sec_resparsify,
-           st.sec_ask, st.sec_tell, r.n_batch, bmean, bmax, b1, b2,
+           r.evals ? r.fstar - r.best_f : r.fstar, wall, sec_embed, sec_resparsify,
+           figure(r.e, "sec_ask"), figure(r.e, "sec_tell"), r.n_batch, bmean, bmax, b1, b2,
            r.dict_n ? r.dict_sum / (double)r.dict_n : 0.0, r.dict_max, idle,
            (double)ru.ru_maxrss / 1024.0, ask_us,
-           st.sec_embed + st.sec_resparsify > 0
-               ? st.flop_l3 / (st.sec_embed + st.sec_resparsify) / 1e9 : 0.0,
-           (unsigned long long)st.epochs_low_rank);
+           sec_embed + sec_resparsify > 0
+               ? figure(r.e, "flop_l3") / (sec_embed + sec_resparsify) / 1e9 : 0.0,
+           (unsigned long long)figure(r.e, "epochs_low_rank"));
     print_hyperparameters(r.e);
     print_curve(&r, gap);
     printf("}\n");

@@ -103,6 +103,13 @@ int study_better(const study *s, double a, double b)
 }
 
 /* Accounts for trial t's state in counts/best/first_pending. */
+uint64_t study_engine_count(const study *s, const char *name)
+{
+    double v;
+    kb_engine_stat(s->engine, name, &v, NULL); /* v = 0 for a figure the engine lacks */
+    return (uint64_t)v;
+}
+
 static void trial_account(study *s, const trial_rec *t)
 {
     s->counts[t->state]++;
@@ -192,11 +199,9 @@ int study_rebuild(study *s)
                            !rc.rejected));
         return rc.rejected ? REBUILD_REJECTED : REBUILD_RETRY;
     }
-    kb_stats st = {.size = sizeof st};
-    kb_engine_stats(s->engine, &st, NULL);
-    s->epoch = st.epoch;
-    if (st.epoch > s->epoch_high)
-        s->epoch_high = st.epoch;
+    s->epoch = study_engine_count(s, "epoch");
+    if (s->epoch > s->epoch_high)
+        s->epoch_high = s->epoch;
     return 0;
 }
 

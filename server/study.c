@@ -129,16 +129,14 @@ int study_delete(int64_t id, api_error *err)
 /* Copies what a Study shows of s's progress (s->mu held, s restored). */
 static int progress_copy(study *s, study_progress *p, api_error *err)
 {
-    kb_stats st = {.size = sizeof st};
     kb_hyperparameters hp;
-    kb_engine_stats(s->engine, &st, NULL);
     kb_engine_hyperparameters(s->engine, &hp);
     memcpy(p->trials, s->counts, sizeof p->trials);
-    p->epoch = st.epoch;
-    p->epoch_asks = st.epoch_asks;
-    p->last_batch = st.last_batch;
-    p->dict_size = st.dict_size;
-    p->init_phase = st.init_phase;
+    p->epoch = study_engine_count(s, "epoch");
+    p->epoch_asks = study_engine_count(s, "epoch_asks");
+    p->last_batch = study_engine_count(s, "last_batch");
+    p->dict_size = study_engine_count(s, "dict_size");
+    p->init_phase = study_engine_count(s, "init_phase") != 0;
     p->fitted = hp.fitting;
     p->fits = hp.fits;
     p->kernel_variance = hp.kernel_variance;

@@ -141,6 +141,9 @@ kb_engine *study_engine_new(const study_spec *sp, api_error *err);
 int study_load_candidates(study_spec *sp, api_error *err);
 int study_trials_reserve(study *s, size_t need);
 int study_better(const study *s, double a, double b);
+/* The engine's figure `name` (kb_engine_stat) as a count; 0 ("not applicable") when the
+ * engine has none, as the progress shows every engine alike. */
+uint64_t study_engine_count(const study *s, const char *name);
 /* Rebuilds engine and trials of s from the store (s->mu held or s unpublished): 0,
  * REBUILD_RETRY or REBUILD_REJECTED (logged). */
 int study_rebuild(study *s);

@@ -36,15 +36,15 @@ int study_write_snapshot(study *s)
  * for COMMIT (s->ticket): the caller waits for it with study_unlock_settle. */
 int study_finish_txn(study *s)
 {
-    kb_stats st = {.size = sizeof st};
-    kb_engine_stats(s->engine, &st, NULL);
-    if (st.epoch != s->epoch) {
-        if (store_dictionary_put(registry.cfg.db, s->id, st.epoch, st.dict_size, st.last_batch,
-                                 s->seq, now_ms()))
+    uint64_t epoch = study_engine_count(s, "epoch");
+    if (epoch != s->epoch) {
+        uint64_t dict_size = study_engine_count(s, "dict_size");
+        if (store_dictionary_put(registry.cfg.db, s->id, epoch, dict_size,
+                                 study_engine_count(s, "last_batch"), s->seq, now_ms()))
             return -1;
         log_json(LOG_DEBUG, "resparsified",
                  json_pack("{s:I,s:I,s:I}", "study", (json_int_t)s->id, "epoch",
-                           (json_int_t)st.epoch, "dict_size", (json_int_t)st.dict_size));
+                           (json_int_t)epoch, "dict_size", (json_int_t)dict_size));
     }
     if (s->seq - s->snap_seq >= registry.cfg.snapshot_every && study_write_snapshot(s))
         return -1;
@@ -54,9 +54,9 @@ int study_finish_txn(study *s)
     s->ticket = ticket;
     if (s->writing_durable)
         s->durable = ticket;
-    s->epoch = st.epoch;
-    if (st.epoch > s->epoch_high)
-        s->epoch_high = st.epoch;
+    s->epoch = epoch;
+    if (epoch > s->epoch_high)
+        s->epoch_high = epoch;
     return 0;
 }
 

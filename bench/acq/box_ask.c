@@ -7,7 +7,7 @@
  * engine answers with no trial (a closed batch waiting for feedback) is counted and the
  * next trial is told. Every --every tells it prints one JSON line: the thread's CPU time
  * per round trip over those tells, the engine's epochs, dictionary size, fitted noise and
- * cumulative timers (kb_stats), and the simple regret so far.
+ * cumulative timers (kb_engine_stat), and the simple regret so far.
  *
  *   kb-box-ask [--engine bbkb] [--dim 6] [--trials 750] [--pending 32] [--every 250]
  *              [--pool 2048] [--seed 1]
@@ -52,15 +52,19 @@ static kb_engine *make_engine(kb_error *err)
 
 static void report(const kb_engine *e, size_t told, double cpu_s, size_t empty, double best)
 {
-    kb_stats st = {.size = sizeof st};
-    kb_engine_stats(e, &st, NULL);
+    double epoch, dict_size, embed, resparsify, ask; /* each 0 where the engine has none */
+    kb_engine_stat(e, "epoch", &epoch, NULL);
+    kb_engine_stat(e, "dict_size", &dict_size, NULL);
+    kb_engine_stat(e, "sec_embed", &embed, NULL);
+    kb_engine_stat(e, "sec_resparsify", &resparsify, NULL);
+    kb_engine_stat(e, "sec_ask", &ask, NULL);
     printf("{\"bench\":\"box_ask\",\"engine\":\"%s\",\"dim\":%zu,\"pool\":%zu,\"pending\":%zu,"
            "\"seed\":%llu,\"told\":%zu,\"cpu_ms_per_round_trip\":%.3f,\"epochs\":%llu,"
            "\"dict_size\":%zu,\"noise\":%.3g,\"sec_embed\":%.3f,\"sec_resparsify\":%.3f,"
            "\"sec_ask\":%.3f,\"empty_asks\":%zu,\"simple_regret\":%.3g}\n",
            opt.engine, opt.dim, opt.pool, opt.pending, (unsigned long long)opt.seed, told,
-           cpu_s * 1e3 / (double)opt.every, (unsigned long long)st.epoch, st.dict_size,
-           e->noise, st.sec_embed, st.sec_resparsify, st.sec_ask, empty, -best);
+           cpu_s * 1e3 / (double)opt.every, (unsigned long long)epoch, (size_t)dict_size,
+           e->noise, embed, resparsify, ask, empty, -best);
 }
 
 /* Asks until `pending` trials are out or the engine hands out none. */

@@ -447,15 +447,15 @@ done:
     return rc;
 }
 
-static void gp_ts_stats(const kb_engine *e, kb_stats *s)
-{
-    const gp_ts *st = e->impl;
-    s->epoch = st->refreshes;
-    s->sec_embed = st->sec_embed;
-    s->sec_resparsify = st->sec_refresh;
-    s->sec_ask = st->sec_ask;
-    s->sec_tell = st->sec_refresh;
-}
+/* Feedback is taken in the model refresh, so sec_resparsify and sec_tell both read it. */
+static const kb__stat gp_ts_stats[] = {
+    KB__STAT("epoch", gp_ts, refreshes),
+    KB__STAT("sec_embed", gp_ts, sec_embed),
+    KB__STAT("sec_resparsify", gp_ts, sec_refresh),
+    KB__STAT("sec_ask", gp_ts, sec_ask),
+    KB__STAT("sec_tell", gp_ts, sec_refresh),
+    {NULL, 0, 0},
+};
 
 const kb_engine_ops kb_engine_gp_ts = {
     .name = "gp-ts",

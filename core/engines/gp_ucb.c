@@ -48,10 +48,10 @@
  * pools are refreshed at each batch start (gp-bucb) or once the observations grew by a
  * quarter since the last refresh (gp-ucb: amortized O(n A) per step like the rest).
  *
- * kb_stats timings: sec_embed = Cholesky and kernel rows of new points; sec_ask = the
+ * Timings (kb_engine_stat): sec_embed = Cholesky and kernel rows of new points; sec_ask = the
  * argmax plus the lazy mean/variance pass over Kc (most of the time); sec_tell = the
  * told-set factor; sec_resparsify = rebuilds (abandon, pool refresh) and batch starts.
- * epoch = batches for gp-bucb; gp-ucb has no epochs (0).
+ * epoch = batches for gp-bucb; gp-ucb has no epochs and offers no epoch figures.
  */
 #include "../src/internal.h"
 
@@ -648,19 +648,21 @@ static int gp_posterior(kb_engine *e, const double *U, size_t m, double *mean, d
     return KB_OK;
 }
 
-static void gp_stats(const kb_engine *e, kb_stats *st)
-{
-    const gp_state *s = e->impl;
-    if (s->batched) {
-        st->epoch = s->batches;
-        st->epoch_asks = s->batch_asks;
-        st->last_batch = s->last_batch;
-    }
-    st->sec_embed = s->sec_embed;
-    st->sec_resparsify = s->sec_resparsify;
-    st->sec_ask = s->sec_ask;
-    st->sec_tell = s->sec_tell;
-}
+/* Epochs are gp-bucb's batches; gp-ucb has none, so it offers only the timings. */
+#define GP_TIMINGS                                                                     \
+    KB__STAT("sec_embed", gp_state, sec_embed),                                        \
+    KB__STAT("sec_resparsify", gp_state, sec_resparsify),                              \
+    KB__STAT("sec_ask", gp_state, sec_ask), KB__STAT("sec_tell", gp_state, sec_tell)
+
+static const kb__stat ucb_stats[] = {GP_TIMINGS, {NULL, 0, 0}};
+
+static const kb__stat bucb_stats[] = {
+    KB__STAT("epoch", gp_state, batches),
+    KB__STAT("epoch_asks", gp_state, batch_asks),
+    KB__STAT("last_batch", gp_state, last_batch),
+    GP_TIMINGS,
+    {NULL, 0, 0},
+};
 
 int kb__gp_candidate_posterior(kb_engine *e, double *mean, double *var, double *gamma)
 {
@@ -690,7 +692,7 @@ const kb_engine_ops kb_engine_gp_ucb = {
     .abandon = gp_abandon,
     .observe = gp_observe,
     .posterior = gp_posterior,
-    .stats = gp_stats,
+    .stats = ucb_stats,
     .fits_hyper = 1,
 };
 
@@ -706,6 +708,6 @@ const kb_engine_ops kb_engine_gp_bucb = {
     .abandon = gp_abandon,
     .observe = gp_observe,
     .posterior = gp_posterior,
-    .stats = gp_stats,
+    .stats = bucb_stats,
     .fits_hyper = 1,
 };

@@ -994,13 +994,13 @@ static int pi_posterior(kb_engine *e, const double *U, size_t n, double *mean, d
     return KB_OK;
 }
 
-static void pi_stats(const kb_engine *e, kb_stats *out)
-{
-    const pi_state *st = e->impl;
-    out->dict_size = st->n_leaves; /* cells of the current cover; epoch stays 0: no batches */
-    out->sec_ask = st->sec_ask;
-    out->sec_tell = st->sec_tell;
-}
+/* dict_size = cells of the current cover; no epoch: pi-GP-UCB has no batches. */
+static const kb__stat pi_stats[] = {
+    KB__STAT("dict_size", pi_state, n_leaves),
+    KB__STAT("sec_ask", pi_state, sec_ask),
+    KB__STAT("sec_tell", pi_state, sec_tell),
+    {NULL, 0, 0},
+};
 
 /* ------------------------------------------------------ test introspection */
 

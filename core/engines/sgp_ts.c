@@ -526,16 +526,16 @@ static int sgp_ts_posterior(kb_engine *e, const double *U, size_t n, double *mea
     return KB_OK;
 }
 
-static void sgp_ts_stats(const kb_engine *e, kb_stats *s)
-{
-    const sgp_ts *st = e->impl;
-    s->epoch = st->refreshes;
-    s->dict_size = st->mod.m;
-    s->sec_embed = st->sec_embed;
-    s->sec_resparsify = st->sec_refresh;
-    s->sec_ask = st->sec_ask;
-    s->sec_tell = st->sec_refresh;
-}
+/* Feedback is taken in the model refresh, so sec_resparsify and sec_tell both read it. */
+static const kb__stat sgp_ts_stats[] = {
+    KB__STAT("epoch", sgp_ts, refreshes),
+    KB__STAT("dict_size", sgp_ts, mod.m),
+    KB__STAT("sec_embed", sgp_ts, sec_embed),
+    KB__STAT("sec_resparsify", sgp_ts, sec_refresh),
+    KB__STAT("sec_ask", sgp_ts, sec_ask),
+    KB__STAT("sec_tell", sgp_ts, sec_refresh),
+    {NULL, 0, 0},
+};
 
 const kb_engine_ops kb_engine_sgp_ts = {
     .name = "sgp-ts",

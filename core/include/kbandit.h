@@ -2,8 +2,10 @@
  * kbandit.h - the one public header of libkbandit, the Gaussian-process bandit core.
  *
  * This file contains the whole public API: error codes and the caller-owned error
- * struct, the deterministic RNG, kernels, search spaces, engine configuration and the
- * ask/tell engine interface. The library knows nothing of HTTP or SQLite.
+ * struct, the deterministic RNG, kernels, search spaces, engine configuration, the
+ * ask/tell engine interface and its statistics (kb_stats: the counters every engine has;
+ * kb_engine_stat: an engine's own figures by name). The library knows nothing of HTTP
+ * or SQLite.
  *
  * Conventions (see docs/ARCHITECTURE.md):
  *   - every fallible call returns 0 (KB_OK) or a negative KB_E* code and, when the
@@ -290,38 +292,46 @@ KB_API int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *
 typedef enum kb_trial_state { KB_TRIAL_PENDING = 0, KB_TRIAL_TOLD, KB_TRIAL_ABANDONED } kb_trial_state;
 KB_API int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_state *state);
 
-/* Counters and timings of an engine. The struct grows at its end (as SQLite's sqlite3_vfs
- * does with iVersion): the caller sets `size` to sizeof(kb_stats) as it was compiled, the
- * library writes only those bytes, and fields the library does not know (a caller built
- * against a newer header) read 0, which every field uses for "not applicable". */
+/* The counters every engine has (what engine.c's bookkeeping keeps); the figures only
+ * some engines have are asked for by name with kb_engine_stat below. The struct grows at
+ * its end (as SQLite's sqlite3_vfs does with iVersion): the caller sets `size` to
+ * sizeof(kb_stats) as it was compiled, the library writes only those bytes, and fields
+ * the library does not know (a caller built against a newer header) read 0. */
 typedef struct kb_stats {
     size_t size;            /* set by the caller, >= KB_STATS_SIZE_MIN */
     uint64_t asks;          /* points handed out */
     uint64_t tells, abandons, observed, pending;
-    uint64_t epoch;         /* resparsifications so far (0 before the first) */
-    uint64_t epoch_asks;    /* points handed out in the current epoch */
-    uint64_t last_batch;    /* points handed out in the previous epoch */
-    size_t dict_size;       /* inducing points / dictionary size (0 when n/a) */
     size_t candidates;      /* size of the current candidate set or pool */
-    int init_phase;         /* 1 while uncertainty sampling to reach parallelism P */
-    double start_var_max;   /* bbkb: the largest sigma~^2 over the candidates at the epoch
-                             * start, which the initialization compares with 1 / P */
-    double sec_embed;       /* cumulative seconds: embedding candidates */
-    double sec_resparsify;  /* dictionary sampling and posterior rebuild */
-    double sec_ask;         /* selecting points */
-    double sec_tell;        /* feedback incorporation */
-    double flop_l3;         /* floating-point operations of the BLAS-3 products in
-                             * sec_embed + sec_resparsify (0 when not counted) */
-    uint64_t epochs_low_rank; /* bbkb: epochs whose start variances came from a low-rank
-                               * update of the previous ones (epoch_start = auto) */
 } kb_stats;
 
-/* The size of the first kb_stats with a size field: never changes as the struct grows. */
-#define KB_STATS_SIZE_MIN (offsetof(kb_stats, epochs_low_rank) + sizeof(uint64_t))
+/* The size of the first kb_stats of this shape: never changes as the struct grows. */
+#define KB_STATS_SIZE_MIN (offsetof(kb_stats, candidates) + sizeof(size_t))
 
 /* Fills out->size bytes of *out (out->size left as set). KB_EINVAL (field "size") when
  * out->size < KB_STATS_SIZE_MIN, *out untouched. Use: kb_stats st = {.size = sizeof st}. */
 KB_API int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err);
+
+/* Engine-specific figures, by name. A name means the same in every engine offering it:
+ *   epoch            epochs (resparsifications, batches, model refreshes) so far
+ *   epoch_asks       points handed out in the current epoch
+ *   last_batch       points handed out in the previous epoch
+ *   dict_size        inducing points / dictionary size (pi-gp-ucb: cells of its cover)
+ *   init_phase       bbkb: 1 while uncertainty sampling to reach parallelism P
+ *   start_var_max    bbkb: the largest sigma~^2 over the candidates at the epoch start,
+ *                    which the initialization compares with 1 / P
+ *   epochs_low_rank  bbkb: epochs whose start variances came from a low-rank update of
+ *                    the previous ones (epoch_start = auto)
+ *   sec_embed, sec_resparsify, sec_ask, sec_tell   cumulative seconds embedding
+ *                    candidates, rebuilding the model, selecting points, taking feedback
+ *   flop_l3          floating-point operations of the BLAS-3 products in sec_embed +
+ *                    sec_resparsify (bbkb)
+ * kb_engine_stat_name(engine, i) is the i-th name the engine offers, NULL past the last
+ * one or for an unknown engine (the list is fixed per engine, as its options are). */
+KB_API const char *kb_engine_stat_name(const char *engine, size_t i);
+/* *out = the figure `name` of e now (counters exact below 2^53). A name e's engine does
+ * not offer gives KB_ENOTFOUND (field "name") and *out = 0, which callers showing every
+ * engine alike may read as "not applicable". */
+KB_API int kb_engine_stat(const kb_engine *e, const char *name, double *out, kb_error *err);
 
 /* Posterior mean and standard deviation (in the engine's internal units: scaled
  * inputs, standardized outputs) at n points given in input coordinates, as the engine

@@ -655,13 +655,50 @@ int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err)
     st.observed = e->n_observed;
     st.pending = e->n_pending;
     st.candidates = e->space->n;
-    if (e->ops->stats)
-        e->ops->stats(e, &st);
     /* The caller's struct may be older (shorter) or newer (longer) than this library's. */
     size_t known = size < sizeof st ? size : sizeof st;
     memcpy(out, &st, known);
     memset((unsigned char *)out + known, 0, size - known);
     return KB_OK;
+}
+
+const char *kb_engine_stat_name(const char *engine, size_t i)
+{
+    const kb_engine_ops *ops = engine ? kb__engine_lookup(engine) : NULL;
+    if (!ops || !ops->stats)
+        return NULL;
+    for (size_t k = 0; ops->stats[k].name; k++)
+        if (k == i)
+            return ops->stats[k].name;
+    return NULL;
+}
+
+static double stat_read(const kb_engine *e, const kb__stat *s)
+{
+    const char *field = (const char *)e->impl + s->offset;
+    switch (s->type) {
+    case KB__STAT_DOUBLE:
+        return *(const double *)field;
+    case KB__STAT_INT:
+        return *(const int *)field;
+    case KB__STAT_ULONG:
+        return (double)*(const unsigned long *)field;
+    case KB__STAT_ULLONG:
+        return (double)*(const unsigned long long *)field;
+    }
+    return 0.0;
+}
+
+int kb_engine_stat(const kb_engine *e, const char *name, double *out, kb_error *err)
+{
+    *out = 0.0;
+    for (const kb__stat *s = e->ops->stats; s && s->name; s++)
+        if (name && strcmp(s->name, name) == 0) {
+            *out = stat_read(e, s);
+            return KB_OK;
+        }
+    return kb__fail(err, KB_ENOTFOUND, "name", "engine %s has no figure '%s'", e->ops->name,
+                    name ? name : "");
 }
 
 int kb_engine_posterior(kb_engine *e, const double *X, size_t n, double *mean, double *sd,

@@ -235,6 +235,30 @@ typedef struct kb_trial {
     double y;            /* internal units: the raw told value (engines standardize) */
 } kb_trial;
 
+/* One figure an engine offers by name: a field of its state (e->impl), read where it
+ * lives, so a figure cannot drift from what the engine computes. The type is taken from
+ * the field by KB__STAT; a field of any other type does not compile. */
+typedef enum kb__stat_type {
+    KB__STAT_DOUBLE,
+    KB__STAT_INT,
+    KB__STAT_ULONG,
+    KB__STAT_ULLONG,
+} kb__stat_type;
+
+typedef struct kb__stat {
+    const char *name;     /* from the vocabulary of kbandit.h's kb_engine_stat */
+    kb__stat_type type;
+    size_t offset;        /* in the engine state */
+} kb__stat;
+
+/* The entry for `field` (a member designator, "mod.m" allowed) of engine state type T.
+ * uint64_t and size_t are unsigned long or unsigned long long, depending on the platform. */
+#define KB__STAT(name, T, field)                                                       \
+    {name,                                                                             \
+     _Generic(((T *)0)->field, double: KB__STAT_DOUBLE, int: KB__STAT_INT,             \
+              unsigned long: KB__STAT_ULONG, unsigned long long: KB__STAT_ULLONG),     \
+     offsetof(T, field)}
+
 typedef struct kb_engine_ops {
     const char *name;
     const char *summary;
@@ -262,8 +286,9 @@ typedef struct kb_engine_ops {
     /* U is n x dim in internal coordinates. May be NULL (no posterior). */
     int (*posterior)(kb_engine *e, const double *U, size_t n, double *mean, double *sd,
                      kb_error *err);
-    /* Fills the engine-specific fields of st (epoch, dict_size, timings, ...). */
-    void (*stats)(const kb_engine *e, kb_stats *st);
+    /* The figures kb_engine_stat offers by name (KB__STAT entries), terminated by
+     * name == NULL; NULL for none. */
+    const kb__stat *stats;
 } kb_engine_ops;
 
 struct kb_engine {

@@ -261,7 +261,7 @@ static void off_pool_observes_across_epochs_match_exact_gp(void **state)
     assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
     kb_stats st = {.size = sizeof st};
     kb_engine_stats(e, &st, NULL);
-    assert_true(st.epoch >= ROUNDS && n + st.asks <= NMAX);
+    assert_true(tu_stat(e, "epoch") >= ROUNDS && n + st.asks <= NMAX);
     double dmean, dsd;
     n += told_data(e, D, X + n * D, y + n, &dmean, &dsd);
     assert_posterior_is_exact(e, KB_KERNEL_MATERN52, 0.7, D, X, y, n, 0.05, Xc, M);
@@ -476,15 +476,11 @@ static void sampled_dictionary_posterior_is_dtc(void **state)
             const double *vs = kb__bbkb_start_variances(e, &bound);
             for (size_t i = 0; i < M; i++)
                 assert_true(fabs(vs[i] - rcov[i] / lambda) <= bound + 1e-10 * rcov[i] / lambda);
-            kb_stats st = {.size = sizeof st};
-            kb_engine_stats(e, &st, NULL);
-            assert_true(fabs(st.start_var_max - vmax) <= bound + 1e-10 * vmax);
+            assert_true(fabs(tu_stat(e, "start_var_max") - vmax) <= bound + 1e-10 * vmax);
             assert_true(rows_outside(X, n, S, m, D) > 0);
             free(S);
         }
-        kb_stats st = {.size = sizeof st};
-        kb_engine_stats(e, &st, NULL);
-        assert_true(retain[t][0] == '0' || st.epochs_low_rank >= 3);
+        assert_true(retain[t][0] == '0' || tu_stat(e, "epochs_low_rank") >= 3);
         kb_engine_free(e);
         kb_space_free(s);
         kb_config_free(c);
@@ -700,8 +696,7 @@ static void lazy_argmax_case(const char *dictionary)
     kb_engine *e = kb_engine_create(c, s, &err);
     size_t compared = 0;
     for (int step = 0; step < STEPS; step++) {
-        kb_stats before = {.size = sizeof before}, after = {.size = sizeof after};
-        kb_engine_stats(e, &before, NULL);
+        double epoch = tu_stat(e, "epoch");
         assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
         kb_point p;
         kb_ask_result res;
@@ -710,8 +705,7 @@ static void lazy_argmax_case(const char *dictionary)
             tell_all_pending(e, D);
             continue;
         }
-        kb_engine_stats(e, &after, NULL);
-        if (after.epoch != before.epoch)
+        if (tu_stat(e, "epoch") != epoch)
             continue; /* the ask resparsified: the posterior above is the old one */
         size_t best = 0;
         double u[M];
@@ -724,9 +718,7 @@ static void lazy_argmax_case(const char *dictionary)
         compared++;
     }
     assert_true(compared > STEPS / 2);
-    kb_stats st = {.size = sizeof st};
-    kb_engine_stats(e, &st, NULL);
-    assert_true(st.epochs_low_rank > 0); /* the heap keys of low-rank starts were checked */
+    assert_true(tu_stat(e, "epochs_low_rank") > 0); /* low-rank starts' heap keys checked */
     kb_engine_free(e);
     kb_space_free(s);
     kb_config_free(c);
@@ -953,10 +945,8 @@ static void asynchronous_semantics(void **state)
         assert_true(res.n >= 1 && res.n < 64);
         assert_int_equal(res.status, KB_ASK_AWAIT_FEEDBACK);
         assert_int_equal(res.awaiting, res.n);
-        kb_stats st = {.size = sizeof st};
-        kb_engine_stats(e, &st, NULL);
-        assert_int_equal(st.epoch, (uint64_t)epoch + 1);
-        assert_int_equal(st.epoch_asks, res.n);
+        assert_int_equal(tu_stat(e, "epoch"), epoch + 1);
+        assert_int_equal(tu_stat(e, "epoch_asks"), res.n);
         for (size_t i = 0; i + 1 < res.n; i++)
             assert_int_equal(kb_engine_tell(e, pts[i].handle, objective(pts[i].x, D), &err), 0);
         kb_point more;
@@ -972,8 +962,7 @@ static void asynchronous_semantics(void **state)
         assert_true(ask1(e, &more, &r2));
         if (epoch > 0) /* (the first epoch, with no data, draws uniformly) */
             assert_int_equal(more.index, last.index);
-        kb_engine_stats(e, &st, NULL);
-        assert_int_equal(st.epoch, (uint64_t)epoch + 1);
+        assert_int_equal(tu_stat(e, "epoch"), epoch + 1);
         assert_int_equal(kb_engine_tell(e, more.handle, objective(more.x, D), &err), 0);
     }
     kb_engine_free(e);
@@ -993,13 +982,11 @@ static void asynchronous_semantics(void **state)
     /* Uncertainty sampling to parallelism P needs no feedback until it ends. */
     c = make_config("bbkb", KB_KERNEL_RBF, 0.5, 1.0, "parallelism", "4", NULL);
     e = kb_engine_create(c, s, &err);
-    kb_stats st = {.size = sizeof st};
     int steps = 0;
-    do {
+    do
         assert_true(ask1(e, &pts[0], &res));
-        kb_engine_stats(e, &st, NULL);
-    } while (st.init_phase && ++steps < 200);
-    assert_int_equal(st.init_phase, 0);
+    while (tu_stat(e, "init_phase") && ++steps < 200);
+    assert_int_equal(tu_stat(e, "init_phase"), 0);
     kb_engine_free(e);
     kb_config_free(c);
     kb_space_free(s);
@@ -1030,7 +1017,8 @@ static void partial_feedback_starts_next_epoch(void **state)
         kb_engine_stats(e, &before, NULL);
         /* The closed epoch may have begun with the previous iteration's (told) point;
          * its pending points are the last of this ask's. */
-        size_t n_epoch = before.epoch_asks;
+        size_t n_epoch = (size_t)tu_stat(e, "epoch_asks");
+        double epoch_before = tu_stat(e, "epoch");
         size_t told = n_epoch > res.n ? n_epoch - res.n : 0, first = res.n - (n_epoch - told);
         size_t need = (n_epoch + 1) / 2 - told;
         assert_int_equal(res.awaiting, need);
@@ -1040,7 +1028,7 @@ static void partial_feedback_starts_next_epoch(void **state)
         kb_ask_result r2;
         assert_true(ask1(e, &p, &r2)); /* a new epoch, the rest still pending */
         kb_engine_stats(e, &after, NULL);
-        assert_int_equal(after.epoch, before.epoch + 1);
+        assert_int_equal(tu_stat(e, "epoch"), epoch_before + 1);
         checked += res.n > need;
         assert_int_equal(after.pending, before.pending - need + 1);
         tell_all_pending(e, D);
@@ -1168,19 +1156,16 @@ static void low_rank_start_asks_as_full(void **state)
             kb_config_free(c);
             kb_rng_seed(&drv[full], 5);
         }
-        kb_stats st[2] = {{.size = sizeof st[0]}, {.size = sizeof st[1]}};
         for (int i = 0; i < STEPS; i++) {
-            for (int full = 0; full < 2; full++) {
+            for (int full = 0; full < 2; full++)
                 drive(e[full], &drv[full], 1, rec[full] + i, D, k == observing);
-                kb_engine_stats(e[full], &st[full], NULL);
-            }
             assert_int_equal(rec[0][i], rec[1][i]);
-            assert_true(fabs(st[0].start_var_max - st[1].start_var_max) <=
-                        1e-9 * st[1].start_var_max);
+            double vmax = tu_stat(e[1], "start_var_max");
+            assert_true(fabs(tu_stat(e[0], "start_var_max") - vmax) <= 1e-9 * vmax);
         }
-        assert_int_equal(st[0].epoch, st[1].epoch);
-        assert_true(st[0].epochs_low_rank >= st[0].epoch / 4);
-        assert_int_equal(st[1].epochs_low_rank, 0);
+        assert_int_equal(tu_stat(e[0], "epoch"), tu_stat(e[1], "epoch"));
+        assert_true(tu_stat(e[0], "epochs_low_rank") >= floor(tu_stat(e[0], "epoch") / 4));
+        assert_int_equal(tu_stat(e[1], "epochs_low_rank"), 0);
         kb_engine_free(e[0]);
         kb_engine_free(e[1]);
         kb_space_free(s);
@@ -1198,15 +1183,13 @@ static void dictionary_sizes(const char *retain, const double *Xc, size_t M, siz
     kb_space *s = kb_space_new_finite(Xc, M, D, &err);
     kb_engine *e = kb_engine_create(c, s, &err);
     assert_non_null(e);
-    kb_stats st = {.size = sizeof st};
     for (size_t k = 0; k < n;) {
         kb_point p;
         kb_ask_result res;
         if (!ask1(e, &p, &res))
             tell_all_pending(e, D);
-        kb_engine_stats(e, &st, NULL);
-        if (st.epoch > k)
-            sizes[k++] = st.dict_size;
+        if (tu_stat(e, "epoch") > k)
+            sizes[k++] = (size_t)tu_stat(e, "dict_size");
     }
     kb_engine_free(e);
     kb_space_free(s);
@@ -1235,6 +1218,62 @@ static void retained_members_stay(void **state)
     free(Xc);
 }
 
+/* The figures kb_engine_stat reads are the engine's own: through a run that tells each
+ * closed batch, dict_size equals a recount of the candidates in the dictionary read back
+ * (kb__bbkb_dictionary) and, with dictionary = all, of the distinct points handed out
+ * before the epoch began; epoch counts the asks that opened one, epoch_asks and
+ * last_batch the points of the current and the previous epoch, as counted here. */
+static void figures_match_a_recount(void **state)
+{
+    (void)state;
+    enum { M = 60, D = 2, STEPS = 150 };
+    kb_error err;
+    kb_rng rng;
+    kb_rng_seed(&rng, 21);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    kb_space *s = kb_space_new_finite(Xc, M, D, &err);
+    for (int all = 0; all < 2; all++) {
+        kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, 0.1, "C", "2", "dictionary",
+                                   all ? "all" : "sampled", NULL);
+        kb_engine *e = kb_engine_create(c, s, &err);
+        assert_non_null(e);
+        int seen[M] = {0};
+        size_t n_seen = 0, seen_at_start = 0, epochs = 0, in_epoch = 0, previous = 0;
+        for (int step = 0; step < STEPS; step++) {
+            double epoch = tu_stat(e, "epoch");
+            kb_point p;
+            kb_ask_result res;
+            if (!ask1(e, &p, &res)) {
+                tell_all_pending(e, D);
+                continue;
+            }
+            if (tu_stat(e, "epoch") != epoch) { /* this ask opened an epoch */
+                epochs++;
+                previous = in_epoch;
+                in_epoch = 0;
+                seen_at_start = n_seen;
+            }
+            in_epoch++;
+            n_seen += !seen[p.index];
+            seen[p.index] = 1;
+            assert_int_equal(tu_stat(e, "epoch"), epochs);
+            assert_int_equal(tu_stat(e, "epoch_asks"), in_epoch);
+            assert_int_equal(tu_stat(e, "last_batch"), previous);
+            size_t m;
+            const double *S = kb__bbkb_dictionary(e, &m);
+            size_t members = M - rows_outside(Xc, M, S, m, D);
+            assert_int_equal(tu_stat(e, "dict_size"), members);
+            if (all)
+                assert_int_equal(members, seen_at_start);
+        }
+        assert_true(epochs >= 5);
+        kb_engine_free(e);
+        kb_config_free(c);
+    }
+    kb_space_free(s);
+    free(Xc);
+}
+
 /* A box space: the pool is refreshed at each resparsification; runs cleanly. */
 static void box_space_runs(void **state)
 {
@@ -1250,9 +1289,7 @@ static void box_space_runs(void **state)
         if (!ask1(e, &p, &res))
             tell_all_pending(e, 2);
     }
-    kb_stats st = {.size = sizeof st};
-    kb_engine_stats(e, &st, NULL);
-    assert_true(st.epoch >= 2 && st.dict_size >= 1);
+    assert_true(tu_stat(e, "epoch") >= 2 && tu_stat(e, "dict_size") >= 1);
     kb_engine_free(e);
     kb_space_free(s);
     kb_config_free(c);
@@ -1323,6 +1360,7 @@ int main(void)
         cmocka_unit_test(deterministic_and_snapshot_restore),
         cmocka_unit_test(low_rank_start_asks_as_full),
         cmocka_unit_test(retained_members_stay),
+        cmocka_unit_test(figures_match_a_recount),
         cmocka_unit_test(box_space_runs),
         cmocka_unit_test(bad_configurations_rejected),
     };

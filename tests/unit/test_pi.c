@@ -211,12 +211,10 @@ static void cover_invariants_on_random_sequences(void **state)
             if (s % 25 == 24)
                 check_cover(e, r, &drv);
         }
-        kb_stats st = {.size = sizeof st};
-        kb_engine_stats(e, &st, NULL);
         assert_true(kb__pi_n_created(e) > kb__pi_n_cells(e)); /* splits happened */
-        assert_int_equal(st.dict_size, kb__pi_n_cells(e));
+        assert_int_equal(tu_stat(e, "dict_size"), kb__pi_n_cells(e));
         if (v == 0)
-            assert_true(st.dict_size > 20); /* deep splits near the corner */
+            assert_true(tu_stat(e, "dict_size") > 20); /* deep splits near the corner */
         free(r);
         kb_engine_free(e);
         kb_space_free(sp);
@@ -467,10 +465,7 @@ static void deterministic_and_snapshot_restore(void **state)
         assert_int_equal(kb_engine_posterior(r, cand, 10, mr, sr, &err), KB_OK);
         assert_memory_equal(ma, mr, sizeof ma);
         assert_memory_equal(sa, sr, sizeof sa);
-        kb_stats sta = {.size = sizeof sta}, str = {.size = sizeof str};
-        kb_engine_stats(a, &sta, NULL);
-        kb_engine_stats(r, &str, NULL);
-        assert_int_equal(sta.dict_size, str.dict_size);
+        assert_int_equal(tu_stat(a, "dict_size"), tu_stat(r, "dict_size"));
         assert_int_equal(kb__pi_n_created(a), kb__pi_n_created(r));
         kb_hyperparameters hp;
         assert_int_equal(kb_engine_hyperparameters(a, &hp), KB_OK);

@@ -525,22 +525,21 @@ static int bbkb_posterior(kb_engine *e, const double *U, size_t n, double *mean,
     return KB_OK;
 }
 
-static void bbkb_stats(const kb_engine *e, kb_stats *s)
-{
-    const bbkb *st = e->impl;
-    s->epoch = st->epoch;
-    s->epoch_asks = st->epoch_asks;
-    s->last_batch = st->last_batch;
-    s->dict_size = st->m;
-    s->init_phase = st->init_phase;
-    s->start_var_max = st->var_max;
-    s->sec_embed = st->sec_embed;
-    s->sec_resparsify = st->sec_resparsify;
-    s->sec_ask = st->sec_ask;
-    s->sec_tell = st->sec_tell;
-    s->flop_l3 = st->flop_l3;
-    s->epochs_low_rank = st->epochs_low_rank;
-}
+static const kb__stat bbkb_stats[] = {
+    KB__STAT("epoch", bbkb, epoch),
+    KB__STAT("epoch_asks", bbkb, epoch_asks),
+    KB__STAT("last_batch", bbkb, last_batch),
+    KB__STAT("dict_size", bbkb, m),
+    KB__STAT("init_phase", bbkb, init_phase),
+    KB__STAT("start_var_max", bbkb, var_max),
+    KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),
+    KB__STAT("sec_embed", bbkb, sec_embed),
+    KB__STAT("sec_resparsify", bbkb, sec_resparsify),
+    KB__STAT("sec_ask", bbkb, sec_ask),
+    KB__STAT("sec_tell", bbkb, sec_tell),
+    KB__STAT("flop_l3", bbkb, flop_l3),
+    {NULL, 0, 0},
+};
 
 const double *kb__bbkb_dictionary(const kb_engine *e, size_t *m)
 {

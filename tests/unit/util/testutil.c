@@ -272,6 +272,17 @@ kb_kernel *tu_kernel(kb_kernel_kind kind, size_t d, double l)
     return k;
 }
 
+double tu_stat(const kb_engine *e, const char *name)
+{
+    kb_error err;
+    double v;
+    if (kb_engine_stat(e, name, &v, &err) != KB_OK) {
+        fprintf(stderr, "tu_stat: %s\n", err.message);
+        abort();
+    }
+    return v;
+}
+
 char *tu_temp_db(const char *prefix)
 {
     char *path = malloc(strlen(prefix) + 16);

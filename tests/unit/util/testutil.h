@@ -57,6 +57,10 @@ double tu_max_rel_err(const double *a, const double *b, size_t n, double floor);
 kb_kernel *tu_kernel(kb_kernel_kind kind, size_t d, double l);
 kb_kernel *tu_kernel_with(kb_kernel_kind kind, size_t d, double variance, const double *ls);
 
+/* The figure `name` of e (kb_engine_stat). Aborts, naming it, when e's engine does not
+ * offer it: a test reading a figure expects the engine to have it. */
+double tu_stat(const kb_engine *e, const char *name);
+
 /* A fresh path for a temporary SQLite database (the file does not exist yet), owned by
  * the caller; tu_remove_db deletes the database with its -wal and -shm files and frees
  * the path. */
