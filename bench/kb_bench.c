@@ -542,7 +542,8 @@ int main(int argc, char **argv)
         idle = simulate_async(&r, o.T, o.W, &clock_rng);
     double wall = now() - t0;
 
-    double sec_embed = figure(r.e, "sec_embed"), sec_resparsify = figure(r.e, "sec_resparsify");
+    double sec_embed = figure(r.e, "sec_embed");
+    double sec_resparsify = figure(r.e, "sec_resparsify");
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double bmean, bmax, b1, b2;

@@ -102,7 +102,6 @@ int study_better(const study *s, double a, double b)
     return s->spec.minimize ? a < b : a > b;
 }
 
-/* Accounts for trial t's state in counts/best/first_pending. */
 uint64_t study_engine_count(const study *s, const char *name)
 {
     double v;
@@ -110,6 +109,7 @@ uint64_t study_engine_count(const study *s, const char *name)
     return (uint64_t)v;
 }
 
+/* Accounts for trial t's state in counts/best/first_pending. */
 static void trial_account(study *s, const trial_rec *t)
 {
     s->counts[t->state]++;

@@ -48,8 +48,8 @@
  * pools are refreshed at each batch start (gp-bucb) or once the observations grew by a
  * quarter since the last refresh (gp-ucb: amortized O(n A) per step like the rest).
  *
- * Timings (kb_engine_stat): sec_embed = Cholesky and kernel rows of new points; sec_ask = the
- * argmax plus the lazy mean/variance pass over Kc (most of the time); sec_tell = the
+ * Timings (kb_engine_stat): sec_embed = Cholesky and kernel rows of new points; sec_ask =
+ * the argmax plus the lazy mean/variance pass over Kc (most of the time); sec_tell = the
  * told-set factor; sec_resparsify = rebuilds (abandon, pool refresh) and batch starts.
  * epoch = batches for gp-bucb; gp-ucb has no epochs and offers no epoch figures.
  */

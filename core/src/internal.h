@@ -252,7 +252,7 @@ typedef struct kb__stat {
 } kb__stat;
 
 /* The entry for `field` (a member designator, "mod.m" allowed) of engine state type T.
- * uint64_t and size_t are unsigned long or unsigned long long, depending on the platform. */
+ * uint64_t and size_t are unsigned long or unsigned long long, as the platform has them. */
 #define KB__STAT(name, T, field)                                                       \
     {name,                                                                             \
      _Generic(((T *)0)->field, double: KB__STAT_DOUBLE, int: KB__STAT_INT,             \
