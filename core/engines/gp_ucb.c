@@ -10,11 +10,6 @@
  * Asynchronous workers: every handed-out point enters the variance at once (its
  * observation hallucinated), the mean uses told points only. This is exactly GP-BUCB
  * with hallucinated constant feedback and no batch limit.
- * With fitted hyperparameters and fewer than 10 d observations, gp-ucb's UCB is averaged
- * over 20 posterior samples of the hyperparameters (Snoek, Larochelle & Adams, NIPS 2012,
- * sec. 3.2; core/src/ucb_avg.c, engine.c draw_hyper_samples) instead of taken from the
- * MAP kernel alone: it removed the seeds the early MAP fit locked onto a mediocre region
- * (docs/BENCHMARKS.md, ninth session). kb_engine_posterior stays the MAP kernel's.
  *
  * gp-bucb is GP-BUCB with the adaptive batch rule (Desautels et al. 2014, as presented
  * in seed 004, Appendix A.2, Algorithm 2 and Proposition 2 (= Prop. 1 in section 2)):
@@ -116,7 +111,6 @@ typedef struct gp_state {
     /* told set: LT.n rows */
     kb_chol LT;
     double *alpha, *mean, *work;
-    double *ucb;                  /* A: the acquisition of the current ask */
     size_t n_alpha, cap_work;
     size_t n_var;                 /* rows folded into var */
     int broken;                   /* L, Kc, var are not a cache of X (a rebuild failed) */
@@ -409,7 +403,6 @@ static void gp_destroy(kb_engine *e)
     kb__chol_free(&s->LT);
     free(s->alpha);
     free(s->mean);
-    free(s->ucb);
     free(s->work);
     free(s);
 }
@@ -431,10 +424,9 @@ static int gp_create_common(kb_engine *e, int batched, kb_error *err)
     s->var = malloc(s->A * sizeof *s->var);
     s->kdiag = malloc(s->A * sizeof *s->kdiag);
     s->mean = calloc(s->A, sizeof *s->mean);
-    s->ucb = calloc(s->A, sizeof *s->ucb);
     s->alpha = calloc(1, sizeof *s->alpha);
     s->closed = 1; /* the first ask opens the first batch */
-    if (!s->var || !s->kdiag || !s->mean || !s->ucb || !s->alpha || rebuild(e, s)) {
+    if (!s->var || !s->kdiag || !s->mean || !s->alpha || rebuild(e, s)) {
         gp_destroy(e);
         e->impl = NULL;
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
@@ -515,30 +507,6 @@ static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
     return rc || *wait ? rc : refresh_candidates(s);
 }
 
-/* The UCB of every candidate into s->ucb: gp-ucb averages it over the hyperparameter
- * samples while the base holds some (few observations; ucb_avg.c), else (and if no
- * sample factors) mean + width sd of the MAP kernel. gp-bucb keeps the MAP kernel: its
- * mean is frozen at the batch start, under the output scaling of that moment. */
-static int candidate_ucb(kb_engine *e, gp_state *s, double width)
-{
-    size_t m = e->n_obs;
-    if (!s->batched && e->n_hyper_samples) {
-        double *y = malloc((m ? m : 1) * sizeof *y);
-        if (!y)
-            return KB_ENOMEM;
-        for (size_t i = 0; i < m; i++)
-            y[i] = kb__output_y(e, e->obs_y[i]);
-        int rc = kb__ucb_average(&e->kernel, e->hyper_samples, e->n_hyper_samples, s->X, s->n,
-                                 e->obs_u, y, m, e->space->u, s->A, width, s->ucb);
-        free(y);
-        if (rc != KB_ENUMERIC)
-            return rc;
-    }
-    for (size_t a = 0; a < s->A; a++)
-        s->ucb[a] = s->mean[a] + width * sqrt(s->var[a] > 0 ? s->var[a] : 0.0);
-    return KB_OK;
-}
-
 static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     gp_state *s = e->impl;
@@ -550,15 +518,13 @@ static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error 
         return fail_rc(err, rc);
     if (wait)
         return KB_OK;
-    if ((rc = candidate_ucb(e, s, width)))
-        return fail_rc(err, rc);
     /* Argmax of the UCB; exact ties broken uniformly (reservoir) so seeds matter. */
     size_t best = SIZE_MAX, ties = 0;
     double bu = -INFINITY;
     for (size_t a = 0; a < s->A; a++) {
         if (kb__excluded(e, a))
             continue;
-        double u = s->ucb[a];
+        double u = s->mean[a] + width * sqrt(s->var[a] > 0 ? s->var[a] : 0.0);
         if (best == SIZE_MAX || u > bu) {
             best = a;
             bu = u;
@@ -726,7 +692,6 @@ const kb_engine_ops kb_engine_gp_ucb = {
     .posterior = gp_posterior,
     .stats = gp_stats,
     .fits_hyper = 1,
-    .samples_hyper = 1,
 };
 
 const kb_engine_ops kb_engine_gp_bucb = {

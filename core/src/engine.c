@@ -169,33 +169,6 @@ static double *standardized_y(kb_engine *e)
     return y;
 }
 
-/* Below KB_HYPER_SAMPLES_BELOW d observations (Loeppky, Sacks & Welch, Technometrics
- * 51(4), 2009: about 10 d points before a GP model of a d-dimensional function is
- * trusted) the fit also draws KB_HYPER_SAMPLES posterior samples of the hyperparameters
- * for engines that average their acquisition over them (Snoek, Larochelle & Adams, NIPS
- * 2012, sec. 3.2; ops->samples_hyper); after, and above KB_HYPER_SAMPLE_ROWS
- * observations (the sampler's cost grows as n^3 per step), none. The samples' RNG is seeded from the seed and n, so that
- * the fit's own stream does not move and a replay draws the same samples. A failed draw
- * leaves none: the engine uses the MAP kernel alone. */
-static int draw_hyper_samples(kb_engine *e, const double *y)
-{
-    size_t n = e->n_obs, d = e->space->dim;
-    e->n_hyper_samples = 0;
-    if (!e->ops->samples_hyper || n >= KB_HYPER_SAMPLES_BELOW * d || n > KB_HYPER_SAMPLE_ROWS)
-        return KB_OK;
-    if (!e->hyper_samples &&
-        !(e->hyper_samples = malloc(KB_HYPER_SAMPLES * (d + 2) * sizeof *e->hyper_samples)))
-        return KB_ENOMEM;
-    kb_rng rng;
-    kb_rng_seed(&rng, (uint64_t)kb_config_number(e->cfg, "seed") ^ 0x6b6273616d70ULL ^
-                          ((uint64_t)n << 40));
-    int rc = kb__hyper_sample(&e->kernel, e->noise, e->obs_u, y, n, &e->fit_opts, &rng,
-                              KB_HYPER_SAMPLES, e->hyper_samples);
-    if (rc == KB_OK)
-        e->n_hyper_samples = KB_HYPER_SAMPLES;
-    return rc == KB_ENOMEM ? rc : KB_OK;
-}
-
 int kb__hyper_refit(kb_engine *e, kb_error *err)
 {
     size_t n = e->n_obs;
@@ -208,12 +181,10 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
     kb_error ferr;
     int rc = kb__hyper_fit(&e->kernel, &e->noise, e->obs_u, y, n, &e->fit_opts, &e->fit_rng,
                            &ferr);
+    free(y);
     e->fit_next = n + (n / 5 > 1 ? n / 5 : 1);
     if (rc == KB_OK)
         e->n_fits++;
-    if (rc != KB_ENOMEM) /* around the fit's values, or the previous ones it kept */
-        rc = draw_hyper_samples(e, y);
-    free(y);
     if (rc == KB_ENOMEM)
         return kb__fail(err, rc, NULL, "out of memory");
     return KB_OK; /* a numerical failure keeps the previous values */
@@ -326,7 +297,6 @@ void kb_engine_free(kb_engine *e)
     kb_config_free(e->cfg);
     kb_space_free(e->space);
     kb__kernel_release(&e->kernel);
-    free(e->hyper_samples);
     free(e->trials);
     for (size_t i = 0; i < e->n_chunks; i++) {
         free(e->x_chunks[i]);

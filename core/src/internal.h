@@ -146,15 +146,6 @@ typedef struct kb_hyper_opts {
  * unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
 int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
                   const kb_hyper_opts *o, kb_rng *rng, kb_error *err);
-/* Draws `count` samples of the hyperparameters' posterior (the MAP objective's
- * exp(log marginal + log prior)) by coordinate-wise slice sampling started at k's values
- * and *noise: thetas gets count x (dim + 2) entries (log l_1..log l_d, log variance, log
- * noise), fixed entries (o->fix_*) at their values. Each sweep costs about 5 (dim + 2)
- * factorizations of n rows: meant for few rows (KB_HYPER_SAMPLE_ROWS). KB_ENOMEM, KB_ENUMERIC (the start is not
- * positive definite), or KB_OK. */
-int kb__hyper_sample(const kb_kernel *k, double noise, const double *U, const double *y,
-                     size_t n, const kb_hyper_opts *o, kb_rng *rng, size_t count,
-                     double *thetas);
 /* Rows a GP is fitted or built on when there are many: all when n <= max_rows, else the
  * best quarter by y and a uniform sample of the others drawn from rng. Writes the indices
  * to idx (n entries of room), returns how many. */
@@ -253,9 +244,6 @@ typedef struct kb_engine_ops {
     size_t max_dim;
     /* 1 when the engine calls kb__hyper_refit (hyperparameters = "fit" applies to it). */
     int fits_hyper;
-    /* 1 when the engine averages its acquisition over hyperparameter samples while
-     * observations are few (e->hyper_samples; only such engines pay for drawing them). */
-    int samples_hyper;
     /* Builds e->impl. Options are already validated one by one; check cross-field
      * constraints here. */
     int (*create)(kb_engine *e, kb_error *err);
@@ -332,11 +320,6 @@ struct kb_engine {
     uint64_t n_fits;
     kb_rng fit_rng;
     double noise;
-    /* Hyperparameter posterior samples while observations are few (engine.c,
-     * draw_hyper_samples): n_hyper_samples x (dim + 2) log values as kb__hyper_sample
-     * writes them; 0 samples otherwise. Drawn with each fit, from the same data. */
-    double *hyper_samples;
-    size_t n_hyper_samples;
 };
 
 #define KB_TRIAL_CHUNK 1024
@@ -386,20 +369,6 @@ static inline int kb__hyper_due(const kb_engine *e)
  * change (before an ask, at a batch or epoch start) when kb__hyper_due(), then rebuild
  * what depends on the kernel and the noise. A failed fit keeps the previous values. */
 int kb__hyper_refit(kb_engine *e, kb_error *err);
-enum { KB_HYPER_SAMPLES = 20, KB_HYPER_SAMPLES_BELOW = 10, KB_HYPER_SAMPLE_ROWS = 64 };
-
-/* The UCB averaged over hyperparameter samples (Snoek, Larochelle & Adams, NIPS 2012,
- * sec. 3.2, the integrated acquisition): for each of the `count` samples thetas (as
- * kb__hyper_sample writes them; kernel shape from `shape`) the exact GP posterior with
- * that kernel and noise, mean from the m observations (U, y standardized) and sd from the
- * nr rows R (observations and pending points, whose hallucinated observations leave the
- * mean unchanged), and ucb[a] = average of mean_k(C_a) + width sd_k(C_a) over the samples
- * whose factors exist, for the A points C. KB_ENOMEM, KB_ENUMERIC (no sample factored),
- * or KB_OK. O(count (m^3 + nr^3 + (m + nr) A d)). */
-int kb__ucb_average(const kb_kernel *shape, const double *thetas, size_t count,
-                    const double *R, size_t nr, const double *U, const double *y, size_t m,
-                    const double *C, size_t A, double width, double *ucb);
-
 /* The exploration width an engine uses, in one meaning for every engine (the multiplier
  * of the Bayesian posterior sd in a UCB, of the sample's spread in Thompson sampling): the
  * `width` option when set; else, with fitted hyperparameters, `fitted` (KB_WIDTH_UCB for
