@@ -187,10 +187,13 @@ static int resume_kept(request *rq)
     return send_kept(rq, rq->kept_status, resp, &rq->pending);
 }
 
+/* The daemon's answers are made with MHD_create_response_from_buffer_with_free_callback_cls
+ * (free: the body is ours; NULL: a static body), never MHD_create_response_from_buffer,
+ * which mhd_errors.c replaces for libmicrohttpd's own error answers. */
 static struct MHD_Response *buffer_response(char *text, size_t len, const char *ctype)
 {
     struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+        MHD_create_response_from_buffer_with_free_callback_cls(len, text, free, text);
     if (!r) {
         free(text);
         return NULL;
@@ -282,7 +285,8 @@ int reply_text(request *rq, int status, const char *content_type, char *text, si
 
 int reply_empty(request *rq, int status)
 {
-    return queue(rq, status, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+    return queue(rq, status,
+                 MHD_create_response_from_buffer_with_free_callback_cls(0, NULL, NULL, NULL));
 }
 
 static int reply_code(request *rq, api_code code, const char *fmt, const char *arg)
@@ -843,8 +847,8 @@ int http_start(const http_config *cfg)
     pthread_condattr_init(&ca);
     pthread_cond_init(&waits.cv, &ca);
     pthread_condattr_destroy(&ca);
-    oom_response = MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body,
-                                                   MHD_RESPMEM_PERSISTENT);
+    oom_response = MHD_create_response_from_buffer_with_free_callback_cls(
+        sizeof oom_body - 1, (void *)oom_body, NULL, NULL);
     if (!oom_response ||
         MHD_add_response_header(oom_response, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 "application/json") != MHD_YES ||
