@@ -30,6 +30,7 @@
 #include "conn_guard.h"
 #include "log.h"
 #include "metrics.h"
+#include "mhd_errors.h"
 #include "ratelimit.h"
 #include "../proto/numfmt.h"
 #include "study.h"
@@ -56,6 +57,15 @@
  * answered nor closed the connection until the idle timeout (found by fuzz_url). See
  * on_uri. */
 #define MAX_QUERY_ARGS 16
+/* A request whose head (line, headers, libmicrohttpd's records of them) leaves less than
+ * ANSWER_ROOM bytes of the connection's memory gets a 431 (on_headers): libmicrohttpd
+ * builds an answer's header lines (at most ~300 bytes for ours) in that memory, and when
+ * they do not fit it closes the connection without a byte; it has a retry for its own
+ * error answers only. Heads from about 7,870 bytes to the ~8,100 where libmicrohttpd
+ * answers 431 / 414 itself got no answer at all. A record costs HEAD_RECORD at most
+ * (a struct of 7 words, allocated 16-byte aligned). */
+#define ANSWER_ROOM 1024
+#define HEAD_RECORD 64
 #define MAX_QUERY_BYTES 2048
 #define STRINGIFY(x) #x
 #define DECIMAL(x) STRINGIFY(x)
@@ -68,6 +78,7 @@ struct request {
     size_t len, cap;
     int too_large, csv, ready;
     const char *query_refused; /* why on_uri emptied the query (answered 400), or NULL */
+    size_t target_len;       /* of the raw request target, as on_uri saw it */
     json_t *json;
     int status;              /* of the reply, for metrics */
     double t0;
@@ -641,6 +652,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     (void)cls;
     (void)conn;
     request *rq = request_new();
+    if (rq)
+        rq->target_len = strlen(uri);
     char *query = strchr(uri, '?');
     if (!rq || !query)
         return rq;
@@ -657,10 +670,42 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return rq;
 }
 
-/* First call: framing, route, authenticate, check the declared length. 0 to go on. */
+static enum MHD_Result add_value_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    size_t *bytes = cls;
+    *bytes += HEAD_RECORD; /* query arguments: their text is in the target already */
+    if (kind != MHD_GET_ARGUMENT_KIND)
+        *bytes += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": ", CRLF */
+    return MHD_YES;
+}
+
+/* Whether the request's head leaves less than ANSWER_ROOM of the connection's memory
+ * (an upper bound: the request line and headers, and libmicrohttpd's record for each
+ * header, cookie and query argument). */
+static int head_too_large(request *rq)
+{
+    size_t bytes = rq->target_len + 32; /* method, version, CRLFs */
+    MHD_get_connection_values(rq->conn, MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND,
+                              add_value_bytes, &bytes);
+    return bytes > CONN_MEMORY - ANSWER_ROOM;
+}
+
+/* First call: head size, framing, route, authenticate, check the declared length. 0 to
+ * go on. A head too large for an answer to fit is refused before anything runs: the
+ * 431 is written to the socket directly and the connection closed (MHD_NO). */
 static int on_headers(request *rq, const char *url, const char *method, int *rc)
 {
     char allow[128];
+    if (head_too_large(rq)) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+            mhd_errors_send_head_too_large(ci->connect_fd);
+        rq->status = 431;
+        *rc = MHD_NO;
+        return -1;
+    }
     const char *framing = bad_framing(rq->conn);
     if (framing) {
         rq->route = -1;

@@ -26,26 +26,36 @@
  * (tests/integration/test_http_errors.py) fails then. A body this table does not know
  * gets the generic message of the last entry.
  *
+ * The file also holds the 431 that http.c writes to the socket itself for a request
+ * whose head leaves no room in the connection's memory for an answer's header lines
+ * (libmicrohttpd would close without a byte: see ANSWER_ROOM in http.c).
+ *
  * Thread safety: libmicrohttpd's threads call this concurrently; the table and bodies
  * are constant, the library's function is looked up once (pthread_once).
  */
+#include "mhd_errors.h"
+
 #include <microhttpd.h>
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define MHD_HTML "<html><head><title>"
 #define JSON_ERROR(code, message) \
     "{\"error\":{\"code\":\"" code "\",\"message\":\"" message "\",\"field\":null}}"
+
+#define HEAD_TOO_LARGE \
+    JSON_ERROR("invalid", "the request line or headers exceed the connection's memory")
 
 /* libmicrohttpd's bodies, told apart by a phrase of their HTML (first match wins). */
 static const struct {
     const char *phrase;
     const char *json;
 } known[] = {
-    {"<title>Request too big<",
-     JSON_ERROR("invalid", "the request line or headers exceed the connection's memory")},
+    {"<title>Request too big<", HEAD_TOO_LARGE},
     {"has wrong value for <b>Content-Length",
      JSON_ERROR("invalid", "malformed Content-Length header")},
     {"chunked encoding was syntactically incorrect",
@@ -98,4 +108,17 @@ struct MHD_Response *MHD_create_response_from_buffer(size_t size, void *buffer,
         return json_instead(buffer, size);
     pthread_once(&real_once, real_resolve);
     return real_create ? real_create(size, buffer, mode) : NULL;
+}
+
+void mhd_errors_send_head_too_large(int fd)
+{
+    char msg[256];
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     sizeof HEAD_TOO_LARGE - 1, HEAD_TOO_LARGE);
+    /* Unanswered anyway if it fails: the socket is closed right after. A fresh
+     * connection's send buffer takes these bytes at once; never wait on the client. */
+    if (n > 0 && (size_t)n < sizeof msg)
+        (void)send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
