@@ -38,6 +38,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -59,12 +60,12 @@
 #define MAX_QUERY_ARGS 16
 /* A request whose head (line, headers, libmicrohttpd's records of them) leaves less than
  * ANSWER_ROOM bytes of the connection's memory gets a 431 (on_headers): libmicrohttpd
- * builds an answer's header lines (at most ~300 bytes for ours) in that memory, and when
+ * builds an answer's header lines (at most ~260 bytes for ours) in that memory, and when
  * they do not fit it closes the connection without a byte; it has a retry for its own
  * error answers only. Heads from about 7,870 bytes to the ~8,100 where libmicrohttpd
  * answers 431 / 414 itself got no answer at all. A record costs HEAD_RECORD at most
  * (a struct of 7 words, allocated 16-byte aligned). */
-#define ANSWER_ROOM 1024
+#define ANSWER_ROOM 384
 #define HEAD_RECORD 64
 #define MAX_QUERY_BYTES 2048
 #define STRINGIFY(x) #x
@@ -78,7 +79,8 @@ struct request {
     size_t len, cap;
     int too_large, csv, ready;
     const char *query_refused; /* why on_uri emptied the query (answered 400), or NULL */
-    size_t target_len;       /* of the raw request target, as on_uri saw it */
+    const char *target;      /* the raw request target in MHD's read buffer (on_uri) */
+    size_t target_len;
     json_t *json;
     int status;              /* of the reply, for metrics */
     double t0;
@@ -652,8 +654,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     (void)cls;
     (void)conn;
     request *rq = request_new();
-    if (rq)
+    if (rq) {
+        rq->target = uri;
         rq->target_len = strlen(uri);
+    }
     char *query = strchr(uri, '?');
     if (!rq || !query)
         return rq;
@@ -670,24 +674,57 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return rq;
 }
 
-static enum MHD_Result add_value_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
-                                       const char *value)
+/* What a request's head takes of the connection's memory (see head_too_large). */
+typedef struct head_size {
+    uintptr_t target;  /* where the request target starts in MHD's read buffer, or 0 */
+    size_t text;       /* the target, and each header's name and value with ": ", CRLF */
+    size_t span;       /* from the target to the furthest end of a header name or value */
+    size_t cookies;    /* MHD's copy of the Cookie header, which it splits into cookies */
+    size_t records;    /* MHD's records: headers, cookies, query arguments */
+} head_size;
+
+static void reach(head_size *h, const char *end)
 {
-    size_t *bytes = cls;
-    *bytes += HEAD_RECORD; /* query arguments: their text is in the target already */
-    if (kind != MHD_GET_ARGUMENT_KIND)
-        *bytes += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": ", CRLF */
+    uintptr_t e = (uintptr_t)end;
+    if (h->target && e > h->target && e - h->target > h->span)
+        h->span = e - h->target;
+}
+
+static enum MHD_Result add_value(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    head_size *h = cls;
+    h->records++;
+    if (kind == MHD_GET_ARGUMENT_KIND) /* its text lies in the target */
+        return MHD_YES;
+    size_t kl = strlen(key), vl = value ? strlen(value) : 0;
+    if (kind == MHD_COOKIE_KIND) {
+        h->cookies += kl + vl + 4; /* "=", "; " */
+        return MHD_YES;
+    }
+    h->text += kl + vl + 4;
+    if (kind == MHD_HEADER_KIND) {
+        reach(h, key + kl);
+        if (value)
+            reach(h, value + vl);
+    }
     return MHD_YES;
 }
 
-/* Whether the request's head leaves less than ANSWER_ROOM of the connection's memory
- * (an upper bound: the request line and headers, and libmicrohttpd's record for each
- * header, cookie and query argument). */
+/* Whether the request's head leaves less than ANSWER_ROOM of the connection's memory.
+ * The bytes it took are those of its request line and header lines, blanks and folds
+ * included, which the text alone (MHD trims values) undercounts. Names and values point
+ * into MHD's read buffer after the target (a folded line's name into a copy MHD makes
+ * past that buffer), so the span from the target to the furthest end of a name or value
+ * measures them (the larger of span and text is taken); plus MHD's copy of the
+ * cookies and a record of HEAD_RECORD bytes for each header, cookie and query argument. */
 static int head_too_large(request *rq)
 {
-    size_t bytes = rq->target_len + 32; /* method, version, CRLFs */
+    head_size h = {.target = (uintptr_t)rq->target, .text = rq->target_len};
     MHD_get_connection_values(rq->conn, MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND,
-                              add_value_bytes, &bytes);
+                              add_value, &h);
+    size_t line = 24; /* method, version, blanks, CRLFs, the blank line */
+    size_t bytes = (h.span > h.text ? h.span : h.text) + line + h.cookies + h.records * HEAD_RECORD;
     return bytes > CONN_MEMORY - ANSWER_ROOM;
 }
 

@@ -430,21 +430,33 @@ def test_protocol_errors_are_json(daemons):
     assert d.client().get("/healthz").status_code == 200
 
 
+def head_forms(n):
+    """Requests whose head grows with n in the ways that fill libmicrohttpd's memory."""
+    close = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    query = b"&".join(b"a%d=%s" % (i, b"v" * 120) for i in range(15))  # within the limits
+    return {"target": b"GET /" + b"a" * n + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+            "header": close + b"X-Pad: " + b"a" * n + b"\r\n\r\n",
+            "blanks": close + b"X-Pad:" + b" " * n + b"v\r\n\r\n",
+            "folded": close + b"X-Pad: v\r\n" + b" " * n + b"w\r\n\r\n",
+            "arguments": b"GET /v1/studies?" + query + b" HTTP/1.1\r\nHost: x\r\n"
+                         b"Connection: close\r\nX-Pad: " + b"p" * (n - 2600) + b"\r\n\r\n"}
+
+
 def test_every_request_head_size_is_answered(daemons):
-    """A request line or headers of about 7,870 to 8,100 bytes got no answer at all:
+    """A request line and headers of about 7,870 to 8,100 bytes got no answer at all:
     libmicrohttpd had no room left in the connection's memory for the answer's header
-    lines. Every size now gets an answer: the route's up to the daemon's limit (a head
-    leaving less than 1 KiB of the 8 KiB), a JSON 431 or 414 beyond."""
+    lines (blanks and folded lines, which it trims, counted too). Every size now gets an
+    answer: the route's while the head leaves 384 bytes of the 8 KiB, a JSON 431 or 414
+    beyond. (A Cookie header that libmicrohttpd cannot copy still gets none: see
+    docs/TESTING.md, "Protocol errors".)"""
     d = daemons()
     answered = set()
     for n in range(6800, 8500, 12):
-        for request in (b"GET /" + b"a" * n + b" HTTP/1.1\r\nHost: x\r\n\r\n",
-                        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Pad: "
-                        + b"a" * n + b"\r\n\r\n"):
+        for form, request in head_forms(n).items():
             reply = raw_exchange(d.port, request)
             status = last_answer(reply)[0] if reply else None
-            assert status in (200, 404, 414, 431), (n, request[:30], reply[:300])
+            assert status in (200, 404, 414, 431), (form, n, reply[:300])
             if status in (414, 431):
-                assert_json_error(reply, status, "invalid", n)
+                assert_json_error(reply, status, "invalid", (form, n))
             answered.add(status)
     assert answered == {200, 404, 414, 431}, answered
