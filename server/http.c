@@ -58,6 +58,7 @@
  * answered nor closed the connection until the idle timeout (found by fuzz_url). See
  * on_uri. */
 #define MAX_QUERY_ARGS 16
+#define MAX_QUERY_BYTES 2048
 /* A request whose head (line, headers, libmicrohttpd's records of them) leaves less than
  * ANSWER_ROOM bytes of the connection's memory gets a 431 (on_headers): libmicrohttpd
  * builds an answer's header lines (at most ~260 bytes for ours) in that memory, and when
@@ -67,7 +68,6 @@
  * (a struct of 7 words, allocated 16-byte aligned). */
 #define ANSWER_ROOM 384
 #define HEAD_RECORD 64
-#define MAX_QUERY_BYTES 2048
 #define STRINGIFY(x) #x
 #define DECIMAL(x) STRINGIFY(x)
 
@@ -79,7 +79,8 @@ struct request {
     size_t len, cap;
     int too_large, csv, ready;
     const char *query_refused; /* why on_uri emptied the query (answered 400), or NULL */
-    const char *target;      /* the raw request target in MHD's read buffer (on_uri) */
+    const char *target;      /* the raw request target in MHD's read buffer (on_uri; read
+                              * by on_headers only, while MHD holds the request line) */
     size_t target_len;
     json_t *json;
     int status;              /* of the reply, for metrics */

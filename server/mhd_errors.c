@@ -21,10 +21,11 @@
  *
  * Risk: this depends on how the library is built and calls itself, which no API
  * promises. A libmicrohttpd that calls the function directly (-Bsymbolic, an internal
- * alias) or makes its error answers with another constructor sends HTML again, and a
- * static link fails on the duplicate symbol: test_protocol_errors_are_json
- * (tests/integration/test_http_errors.py) fails then. A body this table does not know
- * gets the generic message of the last entry.
+ * alias) or makes its error answers with another constructor (libmicrohttpd 1.0 uses
+ * MHD_create_response_from_buffer_static) sends HTML again: test_protocol_errors_are_json
+ * (tests/integration/test_http_errors.py) fails then. A static link of the library
+ * fails on the duplicate symbol. A body this table does not know gets the generic
+ * message of the last entry.
  *
  * The file also holds the 431 that http.c writes to the socket itself for a request
  * whose head leaves no room in the connection's memory for an answer's header lines
@@ -117,8 +118,9 @@ void mhd_errors_send_head_too_large(int fd)
                      "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
                      sizeof HEAD_TOO_LARGE - 1, HEAD_TOO_LARGE);
-    /* Unanswered anyway if it fails: the socket is closed right after. A fresh
-     * connection's send buffer takes these bytes at once; never wait on the client. */
+    /* Unanswered anyway if it fails: the socket is closed right after. Its send buffer
+     * takes these few bytes at once unless the client stopped reading earlier answers;
+     * never wait on the client. */
     if (n > 0 && (size_t)n < sizeof msg)
         (void)send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
