@@ -51,19 +51,22 @@
 #define HEAD_TOO_LARGE \
     JSON_ERROR("invalid", "the request line or headers exceed the connection's memory")
 
-/* libmicrohttpd's bodies, told apart by a phrase of their HTML (first match wins). */
+/* libmicrohttpd's bodies, told apart by a phrase of their HTML (first match wins), and
+ * the JSON body answered instead. NULL: an empty body and no Content-Type, for the two
+ * answers libmicrohttpd 0.9.75 sends with its header block twice (its
+ * parse_connection_headers queues the error, then the state machine builds the headers
+ * again): the client reads the second block where the first one's Content-Length
+ * promised the body, so that only an empty body leaves a well-framed answer. */
 static const struct {
     const char *phrase;
     const char *json;
 } known[] = {
     {"<title>Request too big<", HEAD_TOO_LARGE},
-    {"has wrong value for <b>Content-Length",
-     JSON_ERROR("invalid", "malformed Content-Length header")},
+    {"wrong value for <b>Content-Length", NULL},
+    {"too large value for <b>Content-Length", NULL},
     {"chunked encoding was syntactically incorrect",
      JSON_ERROR("invalid", "malformed chunked encoding")},
     {"<title>Request malformed<", JSON_ERROR("invalid", "malformed request line or header")},
-    {"too large value for <b>Content-Length",
-     JSON_ERROR("payload_too_large", "the Content-Length is too large")},
     {"chunk size used in your HTTP chunked encoded request is too large",
      JSON_ERROR("payload_too_large", "a chunk size is too large")},
     {"<title>Requested HTTP version is not supported<",
@@ -90,6 +93,8 @@ static struct MHD_Response *json_instead(const char *html, size_t len)
     size_t i = 0;
     while (known[i].phrase[0] && !memmem(html, len, known[i].phrase, strlen(known[i].phrase)))
         i++;
+    if (!known[i].json)
+        return MHD_create_response_from_buffer_with_free_callback_cls(0, NULL, NULL, NULL);
     struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback_cls(
         strlen(known[i].json), (void *)known[i].json, NULL, NULL);
     /* a body without its Content-Type would be misread (as in http.c's buffer_response) */
