@@ -439,7 +439,7 @@ def head_forms(n):
     """Requests whose head grows with n in the ways that fill libmicrohttpd's memory."""
     close = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
     query = b"&".join(b"a%d=%s" % (i, b"v" * 120) for i in range(15))  # within the limits
-    return {"target": b"GET /" + b"a" * n + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    return {"target": b"GET /" + b"a" * n + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
             "header": close + b"X-Pad: " + b"a" * n + b"\r\n\r\n",
             "blanks": close + b"X-Pad:" + b" " * n + b"v\r\n\r\n",
             "folded": close + b"X-Pad: v\r\n" + b" " * n + b"w\r\n\r\n",
