@@ -30,6 +30,7 @@
 #include "conn_guard.h"
 #include "log.h"
 #include "metrics.h"
+#include "mhd_errors.h"
 #include "ratelimit.h"
 #include "../proto/numfmt.h"
 #include "study.h"
@@ -37,6 +38,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -57,6 +59,15 @@
  * on_uri. */
 #define MAX_QUERY_ARGS 16
 #define MAX_QUERY_BYTES 2048
+/* A request whose head (line, headers, libmicrohttpd's records of them) leaves less than
+ * ANSWER_ROOM bytes of the connection's memory gets a 431 (on_headers): libmicrohttpd
+ * builds an answer's header lines (at most ~260 bytes for ours) in that memory, and when
+ * they do not fit it closes the connection without a byte; it has a retry for its own
+ * error answers only. Heads from about 7,870 bytes to the ~8,100 where libmicrohttpd
+ * answers 431 / 414 itself got no answer at all. A record costs HEAD_RECORD at most
+ * (a struct of 7 words, allocated 16-byte aligned). */
+#define ANSWER_ROOM 384
+#define HEAD_RECORD 64
 #define STRINGIFY(x) #x
 #define DECIMAL(x) STRINGIFY(x)
 
@@ -68,6 +79,9 @@ struct request {
     size_t len, cap;
     int too_large, csv, ready;
     const char *query_refused; /* why on_uri emptied the query (answered 400), or NULL */
+    const char *target;      /* the raw request target in MHD's read buffer (on_uri; read
+                              * by on_headers only, while MHD holds the request line) */
+    size_t target_len;
     json_t *json;
     int status;              /* of the reply, for metrics */
     double t0;
@@ -187,10 +201,13 @@ static int resume_kept(request *rq)
     return send_kept(rq, rq->kept_status, resp, &rq->pending);
 }
 
+/* The daemon's answers are made with MHD_create_response_from_buffer_with_free_callback_cls
+ * (free: the body is ours; NULL: a static body), never MHD_create_response_from_buffer,
+ * which mhd_errors.c replaces for libmicrohttpd's own error answers. */
 static struct MHD_Response *buffer_response(char *text, size_t len, const char *ctype)
 {
     struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+        MHD_create_response_from_buffer_with_free_callback_cls(len, text, free, text);
     if (!r) {
         free(text);
         return NULL;
@@ -282,7 +299,8 @@ int reply_text(request *rq, int status, const char *content_type, char *text, si
 
 int reply_empty(request *rq, int status)
 {
-    return queue(rq, status, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+    return queue(rq, status,
+                 MHD_create_response_from_buffer_with_free_callback_cls(0, NULL, NULL, NULL));
 }
 
 static int reply_code(request *rq, api_code code, const char *fmt, const char *arg)
@@ -637,6 +655,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     (void)cls;
     (void)conn;
     request *rq = request_new();
+    if (rq) {
+        rq->target = uri;
+        rq->target_len = strlen(uri);
+    }
     char *query = strchr(uri, '?');
     if (!rq || !query)
         return rq;
@@ -653,10 +675,75 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return rq;
 }
 
-/* First call: framing, route, authenticate, check the declared length. 0 to go on. */
+/* What a request's head takes of the connection's memory (see head_too_large). */
+typedef struct head_size {
+    uintptr_t target;  /* where the request target starts in MHD's read buffer, or 0 */
+    size_t text;       /* the target, and each header's name and value with ": ", CRLF */
+    size_t span;       /* from the target to the furthest end of a header name or value */
+    size_t cookies;    /* MHD's copy of the Cookie header, which it splits into cookies */
+    size_t records;    /* MHD's records: headers, cookies, query arguments */
+} head_size;
+
+static void reach(head_size *h, const char *end)
+{
+    uintptr_t e = (uintptr_t)end;
+    if (h->target && e > h->target && e - h->target > h->span)
+        h->span = e - h->target;
+}
+
+static enum MHD_Result add_value(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    head_size *h = cls;
+    h->records++;
+    if (kind == MHD_GET_ARGUMENT_KIND) /* its text lies in the target */
+        return MHD_YES;
+    size_t kl = strlen(key), vl = value ? strlen(value) : 0;
+    if (kind == MHD_COOKIE_KIND) {
+        h->cookies += kl + vl + 4; /* "=", "; " */
+        return MHD_YES;
+    }
+    h->text += kl + vl + 4;
+    if (kind == MHD_HEADER_KIND) {
+        reach(h, key + kl);
+        if (value)
+            reach(h, value + vl);
+    }
+    return MHD_YES;
+}
+
+/* Whether the request's head leaves less than ANSWER_ROOM of the connection's memory.
+ * The bytes it took are those of its request line and header lines, blanks and folds
+ * included, which the text alone (MHD trims values) undercounts. Names and values point
+ * into MHD's read buffer after the target (a folded line's name into a copy MHD makes
+ * past that buffer), so the span from the target to the furthest end of a name or value
+ * measures them (the larger of span and text is taken); plus MHD's copy of the
+ * cookies and a record of HEAD_RECORD bytes for each header, cookie and query argument. */
+static int head_too_large(request *rq)
+{
+    head_size h = {.target = (uintptr_t)rq->target, .text = rq->target_len};
+    MHD_get_connection_values(rq->conn, MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND,
+                              add_value, &h);
+    size_t line = 24; /* method, version, blanks, CRLFs, the blank line */
+    size_t bytes = (h.span > h.text ? h.span : h.text) + line + h.cookies + h.records * HEAD_RECORD;
+    return bytes > CONN_MEMORY - ANSWER_ROOM;
+}
+
+/* First call: head size, framing, route, authenticate, check the declared length. 0 to
+ * go on. A head too large for an answer to fit is refused before anything runs: the
+ * 431 is written to the socket directly and the connection closed (MHD_NO). */
 static int on_headers(request *rq, const char *url, const char *method, int *rc)
 {
     char allow[128];
+    if (head_too_large(rq)) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+            mhd_errors_send_head_too_large(ci->connect_fd);
+        rq->status = 431;
+        *rc = MHD_NO;
+        return -1;
+    }
     const char *framing = bad_framing(rq->conn);
     if (framing) {
         rq->route = -1;
@@ -843,8 +930,8 @@ int http_start(const http_config *cfg)
     pthread_condattr_init(&ca);
     pthread_cond_init(&waits.cv, &ca);
     pthread_condattr_destroy(&ca);
-    oom_response = MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body,
-                                                   MHD_RESPMEM_PERSISTENT);
+    oom_response = MHD_create_response_from_buffer_with_free_callback_cls(
+        sizeof oom_body - 1, (void *)oom_body, NULL, NULL);
     if (!oom_response ||
         MHD_add_response_header(oom_response, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 "application/json") != MHD_YES ||

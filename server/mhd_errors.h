@@ -1,0 +1,14 @@
+/*
+ * mhd_errors.h - the answers libmicrohttpd would send in HTML, or not at all, sent in the
+ * daemon's JSON error shape instead (mhd_errors.c). Its HTML error answers are replaced
+ * without any call from the daemon (the file defines MHD_create_response_from_buffer);
+ * this header declares the one answer http.c sends itself.
+ */
+#ifndef KB_MHD_ERRORS_H
+#define KB_MHD_ERRORS_H
+
+/* Sends a 431 with the JSON error on socket fd, at once and best effort (nothing else
+ * may be written there: the caller knows libmicrohttpd sent nothing and will close fd). */
+void mhd_errors_send_head_too_large(int fd);
+
+#endif
