@@ -29,16 +29,23 @@ static int answer_trial(request *rq, study *s, int rc, trial_rec *t, const api_e
     return reply_json(rq, 200, o);
 }
 
-/* Answers a Study document (status 200 or 201): rendered after the study's lock. */
+/* Answers an operation that gave the Study document *d (rc 0, cleared here) or failed;
+ * rendered after the study's lock. */
+static int answer_doc(request *rq, int status, int rc, study_doc *d, const api_error *err)
+{
+    if (rc)
+        return reply_error(rq, err);
+    json_t *o = proto_study_json(d);
+    study_doc_clear(d);
+    return reply_json(rq, status, o);
+}
+
+/* Answers s's Study document (status 200 or 201). */
 static int answer_study(request *rq, int status, study *s)
 {
     api_error err;
     study_doc d;
-    if (study_describe(s, &d, &err))
-        return reply_error(rq, &err);
-    json_t *o = proto_study_json(&d);
-    study_doc_clear(&d);
-    return reply_json(rq, status, o);
+    return answer_doc(rq, status, study_describe(s, &d, &err), &d, &err);
 }
 
 static int not_found(request *rq, const char *what)
@@ -260,7 +267,8 @@ static int h_study_patch(request *rq)
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
-    int rc = study_change_state(s, to, &err) ? reply_error(rq, &err) : answer_study(rq, 200, s);
+    study_doc d;
+    int rc = answer_doc(rq, 200, study_change_state(s, to, &d, &err), &d, &err);
     study_put(s);
     return rc;
 }

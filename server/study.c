@@ -142,25 +142,38 @@ static int state_write(study *s, study_state to, api_error *err)
     return api_fail(err, API_INTERNAL, NULL, "database error");
 }
 
-int study_change_state(study *s, study_state to, api_error *err)
+/* Moves s to state `to` (s->mu held): checked, stored, then shown. */
+static int state_move(study *s, study_state to, api_error *err)
 {
-    if (study_lock_undeleted(s, err)) /* the state needs no engine: no restore */
-        return -1;
     study_state from = (study_state)atomic_load(&s->state);
-    int rc = 0;
-    if (from == STUDY_COMPLETED && to != from)
-        rc = api_fail(err, API_CONFLICT, "state", "study %lld is completed, which is final",
-                      (long long)s->id);
-    else if (to != from)
-        rc = state_write(s, to, err);
-    if (rc == 0 && to != from) {
-        atomic_store(&s->state, to);
-        study_wake(s); /* long-polls of a paused study: resumed, or completed for good */
-        log_json(LOG_INFO, "study state changed",
-                 json_pack("{s:I,s:s,s:s}", "study", (json_int_t)s->id, "from",
-                           proto_study_state_name(from), "to", proto_study_state_name(to)));
-    }
-    pthread_mutex_unlock(&s->mu);
+    if (to == from)
+        return 0;
+    if (from == STUDY_COMPLETED)
+        return api_fail(err, API_CONFLICT, "state", "study %lld is completed, which is final",
+                        (long long)s->id);
+    if (state_write(s, to, err))
+        return -1;
+    atomic_store(&s->state, to);
+    study_wake(s); /* long-polls of a paused study: resumed, or completed for good */
+    log_json(LOG_INFO, "study state changed",
+             json_pack("{s:I,s:s,s:s}", "study", (json_int_t)s->id, "from",
+                       proto_study_state_name(from), "to", proto_study_state_name(to)));
+    return 0;
+}
+
+/* Restores s first, like every operation, so that the change and its answer (which
+ * shows the progress) succeed or fail together. */
+int study_change_state(study *s, study_state to, study_doc *out, api_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (study_lock_live(s, err))
+        return -1;
+    int rc = state_move(s, to, err);
+    if (rc == 0)
+        rc = study_doc_fill(s, 1, out, err);
+    rc = study_unlock_settle(s, rc, err);
+    if (rc)
+        study_doc_clear(out);
     return rc;
 }
 

@@ -62,10 +62,11 @@ void study_put(study *s);
  * reference to the study (study_put), or NULL with err. */
 study *study_create(study_spec *spec, api_error *err);
 int study_delete(int64_t id, api_error *err);
-/* PATCH /v1/studies/{id}: moves s to state `to`, durably, before it is acknowledged.
- * Staying is a no-op; leaving completed is refused (409, field "state"). Asks of a
- * study that is not active hand out nothing; everything else works in every state. */
-int study_change_state(study *s, study_state to, api_error *err);
+/* PATCH /v1/studies/{id}: moves s to state `to`, durably, and fills *out with its
+ * document after the move (study_doc_clear). Staying is a no-op; leaving completed is
+ * refused (409, field "state"). Asks of a study that is not active hand out nothing;
+ * everything else works in every state. */
+int study_change_state(study *s, study_state to, study_doc *out, api_error *err);
 
 /* A page of the listing: docs[i] borrows the spec of refs[i], which the page holds. */
 typedef struct study_page {
