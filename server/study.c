@@ -233,6 +233,16 @@ static const char *ask_status_name(kb_ask_status st)
     return st == KB_ASK_AWAIT_FEEDBACK ? "awaiting_feedback" : st == KB_ASK_EXHAUSTED ? "exhausted" : "ok";
 }
 
+/* An ask answered before the engine is asked (s->mu held): no trial, for reason `why`. */
+static int hand_out_none(const study *s, kb_ask_result *res, const char **status,
+                         const char *why)
+{
+    *status = why;
+    memset(res, 0, sizeof *res);
+    res->awaiting = s->counts[TRIAL_PENDING];
+    return 0;
+}
+
 /* One ask attempt (s->mu held): hands out up to count points and makes them durable.
  * Returns the number handed out, or -1. */
 static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char **status,
@@ -240,20 +250,13 @@ static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char
 {
     size_t count = (size_t)req->count;
     study_state state = (study_state)atomic_load(&s->state);
-    if (state != STUDY_ACTIVE) {
-        *status = state == STUDY_PAUSED ? "study_paused" : "study_completed";
-        memset(res, 0, sizeof *res);
-        res->awaiting = s->counts[TRIAL_PENDING];
-        return 0;
-    }
+    if (state != STUDY_ACTIVE)
+        return hand_out_none(s, res, status,
+                             state == STUDY_PAUSED ? "study_paused" : "study_completed");
     if (s->spec.max_trials) {
         size_t left = s->n_trials >= (size_t)s->spec.max_trials ? 0 : (size_t)s->spec.max_trials - s->n_trials;
-        if (left == 0) {
-            *status = "max_trials_reached";
-            memset(res, 0, sizeof *res);
-            res->awaiting = s->counts[TRIAL_PENDING];
-            return 0;
-        }
+        if (left == 0)
+            return hand_out_none(s, res, status, "max_trials_reached");
         if (count > left)
             count = left;
     }
