@@ -194,6 +194,8 @@ def test_pause_resume_complete_and_studies_by_state(cli):
     assert "409 conflict" in r.stderr and "completed" in r.stderr
     r = cli("--json", "ask", "c", expect=4)
     assert json.loads(r.stdout)["status"] == "study_completed"
+    # watch ends by itself at a completed study with no pending trial
+    assert "state     completed" in cli("watch", "c", "--interval", "0.1").stdout
     cli("studies", "--state", "done", expect=2)
     cli("pause", "missing", expect=1)
 
