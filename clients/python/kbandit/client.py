@@ -1,7 +1,6 @@
 """This file contains Client, the entry point of the kbandit Python client: the daemon's
 address and token, studies (create, get by id or name, get-or-create, list by name or
-state, delete),
-candidate sets, and the error mapping of every call."""
+state, delete), candidate sets, and the error mapping of every call."""
 import os
 import socket
 import threading

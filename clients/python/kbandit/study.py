@@ -10,7 +10,7 @@ from .errors import NoTrialAvailable, NotFound, error_from_json, error_from_resp
 from .trial import AskResult, TellResult, Trial, TrialScope
 
 MAX_WAIT_MS = 60000  # the daemon's longest long-poll (AskRequest.wait_ms)
-WAITABLE = ("awaiting_feedback", "study_paused")  # empty ask statuses feedback may end
+WAITABLE = ("awaiting_feedback", "study_paused")  # empty answers feedback or a resume ends
 BATCH_TELL_MAX = 10000  # items per batch tell request (TellBatchRequest.results)
 PAGE = 1000
 
