@@ -93,7 +93,7 @@ def run(client, sid, worker, trials):
         if status != 200:
             raise RuntimeError(f"ask: {status} {res}")
         if not res["trials"]:
-            if res["status"] in ("exhausted", "max_trials_reached"):
+            if res["status"] in ("exhausted", "max_trials_reached", "study_completed"):
                 break
             time.sleep((res.get("retry_after_ms") or 200) / 1000)
             continue

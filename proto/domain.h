@@ -84,6 +84,21 @@ int trial_rec_copy(trial_rec *dst, const trial_rec *src, size_t dim);
 void trial_rec_clear(trial_rec *t);      /* frees the members, zeroes t */
 void trial_recs_free(trial_rec *v, size_t n); /* clears each and frees the array */
 
+/* A study's state, set by its owner (after OSS Vizier's ACTIVE / INACTIVE / COMPLETED):
+ * only asks look at it. Active hands out trials; paused hands out none until resumed;
+ * completed is terminal. Trials already handed out are told, failed and heartbeated in
+ * every state, so no work in flight is lost. */
+typedef enum study_state {
+    STUDY_ACTIVE = 0,
+    STUDY_PAUSED,
+    STUDY_COMPLETED,
+    STUDY__STATES
+} study_state;
+
+/* The stable names ("active", "paused", "completed"), as in the API and the store. */
+const char *proto_study_state_name(study_state s);
+int proto_study_state_parse(const char *name, study_state *out); /* 0, or -1 unknown */
+
 /* A study's progress at one instant (only for a restored study). */
 typedef struct study_progress {
     size_t trials[TRIAL__STATES]; /* counts by state */
@@ -99,10 +114,12 @@ typedef struct study_progress {
     double kernel_variance, noise;
 } study_progress;
 
-/* A study's document: its spec, id, creation time and, when has_progress, progress. */
+/* A study's document: its spec, id, creation time, state and, when has_progress,
+ * progress. */
 typedef struct study_doc {
     int64_t id, created_ms;
     const study_spec *spec; /* borrowed: valid while the study is referenced */
+    study_state state;
     int has_progress;
     study_progress progress;
 } study_doc;

@@ -738,6 +738,17 @@ int proto_heartbeat_parse(json_t *doc, api_error *err)
     return doc ? check_keys(doc, keys, "", err) : 0;
 }
 
+int proto_study_patch_parse(json_t *doc, study_state *state, api_error *err)
+{
+    static const char *const keys[] = {"state", NULL};
+    char *name;
+    if (check_keys(doc, keys, "", err) || get_string(doc, "state", "", 1, 20, &name, err))
+        return -1;
+    int rc = proto_study_state_parse(name, state);
+    free(name);
+    return rc ? api_fail(err, API_INVALID, "state", "must be active, paused or completed") : 0;
+}
+
 int proto_observations_parse(json_t *doc, const study_spec *spec, double **xs,
                              double **values, size_t *n, api_error *err)
 {
@@ -953,17 +964,36 @@ int proto_params_to_x(const study_spec *s, json_t *params, const char *path, dou
 
 static const char *const state_names[TRIAL__STATES] = {"pending", "completed", "failed",
                                                        "expired"};
+static const char *const study_state_names[STUDY__STATES] = {"active", "paused",
+                                                             "completed"};
+
+/* Index of name in names[0..n), or -1. */
+static int name_index(const char *const *names, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
 
 const char *proto_trial_state_name(trial_state s) { return state_names[s]; }
 
 int proto_trial_state_parse(const char *name, trial_state *out)
 {
-    for (int i = 0; i < TRIAL__STATES; i++)
-        if (strcmp(name, state_names[i]) == 0) {
-            *out = (trial_state)i;
-            return 0;
-        }
-    return -1;
+    int i = name_index(state_names, TRIAL__STATES, name);
+    if (i >= 0)
+        *out = (trial_state)i;
+    return i >= 0 ? 0 : -1;
+}
+
+const char *proto_study_state_name(study_state s) { return study_state_names[s]; }
+
+int proto_study_state_parse(const char *name, study_state *out)
+{
+    int i = name_index(study_state_names, STUDY__STATES, name);
+    if (i >= 0)
+        *out = (study_state)i;
+    return i >= 0 ? 0 : -1;
 }
 
 void proto_time_format(int64_t ms, char *buf, size_t size)

@@ -107,6 +107,8 @@ int proto_tell_batch_parse(json_t *doc, tell_item **items, size_t *n, api_error 
 int proto_fail_parse(json_t *doc, char **reason, api_error *err);
 /* {} (doc may be NULL for an empty body). */
 int proto_heartbeat_parse(json_t *doc, api_error *err);
+/* PATCH /v1/studies/{id}: {"state": "active" | "paused" | "completed"}. */
+int proto_study_patch_parse(json_t *doc, study_state *state, api_error *err);
 
 /* {"observations": [{"x": [...]} | {"params": {...}}, "value": v]}; params are mapped
  * with the study's spec. xs is n x dim (owned by the caller, free()). */

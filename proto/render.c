@@ -65,6 +65,7 @@ json_t *proto_study_json(const study_doc *d)
     proto_time_format(d->created_ms, ts, sizeof ts);
     json_object_set_new(o, "id", json_integer(d->id));
     json_object_set_new(o, "created_at", json_string(ts));
+    json_object_set_new(o, "state", json_string(proto_study_state_name(d->state)));
     json_object_set_new(o, "progress", d->has_progress ? progress_json(d) : json_null());
     return o;
 }

@@ -29,16 +29,23 @@ static int answer_trial(request *rq, study *s, int rc, trial_rec *t, const api_e
     return reply_json(rq, 200, o);
 }
 
-/* Answers a Study document (status 200 or 201): rendered after the study's lock. */
+/* Answers an operation that gave the Study document *d (rc 0, cleared here) or failed;
+ * rendered after the study's lock. */
+static int answer_doc(request *rq, int status, int rc, study_doc *d, const api_error *err)
+{
+    if (rc)
+        return reply_error(rq, err);
+    json_t *o = proto_study_json(d);
+    study_doc_clear(d);
+    return reply_json(rq, status, o);
+}
+
+/* Answers s's Study document (status 200 or 201). */
 static int answer_study(request *rq, int status, study *s)
 {
     api_error err;
     study_doc d;
-    if (study_describe(s, &d, &err))
-        return reply_error(rq, &err);
-    json_t *o = proto_study_json(&d);
-    study_doc_clear(&d);
-    return reply_json(rq, status, o);
+    return answer_doc(rq, status, study_describe(s, &d, &err), &d, &err);
 }
 
 static int not_found(request *rq, const char *what)
@@ -186,14 +193,36 @@ static int h_study_create(request *rq)
     return rc;
 }
 
+/* ?state=: one of the study states into *state (-1 when absent); -1 after answering 400. */
+static int query_study_state(request *rq, int *state)
+{
+    const char *v;
+    study_state st;
+    *state = -1;
+    if (query_arg(rq, "state", &v))
+        return -1;
+    if (!v)
+        return 0;
+    if (proto_study_state_parse(v, &st)) {
+        api_error err;
+        api_fail(&err, API_INVALID, "state", "must be active, paused or completed");
+        reply_error(rq, &err);
+        return -1;
+    }
+    *state = (int)st;
+    return 0;
+}
+
 /* ?name=: a study name as POST /v1/studies accepts it (1 to 200 bytes), so that a
- * mistyped filter is told apart from "no such study". */
+ * mistyped filter is told apart from "no such study"; ?state= likewise. */
 static int h_study_list(request *rq)
 {
     int64_t limit, cursor;
     const char *name;
+    int state;
     if (query_int(rq, "limit", 1, 1000, 50, &limit) ||
-        query_int(rq, "cursor", 0, INT64_MAX, 0, &cursor) || query_arg(rq, "name", &name))
+        query_int(rq, "cursor", 0, INT64_MAX, 0, &cursor) || query_arg(rq, "name", &name) ||
+        query_study_state(rq, &state))
         return MHD_YES;
     if (name && (!*name || strlen(name) > 200)) {
         api_error err;
@@ -202,7 +231,7 @@ static int h_study_list(request *rq)
     }
     study_page page;
     api_error err;
-    if (study_list(cursor, (size_t)limit, name, &page, &err))
+    if (study_list(cursor, (size_t)limit, name, state, &page, &err))
         return reply_error(rq, &err);
     json_t *o = proto_study_page_json(page.docs, page.n, page.next_cursor);
     study_page_clear(&page);
@@ -224,6 +253,22 @@ static int h_study_get(request *rq)
     if (!s)
         return MHD_YES;
     int rc = answer_study(rq, 200, s);
+    study_put(s);
+    return rc;
+}
+
+/* Answers the study after the change, as GET would. */
+static int h_study_patch(request *rq)
+{
+    api_error err = {0};
+    study_state to;
+    if (proto_study_patch_parse(rq_json(rq), &to, &err))
+        return reply_error(rq, &err);
+    study *s = path_study(rq);
+    if (!s)
+        return MHD_YES;
+    study_doc d;
+    int rc = answer_doc(rq, 200, study_change_state(s, to, &d, &err), &d, &err);
     study_put(s);
     return rc;
 }
@@ -504,6 +549,7 @@ const route kb_routes[] = {
     {"POST", "/v1/studies", h_study_create, BODY_JSON, 0},
     {"GET", "/v1/studies", h_study_list, BODY_NONE, 0},
     {"GET", "/v1/studies/{id}", h_study_get, BODY_NONE, 0},
+    {"PATCH", "/v1/studies/{id}", h_study_patch, BODY_JSON, 0},
     {"DELETE", "/v1/studies/{id}", h_study_delete, BODY_NONE, 0},
     {"POST", "/v1/studies/{id}/ask", h_ask, BODY_JSON, 0},
     {"POST", "/v1/studies/{id}/tell", h_tell_batch, BODY_JSON, 0},

@@ -216,16 +216,23 @@ study *study_alloc(int64_t id, int64_t created_ms, study_spec *spec)
     memset(spec, 0, sizeof *spec);
     atomic_init(&s->refs, 1);
     atomic_init(&s->restore, RESTORE_PENDING);
+    atomic_init(&s->state, STUDY_ACTIVE);
     pthread_mutex_init(&s->mu, NULL);
     return s;
 }
 
 int study_load_stored(void *ud, int64_t id, const char *name, const char *config,
-                         int64_t created_ms)
+                      int64_t created_ms, const char *state)
 {
     (void)ud;
     api_error err = {0};
     study_spec spec;
+    study_state st;
+    if (proto_study_state_parse(state, &st)) { /* the table's CHECK allows no other */
+        log_json(LOG_ERROR, "stored study state invalid",
+                 json_pack("{s:I,s:s}", "study", (json_int_t)id, "state", state));
+        return -1;
+    }
     json_t *doc = proto_parse_object(config, strlen(config), &err);
     if (!doc || proto_study_spec_parse(doc, &spec, &err)) {
         json_decref(doc);
@@ -243,6 +250,8 @@ int study_load_stored(void *ud, int64_t id, const char *name, const char *config
         return -1;
     }
     study *s = study_alloc(id, created_ms, &spec);
+    if (s)
+        atomic_store(&s->state, st);
     if (!s || reg_insert(s)) {
         if (s)
             study_free(s);

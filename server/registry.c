@@ -291,12 +291,16 @@ void study_page_clear(study_page *p)
 
 /* Fills the page from v (references; the page takes those it lists, NULL in v). */
 static int list_page(study **v, size_t n, int64_t after, size_t limit, const char *name,
-                     study_page *out, api_error *err)
+                     int state, study_page *out, api_error *err)
 {
     for (size_t i = 0; i < n; i++) {
         study *s = v[i];
-        if (s->id <= after || (name && strcmp(s->spec.name, name)))
-            continue; /* the name is immutable: compared without the lock */
+        /* The name is immutable and the state atomic: both compared without the lock. The
+         * state read here is the one listed, so a page never contradicts its filter (a
+         * change meanwhile is listed as if made just after). */
+        int st = atomic_load(&s->state);
+        if (s->id <= after || (name && strcmp(s->spec.name, name)) || (state >= 0 && st != state))
+            continue;
         /* A study not restored yet is listed without its lock, which its restore may hold
          * for seconds, and without progress (deleted meanwhile, it may still be listed, as
          * if deleted just after). */
@@ -312,6 +316,7 @@ static int list_page(study **v, size_t n, int64_t after, size_t limit, const cha
             return 0;
         }
         if (listed && (rc = study_doc_fill(s, restored, &out->docs[out->n], err)) == 0) {
+            out->docs[out->n].state = (study_state)st;
             out->refs[out->n++] = s;
             v[i] = NULL;
         }
@@ -323,7 +328,7 @@ static int list_page(study **v, size_t n, int64_t after, size_t limit, const cha
     return 0;
 }
 
-int study_list(int64_t after, size_t limit, const char *name, study_page *out,
+int study_list(int64_t after, size_t limit, const char *name, int state, study_page *out,
                api_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -331,7 +336,7 @@ int study_list(int64_t after, size_t limit, const char *name, study_page *out,
     study **v = reg_all(&n, NULL);
     out->refs = malloc((limit ? limit : 1) * sizeof *out->refs);
     out->docs = calloc(limit ? limit : 1, sizeof *out->docs);
-    int rc = out->refs && out->docs ? list_page(v, n, after, limit, name, out, err)
+    int rc = out->refs && out->docs ? list_page(v, n, after, limit, name, state, out, err)
                                     : api_fail(err, API_INTERNAL, NULL, "out of memory");
     reg_put_all(v, n);
     if (rc)

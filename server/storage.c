@@ -38,8 +38,10 @@
     extern const char sym[];
 EMBED(kb_migration_0001, "migrations/0001_init.sql")
 EMBED(kb_migration_0002, "migrations/0002_ids_never_reused.sql")
+EMBED(kb_migration_0003, "migrations/0003_study_state.sql")
 
-static const char *const migrations[] = {kb_migration_0001, kb_migration_0002};
+static const char *const migrations[] = {kb_migration_0001, kb_migration_0002,
+                                         kb_migration_0003};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
 int store_latest_version(void) { return N_MIGRATIONS; }
@@ -49,7 +51,7 @@ int store_latest_version(void) { return N_MIGRATIONS; }
 enum {
     Q_BEGIN, Q_SYNC_FULL, Q_SYNC_NORMAL, Q_COMMIT, Q_ROLLBACK,
     Q_SAVEPOINT, Q_RELEASE, Q_ROLLBACK_TO,
-    Q_STUDY_INSERT, Q_STUDY_DELETE, Q_STUDIES,
+    Q_STUDY_INSERT, Q_STUDY_DELETE, Q_STUDY_STATE, Q_STUDIES,
     Q_CSET_INSERT, Q_CSET_GET,
     Q_TRIAL_PUT, Q_TRIALS,
     Q_EVENT_PUT, Q_EVENTS,
@@ -70,7 +72,8 @@ static const char *const sql[Q__COUNT] = {
     [Q_ROLLBACK_TO] = "ROLLBACK TO op",
     [Q_STUDY_INSERT] = "INSERT INTO studies(name, config, created_ms) VALUES(?, ?, ?)",
     [Q_STUDY_DELETE] = "DELETE FROM studies WHERE id = ?",
-    [Q_STUDIES] = "SELECT id, name, config, created_ms FROM studies ORDER BY id",
+    [Q_STUDY_STATE] = "UPDATE studies SET state = ? WHERE id = ?",
+    [Q_STUDIES] = "SELECT id, name, config, created_ms, state FROM studies ORDER BY id",
     [Q_CSET_INSERT] = "INSERT INTO candidate_sets(n_rows, dim, names, data, created_ms) "
                       "VALUES(?, ?, ?, ?, ?)",
     [Q_CSET_GET] = "SELECT n_rows, dim, names, data FROM candidate_sets WHERE id = ?",
@@ -932,6 +935,12 @@ int store_study_delete(store *s, int64_t id)
     return wexec(s, Q_STUDY_DELETE, v, NARGS(v));
 }
 
+int store_study_set_state(store *s, int64_t id, const char *state)
+{
+    wval v[] = {T(state), I(id)};
+    return wexec(s, Q_STUDY_STATE, v, NARGS(v));
+}
+
 int store_studies_each(store *s, store_study_cb cb, void *ud)
 {
     sqlite3_stmt *st = stmt(s, Q_STUDIES, NULL);
@@ -940,7 +949,8 @@ int store_studies_each(store *s, store_study_cb cb, void *ud)
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         if (cb(ud, sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
-               (const char *)sqlite3_column_text(st, 2), sqlite3_column_int64(st, 3))) {
+               (const char *)sqlite3_column_text(st, 2), sqlite3_column_int64(st, 3),
+               (const char *)sqlite3_column_text(st, 4))) {
             sqlite3_reset(st);
             return -1;
         }

@@ -80,8 +80,10 @@ void store_counts(store *s, uint64_t *batches, uint64_t *ops, uint64_t *syncs);
 int store_study_insert(store *s, const char *name, const char *config, int64_t created_ms,
                        int64_t *id);
 int store_study_delete(store *s, int64_t id);
+/* state: a study_state's name (proto_study_state_name); the table refuses others. */
+int store_study_set_state(store *s, int64_t id, const char *state);
 typedef int (*store_study_cb)(void *ud, int64_t id, const char *name, const char *config,
-                              int64_t created_ms);
+                              int64_t created_ms, const char *state);
 int store_studies_each(store *s, store_study_cb cb, void *ud);
 
 /* Candidate sets (insert is its own operation: no begin/commit around it). Get:

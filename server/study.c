@@ -126,6 +126,57 @@ int study_delete(int64_t id, api_error *err)
     return 0;
 }
 
+/* Stores s's new state (s->mu held) as a direct write: a rare operation whose answer
+ * must be durable, like a creation or a deletion. The row is the study's own and no
+ * queued write touches it, so it need not wait for them. */
+static int state_write(study *s, study_state to, api_error *err)
+{
+    int rc = store_begin(registry.cfg.db);
+    if (rc == 0)
+        rc = store_study_set_state(registry.cfg.db, s->id, proto_study_state_name(to));
+    if (rc == 0)
+        rc = store_commit(registry.cfg.db);
+    if (rc == 0)
+        return 0;
+    store_rollback(registry.cfg.db);
+    return api_fail(err, API_INTERNAL, NULL, "database error");
+}
+
+/* Moves s to state `to` (s->mu held): checked, stored, then shown. */
+static int state_move(study *s, study_state to, api_error *err)
+{
+    study_state from = (study_state)atomic_load(&s->state);
+    if (to == from)
+        return 0;
+    if (from == STUDY_COMPLETED)
+        return api_fail(err, API_CONFLICT, "state", "study %lld is completed, which is final",
+                        (long long)s->id);
+    if (state_write(s, to, err))
+        return -1;
+    atomic_store(&s->state, to);
+    study_wake(s); /* long-polls of a paused study: resumed, or completed for good */
+    log_json(LOG_INFO, "study state changed",
+             json_pack("{s:I,s:s,s:s}", "study", (json_int_t)s->id, "from",
+                       proto_study_state_name(from), "to", proto_study_state_name(to)));
+    return 0;
+}
+
+/* Restores s first, like every operation, so that the change and its answer (which
+ * shows the progress) succeed or fail together. */
+int study_change_state(study *s, study_state to, study_doc *out, api_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (study_lock_live(s, err))
+        return -1;
+    int rc = state_move(s, to, err);
+    if (rc == 0)
+        rc = study_doc_fill(s, 1, out, err);
+    rc = study_unlock_settle(s, rc, err);
+    if (rc)
+        study_doc_clear(out);
+    return rc;
+}
+
 /* Copies what a Study shows of s's progress (s->mu held, s restored). */
 static int progress_copy(study *s, study_progress *p, api_error *err)
 {
@@ -155,6 +206,7 @@ int study_doc_fill(study *s, int with_progress, study_doc *out, api_error *err)
     out->id = s->id;
     out->created_ms = s->created_ms;
     out->spec = &s->spec;
+    out->state = (study_state)atomic_load(&s->state);
     out->has_progress = with_progress;
     if (with_progress && progress_copy(s, &out->progress, err)) {
         study_doc_clear(out);
@@ -179,20 +231,30 @@ static const char *ask_status_name(kb_ask_status st)
     return st == KB_ASK_AWAIT_FEEDBACK ? "awaiting_feedback" : st == KB_ASK_EXHAUSTED ? "exhausted" : "ok";
 }
 
+/* An ask answered before the engine is asked (s->mu held): no trial, for reason `why`. */
+static int hand_out_none(const study *s, kb_ask_result *res, const char **status,
+                         const char *why)
+{
+    *status = why;
+    memset(res, 0, sizeof *res);
+    res->awaiting = s->counts[TRIAL_PENDING];
+    return 0;
+}
+
 /* One ask attempt (s->mu held): hands out up to count points and makes them durable.
  * Returns the number handed out, or -1. */
 static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char **status,
                     api_error *err)
 {
     size_t count = (size_t)req->count;
+    study_state state = (study_state)atomic_load(&s->state);
+    if (state != STUDY_ACTIVE)
+        return hand_out_none(s, res, status,
+                             state == STUDY_PAUSED ? "study_paused" : "study_completed");
     if (s->spec.max_trials) {
         size_t left = s->n_trials >= (size_t)s->spec.max_trials ? 0 : (size_t)s->spec.max_trials - s->n_trials;
-        if (left == 0) {
-            *status = "max_trials_reached";
-            memset(res, 0, sizeof *res);
-            res->awaiting = s->counts[TRIAL_PENDING];
-            return 0;
-        }
+        if (left == 0)
+            return hand_out_none(s, res, status, "max_trials_reached");
         if (count > left)
             count = left;
     }
@@ -272,12 +334,14 @@ int study_ask(study *s, const ask_req *req, ask_answer *out, int *can_wait,
         pthread_mutex_unlock(&s->mu);
         return -1;
     }
-    /* Feedback can change an empty answer only when the engine waits for it, or when
-     * pending trials may expire or fail and free excluded candidates. */
+    /* Feedback can change an empty answer only when the engine waits for it, when
+     * pending trials may expire or fail and free excluded candidates, or when a paused
+     * study may be resumed (study_change_state wakes its long-polls). */
     *can_wait = n == 0 && req->wait_ms > 0 &&
-                (res.status == KB_ASK_AWAIT_FEEDBACK ||
-                 (res.status == KB_ASK_EXHAUSTED && s->counts[TRIAL_PENDING])) &&
-                strcmp(status, "max_trials_reached") != 0;
+                (strcmp(status, "study_paused") == 0 ||
+                 ((res.status == KB_ASK_AWAIT_FEEDBACK ||
+                   (res.status == KB_ASK_EXHAUSTED && s->counts[TRIAL_PENDING])) &&
+                  strcmp(status, "max_trials_reached") != 0));
     out->status = status;
     out->awaiting = res.awaiting;
     out->retry_after_ms = n > 0 ? 0 : 1000;

@@ -62,6 +62,11 @@ void study_put(study *s);
  * reference to the study (study_put), or NULL with err. */
 study *study_create(study_spec *spec, api_error *err);
 int study_delete(int64_t id, api_error *err);
+/* PATCH /v1/studies/{id}: moves s to state `to`, durably, and fills *out with its
+ * document after the move (study_doc_clear). Staying is a no-op; leaving completed is
+ * refused (409, field "state"). Asks of a study that is not active hand out nothing;
+ * everything else works in every state. */
+int study_change_state(study *s, study_state to, study_doc *out, api_error *err);
 
 /* A page of the listing: docs[i] borrows the spec of refs[i], which the page holds. */
 typedef struct study_page {
@@ -71,10 +76,11 @@ typedef struct study_page {
     int64_t next_cursor; /* 0: no further study */
 } study_page;
 void study_page_clear(study_page *p);
-/* The studies with ids > after, only the one of that exact name when name is not NULL;
- * next_cursor is set only when a further study matches. A study not restored yet has
- * no progress (listing restores nothing). 0, or -1 (500) out of memory. */
-int study_list(int64_t after, size_t limit, const char *name, study_page *out,
+/* The studies with ids > after, only the one of that exact name when name is not NULL,
+ * only those in state `state` when it is >= 0 (a study_state); next_cursor is set only
+ * when a further study matches. A study not restored yet has no progress (listing
+ * restores nothing). 0, or -1 (500) out of memory. */
+int study_list(int64_t after, size_t limit, const char *name, int state, study_page *out,
                api_error *err);
 
 /* The study's document with its progress (study_doc_clear; out->spec borrows s's). */

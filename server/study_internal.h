@@ -85,6 +85,10 @@ struct study {
     int writing_durable; /* the write being recorded (begin_write .. finish_txn) */
     double engine_sec;  /* cumulated engine call time */
     int deleted;
+    /* A study_state, changed under mu once its row is committed (study_change_state), so
+     * it never shows what the store does not have; read without mu by listings, which
+     * must not wait behind a restore. */
+    atomic_int state;
     /* A restore_state, changed under mu; read without it where waiting behind a restore
      * (seconds) must be avoided: listing, sweeps, statistics; those that then take mu
      * check it again, since a failed write's rebuild can leave RESTORED for RESTORE_RETRY. */
@@ -151,7 +155,7 @@ int study_rebuild(study *s);
 study *study_alloc(int64_t id, int64_t created_ms, study_spec *spec);
 /* store_studies_each callback: registers a stored study, restore pending. */
 int study_load_stored(void *ud, int64_t id, const char *name, const char *config,
-                      int64_t created_ms);
+                      int64_t created_ms, const char *state);
 /* study_rebuild's failures: the store could not be read (worth a retry), or the engine
  * rejected the stored history (no use retrying). */
 #define REBUILD_RETRY (-1)

@@ -173,6 +173,33 @@ def test_exit_statuses(cli, d):
     assert "cannot reach" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_pause_resume_complete_and_studies_by_state(cli):
+    ids = {n: make_study(cli, n)["id"] for n in ("a", "b", "c")}
+    paused = cli.json("pause", "b")
+    assert_component(paused, "Study")
+    assert paused["state"] == "paused" and paused["id"] == ids["b"]
+    assert cli("complete", "c").stdout == f"study {ids['c']} 'c': completed\n"
+    for state, names in (("active", ["a"]), ("paused", ["b"]), ("completed", ["c"])):
+        listed = cli.json("studies", "--state", state)
+        assert_response(listed, "/v1/studies")
+        assert [s["name"] for s in listed["studies"]] == names
+    text = cli("studies").stdout
+    assert "STATE" in text and "paused" in text and "completed" in text
+    assert "state     paused" in cli("show", "b").stdout
+    r = cli("ask", "b", expect=4)
+    assert "no trial handed out: study_paused" in r.stderr
+    assert cli.json("resume", "b")["state"] == "active"
+    cli("ask", "b")
+    r = cli("resume", "c", expect=1)
+    assert "409 conflict" in r.stderr and "completed" in r.stderr
+    r = cli("--json", "ask", "c", expect=4)
+    assert json.loads(r.stdout)["status"] == "study_completed"
+    # watch ends by itself at a completed study with no pending trial
+    assert "state     completed" in cli("watch", "c", "--interval", "0.1").stdout
+    cli("studies", "--state", "done", expect=2)
+    cli("pause", "missing", expect=1)
+
+
 def test_best_on_a_study_without_completed_trials(cli):
     make_study(cli)
     r = cli("best", "cli", expect=1)

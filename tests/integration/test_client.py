@@ -239,6 +239,52 @@ def test_ask_reports_max_trials(kb):
     assert e.value.status == "max_trials_reached"
 
 
+def test_pause_resume_complete_and_list_by_state(kb, monkeypatch):
+    a, b, c = (xy_study(kb, n) for n in ("a", "b", "c"))
+    assert a.state == "active"
+    (pending,) = b.ask()
+    assert b.pause() is b and b.state == "paused"
+    assert_component(b.data, "Study")
+    empty = b.ask()
+    assert empty == [] and empty.status == "study_paused" and empty.awaiting == 1
+    assert pending.tell(1.0).state == "completed"  # work in flight is taken
+    assert c.complete().state == "completed"
+    monkeypatch.setattr(kbandit.client, "PAGE", 1)  # the cursor of a filtered list
+    for state, want in (("active", [a]), ("paused", [b]), ("completed", [c])):
+        assert [s.id for s in kb.studies(state=state)] == [s.id for s in want]
+        assert [s.state for s in kb.studies(state=state)] == [state]
+    assert [s.id for s in kb.studies(name="b", state="paused")] == [b.id]
+    assert kb.studies(name="b", state="active") == []
+    assert b.resume().state == "active" and len(b.ask()) == 1
+    with pytest.raises(kbandit.Conflict) as e:
+        c.resume()
+    assert e.value.field == "state" and kb.get_study(c.id).state == "completed"
+    with pytest.raises(kbandit.InvalidRequest) as e:
+        a.set_state("done")
+    assert e.value.field == "state"
+    with pytest.raises(kbandit.InvalidRequest) as e:
+        kb.studies(state="done")
+    assert e.value.field == "state"
+
+
+def test_trial_waits_through_a_pause_and_stops_at_completion(kb):
+    s = xy_study(kb, "paused")
+    s.pause()
+    threading.Timer(0.5, s.resume).start()
+    t0 = time.monotonic()
+    with s.trial(wait=20) as t:  # held while paused, handed out at the resume
+        t.tell(0.5)
+    assert time.monotonic() - t0 < 15
+    s.complete()
+    done = s.ask(wait=5)
+    assert done == [] and done.status == "study_completed"
+    with pytest.raises(kbandit.NoTrialAvailable) as e:
+        with s.trial():
+            pass
+    assert e.value.status == "study_completed"
+    assert s.optimize(objective, 3).id == t.id  # stops at once, no trial handed out
+
+
 # ------------------------------------------------------------------ errors
 
 def test_error_mapping(daemons):

@@ -15,8 +15,9 @@ once, and the workload runs. Checked for every n:
   - after the fault, the daemon serves a fresh study (create, ask, tell) normally;
   - SIGTERM stops it cleanly (exit 0; under `make asan` LeakSanitizer runs at that exit
     and any sanitizer report fails the test);
-  - after a restart without faults every tell answered 200 is stored with its value, and
-    the database passes PRAGMA integrity_check.
+  - after a restart without faults every tell answered 200 is stored with its value, every
+    study state change answered 200 is kept, and the database passes PRAGMA
+    integrity_check.
 """
 import json
 import os
@@ -46,6 +47,7 @@ class Workload:
         self.api = api
         self.allow_drop = allow_drop
         self.acked = {}       # (study id, trial id) -> value of every tell answered 200
+        self.states = {}      # study id -> the state of its last PATCH answered 200
         self.log = []         # (method, path, status or "dropped")
 
     def call(self, method, path, body=None):
@@ -105,6 +107,9 @@ class Workload:
             self.call("GET", f"/v1/studies/{a}/best")
             self.call("GET", f"/v1/studies/{a}")
             self.call("GET", f"/v1/studies/{a}/export")
+            if self.call("PATCH", f"/v1/studies/{a}", {"state": "paused"}):
+                self.states[a] = "paused"
+            self.ask(a, 1)  # paused: hands out nothing
         if b:
             for tid in self.ask(b, 2):
                 self.call("POST", f"/v1/studies/{b}/trials/{tid}/heartbeat")
@@ -213,6 +218,9 @@ def run_with_fault(daemons, kind, n):
     for (sid, tid), value in w.acked.items():
         r = api.get(f"/v1/studies/{sid}/trials/{tid}")
         assert r.status_code == 200 and r.json()["value"] == value, (kind, n, sid, tid, r.text)
+    for sid, state in w.states.items():
+        r = api.get(f"/v1/studies/{sid}")
+        assert r.status_code == 200 and r.json()["state"] == state, (kind, n, sid, r.text)
     assert d.stop() == 0
     return {"injected": injected, "aborted": aborted,
             "errors": sum(1 for *_, st in w.log if st != "dropped" and st >= 500),

@@ -29,6 +29,7 @@ JSON_ROUTES = {
     "cset": ("POST", "/v1/candidate-sets", {"rows": [[1.0, 2.0]]}),
     "create": ("POST", "/v1/studies", {"name": "new", "space": {"type": "candidates",
                                                                 "candidates": [[1.0]]}}),
+    "patch": ("PATCH", "/v1/studies/{S}", {"state": "paused"}),
     "ask": ("POST", "/v1/studies/{S}/ask", {"worker": "w"}),
     "batch": ("POST", "/v1/studies/{S}/tell", {"results": [{"trial_id": "{P}", "value": 1.0}]}),
     "tell": ("POST", "/v1/studies/{S}/trials/{P}/tell", {"value": 1.0}),
@@ -42,7 +43,8 @@ JSON_ROUTES = {
 # the JSON_ROUTES entry whose valid body it gets (handlers parse the body first).
 ID_ROUTES = [
     ("GET", "/v1/candidate-sets/{}", None), ("GET", "/v1/studies/{}", None),
-    ("DELETE", "/v1/studies/{}", None), ("POST", "/v1/studies/{}/ask", "ask"),
+    ("PATCH", "/v1/studies/{}", "patch"), ("DELETE", "/v1/studies/{}", None),
+    ("POST", "/v1/studies/{}/ask", "ask"),
     ("POST", "/v1/studies/{}/tell", "batch"), ("GET", "/v1/studies/{}/trials", None),
     ("GET", "/v1/studies/{}/best", None), ("POST", "/v1/studies/{}/observations", "observe"),
     ("GET", "/v1/studies/{}/export", None), ("GET", "/v1/studies/{S}/trials/{}", None),
@@ -85,6 +87,9 @@ WRONG_FIELDS = [
     ("fail", {"reason": 1}, "reason"), ("fail", {"reason": []}, "reason"),
     ("fail", {"reason": "r" * 100000}, "reason"), ("fail", {"bogus": 1}, "bogus"),
     ("heartbeat", {"bogus": 1}, "bogus"),
+    ("patch", {}, "state"), ("patch", {"state": "done"}, "state"), ("patch", {"state": 1}, "state"),
+    ("patch", {"state": "PAUSED"}, "state"), ("patch", {"state": None}, "state"),
+    ("patch", {"state": "paused", "bogus": 1}, "bogus"),
     ("observe", {"observations": "x"}, "observations"), ("observe", {"observations": {}}, "observations"),
     ("observe", {"observations": []}, "observations"), ("observe", {"observations": [1]}, "observations[0]"),
     ("observe", {"observations": [{"x": "a", "value": 1}]}, "observations[0].x"),
@@ -126,6 +131,9 @@ BAD_QUERIES += [("/v1/studies/{S}/export", "format" + f)
                 for f in ("=", "=CSV", "=xml", "=json%00", "", "=csv&format=json")]
 BAD_QUERIES += [("/v1/studies", "name="), ("/v1/studies", "name=" + "n" * 201),
                 ("/v1/studies", "name"), ("/v1/studies", "name=S&name=B")]
+BAD_QUERIES += [("/v1/studies", "state" + s)
+                for s in ("", "=", "=ACTIVE", "=done", "=active%00", "=active&state=paused",
+                          "=active&name=")]
 
 CONTENT_TYPES = ["text/plain", "application/xml", "application/jsonx", "json", "",
                  "multipart/form-data; boundary=x", "application/x-www-form-urlencoded"]

@@ -41,7 +41,7 @@ def test_status_paths(daemons):
     r = api.get(f"/v1/studies/{sid}/best")
     assert r.status_code == 404 and error_of(r)["code"] == "not_found"
 
-    for method, path in (("PUT", "/v1/studies"), ("DELETE", "/healthz"), ("PATCH", f"/v1/studies/{sid}"),
+    for method, path in (("PUT", "/v1/studies"), ("DELETE", "/healthz"), ("PUT", f"/v1/studies/{sid}"),
                          ("GET", f"/v1/studies/{sid}/ask"), ("POST", "/metrics")):
         r = api.request(method, path)
         assert r.status_code == 405, (method, path, r.status_code, r.text)

@@ -18,7 +18,7 @@ ROUTES = [
     ("get", "/healthz"), ("get", "/metrics"),
     ("post", "/v1/candidate-sets"), ("get", "/v1/candidate-sets/{}"),
     ("post", "/v1/studies"), ("get", "/v1/studies"),
-    ("get", "/v1/studies/{}"), ("delete", "/v1/studies/{}"),
+    ("get", "/v1/studies/{}"), ("patch", "/v1/studies/{}"), ("delete", "/v1/studies/{}"),
     ("post", "/v1/studies/{}/ask"), ("post", "/v1/studies/{}/tell"),
     ("post", "/v1/studies/{}/trials/{}/tell"), ("post", "/v1/studies/{}/trials/{}/fail"),
     ("post", "/v1/studies/{}/trials/{}/heartbeat"),

@@ -126,6 +126,10 @@ def test_healthz_listing_and_creation_while_restoring(daemons, slow_db, tmp_path
     listed = api.get("/v1/studies", params={"limit": 1000}).json()["studies"]
     assert [s["id"] for s in listed] == [sid for sid, _ in studies]
     assert any(s["progress"] is None for s in listed), "listing waited for the restore"
+    # The state is read with the config at start-up: filtering by it restores nothing.
+    active = api.get("/v1/studies", params={"limit": 1000, "state": "active"}).json()["studies"]
+    assert [s["id"] for s in active] == [sid for sid, _ in studies]
+    assert any(s["progress"] is None for s in active), "the state filter waited for the restore"
 
     # Creation during the restore: a new id, and the names of unrestored studies are taken.
     new = create_study(api, "created-while-restoring")
@@ -195,6 +199,9 @@ def test_study_that_cannot_be_restored_answers_500(daemons, slow_db, tmp_path):
     assert wait_restored(d) == {"restored": STUDIES - 1, "restoring": 0, "failed": 1}
     r = api.post(f"/v1/studies/{broken}/ask", json={"worker": "w"})
     assert r.status_code == 500, r.text
+    r = api.patch(f"/v1/studies/{broken}", json={"state": "paused"})  # all or nothing
+    assert r.status_code == 500, r.text
+    assert api.get("/v1/studies", params={"state": "paused"}).json()["studies"] == []
     listed = api.get("/v1/studies", params={"limit": 1000}).json()["studies"]
     assert [s["progress"] is None for s in listed] == [True] + [False] * (STUDIES - 1)
     ask(api, studies[1][0])

@@ -15,6 +15,7 @@ ROUTES = [
                              "engine": {"name": "random"}}),
     ("GET", "/v1/studies", None),
     ("GET", "/v1/studies/{S}", None),
+    ("PATCH", "/v1/studies/{S}", {"state": "paused"}),
     ("DELETE", "/v1/studies/{S}", None),
     ("POST", "/v1/studies/{S}/ask", {"worker": "w"}),
     ("POST", "/v1/studies/{S}/tell", {"results": [{"trial_id": 1, "value": 1.0}]}),

@@ -1,6 +1,6 @@
 """This file contains the tests of GET /v1/studies: pages by cursor, and the ?name= filter
 that finds a study by its exact name (issue 14 item 3; worker.py used to page through
-every study for it). Studies have no state of their own, so name is the only filter.
+every study for it). The ?state= filter is tested with the states, in test_study_state.py.
 """
 from conftest import create_study, error_of
 

@@ -44,7 +44,7 @@ static void error_table_is_complete(void **state)
     json_decref(j);
 }
 
-typedef enum { P_STUDY, P_ASK, P_TELL, P_BATCH, P_FAIL, P_HEARTBEAT, P_OBS_BOX, P_OBS_CAND, P_CSET } parser;
+typedef enum { P_STUDY, P_PATCH, P_ASK, P_TELL, P_BATCH, P_FAIL, P_HEARTBEAT, P_OBS_BOX, P_OBS_CAND, P_CSET } parser;
 
 typedef struct vcase {
     parser p;
@@ -91,6 +91,14 @@ static const vcase cases[] = {
     {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"engine\":{\"nme\":\"random\"}}", API_INVALID, "engine.nme"},
     {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"engine\":{\"name\":\"random\",\"settings\":[]}}", API_INVALID, "engine.settings"},
     {P_STUDY, "{\"name\":\"s\",\"space\":" CAND ",\"name\":\"t\"}", API_INVALID_JSON, ""},
+    /* study state */
+    {P_PATCH, "{\"state\":\"paused\"}", API_OK, NULL},
+    {P_PATCH, "{\"state\":\"completed\"}", API_OK, NULL},
+    {P_PATCH, "{}", API_INVALID, "state"},
+    {P_PATCH, "{\"state\":\"Paused\"}", API_INVALID, "state"},
+    {P_PATCH, "{\"state\":\"pending\"}", API_INVALID, "state"},
+    {P_PATCH, "{\"state\":2}", API_INVALID, "state"},
+    {P_PATCH, "{\"state\":\"active\",\"name\":\"t\"}", API_INVALID, "name"},
     /* ask */
     {P_ASK, "{\"worker\":\"w\"}", API_OK, NULL},
     {P_ASK, "{\"worker\":\"w\",\"count\":1000,\"wait_ms\":60000}", API_OK, NULL},
@@ -164,6 +172,11 @@ static int run_case(const vcase *c, api_error *err)
             proto_study_spec_clear(&s);
         break;
     }
+    case P_PATCH: {
+        study_state st;
+        rc = proto_study_patch_parse(doc, &st, err);
+        break;
+    }
     case P_ASK: {
         ask_req r;
         rc = proto_ask_parse(doc, &r, err);
@@ -230,6 +243,25 @@ static void validation_table(void **state)
                      c->body, rc, api_code_name(err.code), err.field, err.message,
                      api_code_name(c->code), c->field ? c->field : "*");
     }
+}
+
+/* Each study state's name parses back to it, and a PATCH body gives the state it names. */
+static void study_states_round_trip(void **state)
+{
+    (void)state;
+    for (int i = 0; i < STUDY__STATES; i++) {
+        study_state st = STUDY__STATES;
+        char body[64];
+        snprintf(body, sizeof body, "{\"state\":\"%s\"}", proto_study_state_name((study_state)i));
+        api_error err;
+        json_t *doc = proto_parse_object(body, strlen(body), &err);
+        assert_non_null(doc);
+        assert_int_equal(proto_study_patch_parse(doc, &st, &err), 0);
+        assert_int_equal(st, i);
+        json_decref(doc);
+    }
+    study_state st;
+    assert_int_equal(proto_study_state_parse("inactive", &st), -1);
 }
 
 static void engine_settings_are_typed(void **state)
@@ -633,6 +665,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(error_table_is_complete),
         cmocka_unit_test(validation_table),
+        cmocka_unit_test(study_states_round_trip),
         cmocka_unit_test(engine_settings_are_typed),
         cmocka_unit_test(stored_spec_round_trips),
         cmocka_unit_test(csv_parses_and_rejects),

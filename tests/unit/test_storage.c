@@ -1,8 +1,8 @@
 /*
  * test_storage.c - unit tests of server/storage.c and of recovery in server/rebuild.c:
- * migrations on a fresh database, refusal of a newer schema, integrity, the queries'
- * round trips, and a restored study making exactly the choices an uninterrupted one
- * makes (snapshot + event replay).
+ * migrations on a fresh database and on older ones, refusal of a newer schema, integrity,
+ * the queries' round trips (the study state's included), and a restored study making
+ * exactly the choices an uninterrupted one makes (snapshot + event replay).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,6 +148,50 @@ static void migration_keeps_rows_and_their_trials(void **state)
     assert_int_equal(n, 1);
     delete_study(s, 7);
     assert_int_equal(insert_study(s, "new"), 8);
+    assert_int_equal(store_integrity_check(s), 0);
+    store_close(s);
+    tu_remove_db(path);
+}
+
+/* Collects the state of every stored study into a string ("7:active,8:paused,"). */
+static int collect_state(void *ud, int64_t id, const char *name, const char *config,
+                         int64_t created_ms, const char *state)
+{
+    char *out = ud;
+    snprintf(out + strlen(out), 256 - strlen(out), "%lld:%s,", (long long)id, state);
+    return 0;
+}
+
+/* A database of schema 2 gets the study state (migration 0003): its studies are active,
+ * a state set is read back, and the table refuses a state that does not exist. */
+static void migration_makes_studies_active_and_states_round_trip(void **state)
+{
+    (void)state;
+    char *path = tu_temp_db("kb-test-storage");
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    extern const char kb_migration_0001[], kb_migration_0002[];
+    assert_int_equal(sqlite3_exec(db, kb_migration_0001, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, kb_migration_0002, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "PRAGMA user_version = 2;"
+                                  "INSERT INTO studies VALUES(7, 'old', '{}', 1);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    char err[256] = "", got[256] = "";
+    store *s = store_open(path, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(store_schema_version(s), 3);
+    int64_t id = insert_study(s, "new");
+    assert_int_equal(store_begin(s), 0);
+    assert_int_equal(store_study_set_state(s, id, "paused"), 0);
+    assert_int_equal(store_commit(s), 0);
+    assert_int_equal(store_begin(s), 0);
+    assert_int_not_equal(store_study_set_state(s, 7, "done"), 0);
+    store_rollback(s);
+    assert_int_equal(store_studies_each(s, collect_state, got), 0);
+    assert_string_equal(got, "7:active,8:paused,");
     assert_int_equal(store_integrity_check(s), 0);
     store_close(s);
     tu_remove_db(path);
@@ -388,6 +432,7 @@ int main(void)
         cmocka_unit_test(open_waits_for_a_held_database),
         cmocka_unit_test(deleted_ids_are_not_reused),
         cmocka_unit_test(migration_keeps_rows_and_their_trials),
+        cmocka_unit_test(migration_makes_studies_active_and_states_round_trip),
         cmocka_unit_test(queries_round_trip),
         cmocka_unit_test(group_commit_under_concurrency),
         cmocka_unit_test(restored_study_continues_identically),

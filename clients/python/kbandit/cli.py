@@ -12,6 +12,14 @@ from .space import read_csv
 from .study import Study
 
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_TRIAL = 0, 1, 2, 3, 4
+STUDY_STATES = ("active", "paused", "completed")
+STATE_COMMANDS = {  # command: (the study state it sets, help)
+    "pause": ("paused", "pause a study: asks hand out nothing until resumed (tells are "
+                        "still taken)"),
+    "resume": ("active", "make a paused study active again"),
+    "complete": ("completed", "complete a study for good: asks hand out nothing (tells "
+                              "are still taken)"),
+}
 
 EPILOG = """\
 STUDY is a study id or name (a name made only of digits must be given by its id).
@@ -29,6 +37,7 @@ examples:
   kbandit create svc --param C=float:0.001:1000:log --param kernel=cat:rbf,poly
   kbandit --json ask svc | jq .trials[0].id
   kbandit tell svc 1 0.93
+  kbandit pause svc; kbandit studies --state paused; kbandit resume svc
   kbandit watch svc --interval 2
 """
 
@@ -77,7 +86,8 @@ def build_parser():
         p.set_defaults(run=run)
         return p
 
-    command("studies", cmd_studies, "list the live studies")
+    p = command("studies", cmd_studies, "list the live studies")
+    p.add_argument("--state", choices=STUDY_STATES, help="only the studies in this state")
     _create_options(command("create", cmd_create, "create a study (from flags or --spec FILE)"))
     _study_arg(command("show", cmd_show, "a study's settings and progress"))
     _ask_options(_study_arg(command("ask", cmd_ask, "ask for trials")))
@@ -94,6 +104,8 @@ def build_parser():
     p.add_argument("--format", choices=["csv", "json"], default="csv", help="default: csv")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     _study_arg(command("delete", cmd_delete, "delete a study and all its data"))
+    for name, (_, help_text) in STATE_COMMANDS.items():
+        _study_arg(command(name, cmd_set_state, help_text))
     _watch_options(_study_arg(command("watch", cmd_watch, "live progress of a study")))
     return parser
 
@@ -187,7 +199,7 @@ def _scalar(text):
 # ---------------------------------------------------------------------- commands
 
 def cmd_studies(client, args):
-    studies = client.studies()
+    studies = client.studies(state=args.state)
     if args.json:
         return _print_json({"studies": [s.data for s in studies], "next_cursor": None})
     print(render.studies_table(studies))
@@ -326,9 +338,18 @@ def cmd_delete(client, args):
         print(f"deleted study {study.id} {study.name!r}")
 
 
+def cmd_set_state(client, args):
+    study = resolve(client, args.study)
+    study.set_state(STATE_COMMANDS[args.command][0])
+    if args.json:
+        return _print_json(study.data)
+    print(f"study {study.id} {study.name!r}: {study.state}")
+
+
 def cmd_watch(client, args):
     """Refreshes the summary every --interval seconds, in place on a terminal, until
-    Ctrl-C or the study is finished (max_trials handed out and none pending)."""
+    Ctrl-C or the study is finished (max_trials handed out, or completed, and none
+    pending)."""
     study = resolve(client, args.study)
     in_place = sys.stdout.isatty() and not args.json
     before = None
@@ -369,8 +390,9 @@ def _told(study):
 
 def _finished(study):
     counts = study.progress["trials"]
-    return bool(study.max_trials) and counts["pending"] == 0 and \
-        sum(counts.values()) >= study.max_trials
+    ended = study.state == "completed" or \
+        (bool(study.max_trials) and sum(counts.values()) >= study.max_trials)
+    return ended and counts["pending"] == 0
 
 
 # ---------------------------------------------------------------------- helpers

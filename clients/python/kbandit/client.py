@@ -1,6 +1,6 @@
 """This file contains Client, the entry point of the kbandit Python client: the daemon's
-address and token, studies (create, get by id or name, get-or-create, list, delete),
-candidate sets, and the error mapping of every call."""
+address and token, studies (create, get by id or name, get-or-create, list by name or
+state, delete), candidate sets, and the error mapping of every call."""
 import os
 import socket
 import threading
@@ -126,14 +126,17 @@ class Client:
                 raise
             return found
 
-    def studies(self, name=None):
-        """Every live study, by id (paging through the API's cursor). The name filter is
-        applied here, and passed to daemons that can filter themselves."""
+    def studies(self, name=None, state=None):
+        """Every live study, by id (paging through the API's cursor), only the one named
+        `name` and only those in `state` ("active", "paused", "completed") when given.
+        The filters are applied here too, for daemons that cannot filter themselves (one
+        without states has only active studies)."""
         out, cursor = [], None
         while True:
             page = self._call("GET", "/v1/studies", params={
-                "limit": PAGE, "cursor": cursor, "name": name}).json()
-            out += [Study(self, s) for s in page["studies"] if name is None or s["name"] == name]
+                "limit": PAGE, "cursor": cursor, "name": name, "state": state}).json()
+            out += [Study(self, s) for s in page["studies"]
+                    if name in (None, s["name"]) and state in (None, s.get("state", "active"))]
             cursor = page["next_cursor"]
             if cursor is None:
                 return out

@@ -55,8 +55,9 @@ class ConnectionFailed(KbanditError):
 
 
 class NoTrialAvailable(Exception):
-    """No trial will come: the study is exhausted or reached its max_trials.
-    .status is the ask status ("exhausted" or "max_trials_reached")."""
+    """No trial will come: the study is exhausted, reached its max_trials or is
+    completed. .status is the ask status ("exhausted", "max_trials_reached" or
+    "study_completed")."""
 
     def __init__(self, status):
         self.status = status

@@ -36,15 +36,15 @@ def params_text(params):
 def studies_table(studies):
     rows = []
     for s in studies:
+        head = [s.id, s.name, s.state, s.direction, s.engine["name"]]
         if s.progress is None:  # listed while the daemon still restores it after a start
-            rows.append([s.id, s.name, s.direction, s.engine["name"]] + ["restoring"] * 5)
+            rows.append(head + ["restoring"] * 5)
             continue
         counts, best = s.progress["trials"], s.progress["best"]
-        rows.append([s.id, s.name, s.direction, s.engine["name"], counts["pending"],
-                     counts["completed"], counts["failed"], counts["expired"],
-                     best["value"] if best else None])
-    return table(["ID", "NAME", "DIRECTION", "ENGINE", "PENDING", "COMPLETED", "FAILED",
-                  "EXPIRED", "BEST"], rows)
+        rows.append(head + [counts["pending"], counts["completed"], counts["failed"],
+                            counts["expired"], best["value"] if best else None])
+    return table(["ID", "NAME", "STATE", "DIRECTION", "ENGINE", "PENDING", "COMPLETED",
+                  "FAILED", "EXPIRED", "BEST"], rows)
 
 
 def trials_table(study, trials, columns=("ID", "STATE", "WORKER", "VALUE")):
@@ -66,11 +66,12 @@ def trial_text(trial):
 
 
 def study_text(study, rate=None):
-    """The summary of `show` and `watch`: identity, space, trials by state, the best
-    trial, and the engine's state (the fields the study's JSON has)."""
+    """The summary of `show` and `watch`: identity, the study's state, space, trials by
+    state, the best trial, and the engine's state (the fields the study's JSON has)."""
     d, p = study.data, study.progress
     lines = [f"study {d['id']} {d['name']!r}: {d['direction']}, engine {d['engine']['name']}"
              + _settings(d["engine"].get("settings")),
+             f"state     {study.state}",
              f"space     {_space(d['space'])}",
              f"trials    {_counts(p['trials'], d['max_trials'])}"]
     if rate is not None:

@@ -1,6 +1,7 @@
 """This file contains Study: one study of the daemon and everything done on it -- asking
 (with long-poll waits), telling (single and batch), failing, heartbeats, listings, the
-best trial, warm-start observations, exports (JSON, CSV, pandas) and optimize()."""
+best trial, warm-start observations, exports (JSON, CSV, pandas), its state (pause,
+resume, complete) and optimize()."""
 import io
 import time
 
@@ -9,6 +10,7 @@ from .errors import NoTrialAvailable, NotFound, error_from_json, error_from_resp
 from .trial import AskResult, TellResult, Trial, TrialScope
 
 MAX_WAIT_MS = 60000  # the daemon's longest long-poll (AskRequest.wait_ms)
+WAITABLE = ("awaiting_feedback", "study_paused")  # empty answers feedback or a resume ends
 BATCH_TELL_MAX = 10000  # items per batch tell request (TellBatchRequest.results)
 PAGE = 1000
 
@@ -30,6 +32,8 @@ class Study:
     lease_seconds = property(lambda self: self.data["lease_seconds"])
     max_trials = property(lambda self: self.data["max_trials"])
     progress = property(lambda self: self.data["progress"])
+    # "active", "paused" or "completed"; a daemon without states shows none: active
+    state = property(lambda self: self.data.get("state", "active"))
 
     def refresh(self):
         """Fetches the study again (progress, best, engine state)."""
@@ -57,8 +61,9 @@ class Study:
         request until a trial is available or the wait ends (longer waits than its 60 s
         limit are made of several asks). Returns an AskResult: a list of Trials, possibly
         empty, with .status ("ok", "awaiting_feedback", "exhausted",
-        "max_trials_reached") and .retry_after. An ask whose answer is lost is retried;
-        the lost trials stay pending until their lease expires."""
+        "max_trials_reached", "study_paused", "study_completed") and .retry_after. A
+        paused study is waited for like a closed batch. An ask whose answer is lost is
+        retried; the lost trials stay pending until their lease expires."""
         deadline = time.monotonic() + max(0.0, wait)
         while True:
             wait_ms = int(min(MAX_WAIT_MS, max(0.0, deadline - time.monotonic()) * 1000))
@@ -66,14 +71,14 @@ class Study:
             result = AskResult(self, self._call(
                 "POST", "/ask", body, replayable=True,
                 timeout=self.client.timeout + wait_ms / 1000.0).json())
-            if result or result.status != "awaiting_feedback" or time.monotonic() >= deadline:
+            if result or result.status not in WAITABLE or time.monotonic() >= deadline:
                 return result
 
     def trial(self, wait=None, worker=None):
         """`with study.trial() as t: t.tell(f(t.params))` -- see TrialScope. Waits up to
-        `wait` seconds (None: as long as it takes) for a trial; raises
-        NoTrialAvailable when the study is exhausted or at max_trials, TimeoutError when
-        the wait ends."""
+        `wait` seconds (None: as long as it takes) for a trial, a paused study included;
+        raises NoTrialAvailable when the study is exhausted, at max_trials or completed,
+        TimeoutError when the wait ends."""
         return TrialScope(self, wait, worker)
 
     def _next_trial(self, wait, worker, stop=None, poll=5.0):
@@ -92,11 +97,12 @@ class Study:
         return None
 
     def _finished(self, status):
-        """Whether an empty ask's status is final: max_trials_reached always; exhausted
-        when no pending trial may still expire or fail and free a candidate."""
+        """Whether an empty ask's status is final: max_trials_reached and study_completed
+        always; exhausted when no pending trial may still expire or fail and free a
+        candidate."""
         if status == "exhausted":
             return self.refresh().progress["trials"]["pending"] == 0
-        return status == "max_trials_reached"
+        return status in ("max_trials_reached", "study_completed")
 
     # ------------------------------------------------------------------ feedback
 
@@ -203,6 +209,22 @@ class Study:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def set_state(self, state):
+        """Sets the study's state: "active" (asks hand out trials), "paused" (none until
+        resumed) or "completed" (none for good: leaving it raises Conflict). Trials
+        already handed out are told as usual in every state. Returns self, refreshed."""
+        self.data = self._call("PATCH", "", {"state": state}, replayable=True).json()
+        return self
+
+    def pause(self):
+        return self.set_state("paused")
+
+    def resume(self):
+        return self.set_state("active")
+
+    def complete(self):
+        return self.set_state("completed")
+
     def delete(self):
         """Deletes the study and all its data."""
         resp = self._call("DELETE", "", replayable=True, allow=(404,))
@@ -215,7 +237,8 @@ class Study:
         must then be picklable, e.g. a module-level function). A trial whose lease expired
         before its tell does not count. fn raising fails its trial and stops every worker;
         the exception is re-raised (processes: as RuntimeError with the worker's
-        traceback). Stops early when the study is exhausted or reaches max_trials.
+        traceback). Stops early when the study is exhausted, reaches max_trials or is
+        completed; waits while it is paused.
         Returns the study's best trial (None if there is none)."""
         _optimize.run(self, fn, n_trials, n_workers, processes, worker)
         return self.best()

@@ -69,7 +69,8 @@ class Trial:
 
 class AskResult(list):
     """The trials of one ask (a list, possibly empty) with .status ("ok",
-    "awaiting_feedback", "exhausted", "max_trials_reached"), .awaiting (pending trials
+    "awaiting_feedback", "exhausted", "max_trials_reached", "study_paused",
+    "study_completed"), .awaiting (pending trials
     whose feedback closes the wait) and .retry_after (seconds, or None)."""
 
     def __init__(self, study, body):
