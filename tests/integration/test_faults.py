@@ -114,11 +114,18 @@ class Workload:
             self.acked = {k: v for k, v in self.acked.items() if k[0] != b}
 
 
-def start(daemons, name, spec):
+def shim_env(spec, arm_at_start=False):
+    """The environment of a daemon under the shim (armed by SIGUSR2, or as main starts)."""
     env = {"KB_FAULT": spec, "LD_PRELOAD": str(SHIM)}
+    if arm_at_start:
+        env["KB_FAULT_ARM"] = "start"
     if SANITIZED:  # the shim's malloc comes before the ASan runtime's (it calls it)
         env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
-    d = daemons(name=name, env=env)
+    return env
+
+
+def start(daemons, name, spec):
+    d = daemons(name=name, env=shim_env(spec))
     # Armed once the daemon's threads run: a thread still starting when its n-th malloc
     # fails stops the ASan runtime itself (a CHECK on pthread_getattr_np in its thread
     # start), which is not the daemon's doing. Start-up starts every thread before it
