@@ -390,11 +390,14 @@ int main(int argc, char **argv)
     sweeper.period_ms = o.sweep_ms;
     pthread_t sweep_thread;
     pthread_create(&sweep_thread, NULL, sweeper_main, NULL);
+    char port_only[32]; /* what clients wait for, should memory run out for the rest */
+    snprintf(port_only, sizeof port_only, "\"port\":%d", port);
     log_json_always("listening",
              json_pack("{s:i,s:s,s:s,s:i,s:b,s:s,s:s,s:s?}", "port", port, "listen", o.listen,
                        "db", o.db, "threads", (int)o.threads, "auth", token != NULL, "version",
                        KB_VERSION_STRING, "blas_core", blas_core(), "openblas_coretype",
-                       getenv("OPENBLAS_CORETYPE")));
+                       getenv("OPENBLAS_CORETYPE")),
+             port_only);
 
     int sig = 0;
     sigwait(&sigs, &sig);
