@@ -17,7 +17,8 @@
  *   full       SQLite's xWrite returns SQLITE_FULL (a full disk);
  *   sync       SQLite's xSync returns SQLITE_IOERR_FSYNC;
  *   fdatasync  fdatasync(2) returns -1 with EIO (the daemon's syncer calls it directly on
- *              the WAL file, and SQLite's unix VFS through libc as well).
+ *              the WAL file, and SQLite's unix VFS through libc as well);
+ *   thread     pthread_create returns EAGAIN (a process out of threads or memory).
  * Separately, a transient failure (not counted, not armed): with KB_FAULT_FILE and
  * KB_FAULT_SQL set, every SQLite statement whose SQL contains KB_FAULT_SQL fails with
  * SQLITE_IOERR for as long as the file KB_FAULT_FILE exists (sqlite3_step interposed; the
@@ -53,9 +54,9 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { K_NONE, K_MALLOC, K_WRITE, K_FULL, K_SYNC, K_FDATASYNC };
+enum { K_NONE, K_MALLOC, K_WRITE, K_FULL, K_SYNC, K_FDATASYNC, K_THREAD };
 static const char *const kind_names[] = {"none", "malloc", "write", "full", "sync",
-                                         "fdatasync"};
+                                         "fdatasync", "thread"};
 
 static int kind;
 static uint64_t first, count = 1;
@@ -186,6 +187,18 @@ int fdatasync(int fd)
         return -1;
     }
     return real_fdatasync(fd);
+}
+
+/* ------------------------------------------------------------ threads */
+
+typedef void *(*thread_fn)(void *);
+static int (*real_create)(pthread_t *, const pthread_attr_t *, thread_fn, void *);
+
+int pthread_create(pthread_t *t, const pthread_attr_t *attr, thread_fn fn, void *arg)
+{
+    if (fault(K_THREAD))
+        return EAGAIN;
+    return real_create(t, attr, fn, arg);
 }
 
 /* ------------------------------------------------------------ SQLite VFS */
@@ -356,7 +369,7 @@ int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void),
  * to inject a fault must not run without one). */
 static void parse_spec(const char *spec)
 {
-    for (int k = K_MALLOC; k <= K_FDATASYNC; k++) {
+    for (int k = K_MALLOC; k <= K_THREAD; k++) {
         size_t n = strlen(kind_names[k]);
         if (strncmp(spec, kind_names[k], n) == 0 && spec[n] == ':') {
             char *end;
@@ -394,6 +407,8 @@ __attribute__((constructor)) static void shim_init(void)
     resolve();
     real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
     real_step = (int (*)(sqlite3_stmt *))dlsym(RTLD_NEXT, "sqlite3_step");
+    real_create = (int (*)(pthread_t *, const pthread_attr_t *, thread_fn, void *))dlsym(
+        RTLD_NEXT, "pthread_create");
     real_getattr_np = (int (*)(pthread_t, pthread_attr_t *))dlsym(RTLD_NEXT,
                                                                   "pthread_getattr_np");
     const char *spec = getenv("KB_FAULT");
