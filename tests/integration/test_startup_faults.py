@@ -35,7 +35,7 @@ from conftest import (SANITIZED, Daemon, copy_db, db_integrity, grid,
                       shutdown_and_check, toy)
 from test_faults import FSYNC, SHIM, shim_env, shim_lines
 
-KINDS = ["malloc", "write", "full", "sync", "fdatasync"]
+KINDS = ["malloc", "write", "full", "sync", "fdatasync", "thread"]
 # The first HEAD calls, then SPREAD more spread up to the count: every early failure of
 # start-up (options, socket, database, migrations check, registry) and a sample of the
 # restores and the shutdown; KB_STARTUP_FAULT_ALL=1 runs every n (docs/TESTING.md).
