@@ -8,7 +8,8 @@ on an uploaded candidate set and gp-ucb on a mixed box (float, int, categorical)
 with a snapshot (taken at a clean shutdown) and events after it, and a random study with
 events only; the daemon that wrote the last events was killed (SIGKILL), so its WAL is
 recovered too. A clean start of a copy gives the baseline: every study's trials and the
-choice of one more ask.
+choice of one more ask. A second sweep starts on no database at all, so that creating it
+and its migrations fail (migrations/*.sql, applied in order, each in a transaction).
 
 For each kind, one start with n = 0 counts the calls (start-up, the checks, shutdown);
 then for each n of a sample (or every n with KB_STARTUP_FAULT_ALL=1) a fresh copy is
@@ -22,18 +23,21 @@ started with the n-th call failing once. Checked for every n:
   - SIGTERM stops it with status 0 (under `make asan` LeakSanitizer checks that exit,
     and any sanitizer report fails the test);
   - the database passes PRAGMA integrity_check, and a clean restart serves every
-    baseline trial unchanged (so every acknowledged tell is there).
+    baseline trial unchanged (so every acknowledged tell is there); after a fault while
+    migrating, the clean restart brings the schema to the latest version and serves, and
+    a tell acknowledged before the fault is there.
 """
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import (SANITIZED, Daemon, copy_db, db_integrity, grid,
+from conftest import (SANITIZED, Daemon, copy_db, db_connect_ro, db_integrity, grid,
                       shutdown_and_check, toy)
-from test_faults import FSYNC, SHIM, shim_env, shim_lines
+from test_faults import FSYNC, SHIM, fresh_study_works, shim_env, shim_lines
 
 KINDS = ["malloc", "write", "full", "sync", "fdatasync", "thread"]
 # The first HEAD calls, then SPREAD more spread up to the count: every early failure of
@@ -228,17 +232,58 @@ def start_with_fault(prepared, kind, n):
     return outcome, injected
 
 
-def count_calls(prepared, kind):
-    workdir = prepared["root"] / f"{kind}-count"
-    d = Daemon(workdir, db=copy_db(prepared["db"], workdir),
+def count_calls(prepared, kind, fresh=False):
+    """Calls of kind in one run without a fault: a start on the prepared database (or
+    none, `fresh`), its checks and the shutdown."""
+    workdir = prepared["root"] / f"{kind}-count{'-fresh' if fresh else ''}"
+    d = Daemon(workdir, db=None if fresh else copy_db(prepared["db"], workdir),
                env=startup_env(prepared, f"{kind}:0"))
     try:
         d.start()
-        serves_baseline(d.client(), prepared)
+        if fresh:
+            fresh_study_works(d.client())
+        else:
+            serves_baseline(d.client(), prepared)
         assert d.stop() == 0
     finally:
         shutdown_and_check([d])
     return shim_lines(d, "fault calls")[-1]["calls"]
+
+
+def migrate_with_fault(prepared, kind, n):
+    """One point of the sweep over a start on no database."""
+    d = Daemon(prepared["root"] / f"fresh-{kind}-{n}", env=startup_env(prepared, f"{kind}:{n}"))
+    acked = None
+    try:
+        d.start(expect_fail=True)
+        if d.proc is None:
+            exited_clearly(d, kind)
+        else:
+            try:
+                acked = fresh_study_works(d.client())
+            except (requests.ConnectionError, AssertionError):
+                if d.running or kind not in FSYNC:
+                    raise
+            rc = d.stop() if d.running else d.proc.wait(30)
+            d.proc = None
+            assert rc == 0 or (rc == -signal.SIGABRT and kind in FSYNC), d.stderr()[-3000:]
+        if d.db.exists():
+            assert db_integrity(d.db) == [("ok",)]
+        d.env = None
+        d.start()
+        con = db_connect_ro(d.db)
+        latest = len(list((Path(__file__).resolve().parents[2] / "migrations").glob("*.sql")))
+        assert con.execute("PRAGMA user_version").fetchone()[0] == latest
+        con.close()
+        api = d.client()
+        if acked:
+            r = api.get(f"/v1/studies/{acked[0]}/trials/{acked[1]}")
+            assert r.status_code == 200 and r.json()["value"] == 9.0, r.text
+        fresh_study_works(api)
+        assert d.stop() == 0
+    finally:
+        shutdown_and_check([d])
+    return bool(shim_lines(d, "fault injected"))
 
 
 def points(total):
@@ -258,3 +303,12 @@ def test_fault_during_startup(prepared, kind):
     print(f"\nstart-up {kind}: {total} calls, {len(sweep)} points, "
           f"{sum(r[1] for r in runs)} injected, {outcomes}")
     assert sum(r[1] for r in runs) >= len(sweep) // 2, runs
+
+
+@pytest.mark.parametrize("kind", ["malloc", "write", "full", "sync", "fdatasync", "thread"])
+def test_fault_while_creating_the_database(prepared, kind):
+    total = count_calls(prepared, kind, fresh=True)
+    sweep = points(total)
+    injected = sum(migrate_with_fault(prepared, kind, n) for n in sweep)
+    print(f"\nfresh database {kind}: {total} calls, {len(sweep)} points, {injected} injected")
+    assert injected >= len(sweep) // 2
