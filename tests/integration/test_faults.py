@@ -168,11 +168,12 @@ def fault_points(total):
     return head + list(range(HEAD + step, total + 1, step))
 
 
-def fresh_study_works(api):
-    """A new study serves create, ask and tell; each step is tried twice, since the
-    one fault may not have been injected yet and land here (a malloc fault may drop the
-    connection, or fail an answer after its operation was applied: the second study
-    creation takes another name; a repeated ask or tell is harmless)."""
+def fresh_study_works(api, name="after"):
+    """A new study (named name0, or name1 on the second try) serves create, ask and tell;
+    each step is tried twice, since the one fault may not have been injected yet and land
+    here (a malloc fault may drop the connection, or fail an answer after its operation
+    was applied: the second study creation takes another name; a repeated ask or tell is
+    harmless)."""
     def post(path, body, status):
         for attempt in range(2):
             try:
@@ -184,7 +185,7 @@ def fresh_study_works(api):
             if r.status_code == status:
                 return r.json()
         raise AssertionError(f"{path}: {r.status_code} {r.text}")
-    sid = post("/v1/studies", lambda i: {"name": f"after{i}", "space": SPACE,
+    sid = post("/v1/studies", lambda i: {"name": f"{name}{i}", "space": SPACE,
                                          "engine": {"name": "random", "settings": {}}},
                201)["id"]
     tid = post(f"/v1/studies/{sid}/ask", lambda i: {"worker": "w", "count": 1},

@@ -42,8 +42,10 @@ from test_faults import FSYNC, SHIM, fresh_study_works, shim_env, shim_lines
 KINDS = ["malloc", "write", "full", "sync", "fdatasync", "thread"]
 # The first HEAD calls, then SPREAD more spread up to the count: every early failure of
 # start-up (options, socket, database, migrations check, registry) and a sample of the
-# restores and the shutdown; KB_STARTUP_FAULT_ALL=1 runs every n (docs/TESTING.md).
-HEAD, SPREAD = (10, 10) if SANITIZED else (25, 25)
+# restores and the shutdown; KB_STARTUP_FAULT_SPREAD=S spreads S points instead, and
+# KB_STARTUP_FAULT_ALL=1 runs every n (docs/TESTING.md).
+HEAD, SPREAD = (10, 10) if SANITIZED else (15, 15)
+SPREAD = int(os.environ.get("KB_STARTUP_FAULT_SPREAD", SPREAD))
 ALL = os.environ.get("KB_STARTUP_FAULT_ALL") == "1"
 LEASE = 604800  # no lease expires between the runs: the choices stay the baseline's
 BOX = {"type": "box", "params": [
@@ -192,6 +194,26 @@ def exited_clearly(d, kind):
             assert "thread" in errors[-1] or "HTTP daemon" in errors[-1], errors
 
 
+def check_then_stop(d, kind, check):
+    """Runs check() on the started daemon d, then stops it; returns check()'s result (None
+    when the daemon aborted) and whether it aborted. An fsync fault aborts the daemon by
+    design (after logging "fsync failed: aborting"), which may cut the check short: its
+    requests then fail while the process is still dying."""
+    result = None
+    try:
+        result = check()
+    except (requests.ConnectionError, AssertionError):
+        if kind not in FSYNC or "fsync failed: aborting" not in d.stderr():
+            raise
+    rc = d.stop() if d.running else d.proc.wait(30)
+    d.proc = None
+    if rc == -signal.SIGABRT:
+        assert kind in FSYNC and "fsync failed: aborting" in d.stderr(), d.stderr()[-3000:]
+    else:
+        assert rc == 0, d.stderr()[-3000:]
+    return result, rc == -signal.SIGABRT
+
+
 def start_with_fault(prepared, kind, n):
     """One point of the sweep; returns what happened ('exited', 'aborted', 'served')."""
     workdir = prepared["root"] / f"{kind}-{n}"
@@ -204,19 +226,8 @@ def start_with_fault(prepared, kind, n):
             exited_clearly(d, kind)
             outcome = "exited"
         else:
-            try:
-                serves_baseline(d.client(), prepared)
-            except (requests.ConnectionError, AssertionError):
-                if d.running or kind not in FSYNC:
-                    raise
-            rc = d.stop() if d.running else d.proc.wait(30)
-            d.proc = None
-            if rc == -signal.SIGABRT:
-                assert kind in FSYNC and "fsync failed: aborting" in d.stderr(), d.stderr()[-3000:]
-                outcome = "aborted"
-            else:
-                assert rc == 0, d.stderr()[-3000:]
-                outcome = "served"
+            _, aborted = check_then_stop(d, kind, lambda: serves_baseline(d.client(), prepared))
+            outcome = "aborted" if aborted else "served"
         injected = bool(shim_lines(d, "fault injected"))
         assert db_integrity(d.db) == [("ok",)]
         d.env = None
@@ -259,14 +270,7 @@ def migrate_with_fault(prepared, kind, n):
         if d.proc is None:
             exited_clearly(d, kind)
         else:
-            try:
-                acked = fresh_study_works(d.client())
-            except (requests.ConnectionError, AssertionError):
-                if d.running or kind not in FSYNC:
-                    raise
-            rc = d.stop() if d.running else d.proc.wait(30)
-            d.proc = None
-            assert rc == 0 or (rc == -signal.SIGABRT and kind in FSYNC), d.stderr()[-3000:]
+            acked, _ = check_then_stop(d, kind, lambda: fresh_study_works(d.client()))
         if d.db.exists():
             assert db_integrity(d.db) == [("ok",)]
         d.env = None
@@ -279,7 +283,7 @@ def migrate_with_fault(prepared, kind, n):
         if acked:
             r = api.get(f"/v1/studies/{acked[0]}/trials/{acked[1]}")
             assert r.status_code == 200 and r.json()["value"] == 9.0, r.text
-        fresh_study_works(api)
+        fresh_study_works(api, name="restarted")
         assert d.stop() == 0
     finally:
         shutdown_and_check([d])
