@@ -293,7 +293,7 @@ def migrate_with_fault(prepared, kind, n):
 def points(total):
     if ALL:
         return list(range(1, total + 1))
-    step = max(1, (total - HEAD) // SPREAD)
+    step = max(1, -(-(total - HEAD) // SPREAD))  # rounded up: at most SPREAD points
     return list(range(1, min(HEAD, total) + 1)) + list(range(HEAD + step, total + 1, step))
 
 
