@@ -233,7 +233,9 @@ int study_load_stored(void *ud, int64_t id, const char *name, const char *config
     json_t *doc = proto_parse_object(config, strlen(config), &err);
     if (!doc || proto_study_spec_parse(doc, &spec, &err)) {
         json_decref(doc);
-        log_json(LOG_ERROR, "stored study config invalid",
+        /* out of memory is no fault of the stored config */
+        log_json(LOG_ERROR, err.code == API_INTERNAL ? "cannot read a stored study config"
+                                                     : "stored study config invalid",
                  json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "field", err.field,
                            "error", err.message));
         return -1;
