@@ -216,10 +216,12 @@ static void conn_release(void *p)
     conn_free(c);
 }
 
+/* Without a handle, SQLite could not allocate the connection (sqlite3_open_v2). */
 static void db_log(sqlite3 *db, const char *what)
 {
     log_json(LOG_ERROR, "database error",
-             json_pack("{s:s,s:s}", "op", what, "error", db ? sqlite3_errmsg(db) : "open"));
+             json_pack("{s:s,s:s}", "op", what, "error",
+                       db ? sqlite3_errmsg(db) : sqlite3_errstr(SQLITE_NOMEM)));
 }
 
 static conn *conn_raw(store *s)

@@ -216,6 +216,13 @@ def check_then_stop(d, kind, check):
     return result, rc == -signal.SIGABRT
 
 
+def database_errors_say_why(d, kind):
+    """Under a malloc fault, every "database error" line of the log says out of memory."""
+    if kind == "malloc":
+        for line in d.stderr().splitlines():
+            assert '"database error"' not in line or "out of memory" in line, line
+
+
 def start_with_fault(prepared, kind, n):
     """One point of the sweep; returns what happened ('exited', 'aborted', 'served')."""
     workdir = prepared["root"] / f"{kind}-{n}"
@@ -231,6 +238,7 @@ def start_with_fault(prepared, kind, n):
             _, aborted = check_then_stop(d, kind, lambda: serves_baseline(d.client(), prepared))
             outcome = "aborted" if aborted else "served"
         injected = bool(shim_lines(d, "fault injected"))
+        database_errors_say_why(d, kind)
         assert db_integrity(d.db) == [("ok",)]
         d.env = None
         d.start()
@@ -273,6 +281,7 @@ def migrate_with_fault(prepared, kind, n):
             exited_clearly(d, kind)
         else:
             acked, _ = check_then_stop(d, kind, lambda: fresh_study_works(d.client()))
+        database_errors_say_why(d, kind)
         if d.db.exists():
             assert db_integrity(d.db) == [("ok",)]
         d.env = None
