@@ -1,7 +1,8 @@
 """Issue 16, fault injection during start-up: the n-th malloc, SQLite xWrite (I/O error or
-disk full), SQLite xSync or fdatasync of the daemon's process fails, counted from the
-first line of main (KB_FAULT_ARM=start, tests/fault/fault_shim.c), while the daemon
-opens a prepared database and restores its studies; docs/TESTING.md, fault injection.
+disk full), SQLite xSync, fdatasync or pthread_create of the daemon's process fails,
+counted from the first line of main (KB_FAULT_ARM=start, tests/fault/fault_shim.c),
+while the daemon binds its socket, opens a prepared database, starts its threads and
+restores its studies; docs/TESTING.md, "Faults during start-up".
 
 The prepared database holds five studies: gp-ucb and sgp-ts on inline candidates, bbkb
 on an uploaded candidate set and gp-ucb on a mixed box (float, int, categorical), each
@@ -15,7 +16,8 @@ For each kind, one start with n = 0 counts the calls (start-up, the checks, shut
 then for each n of a sample (or every n with KB_STARTUP_FAULT_ALL=1) a fresh copy is
 started with the n-th call failing once. Checked for every n:
   - the daemon either exits during start-up with a non-zero status and an error line in
-    its log, or (fsync kinds) aborts by design after "fsync failed: aborting", or it
+    its log that says why (never "invalid" data for a malloc fault; the failed thread
+    for a thread fault), or (fsync kinds) aborts by design after "fsync failed: aborting", or it
     starts and serves: every study answers its baseline trials and the baseline's next
     choice, or 503 with Retry-After and then the same after that many seconds (the
     rebuild retry); one 500 or dropped connection per request is allowed for the one
