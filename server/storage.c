@@ -988,12 +988,14 @@ int store_candidate_set_get(store *s, int64_t id, double **rows, size_t *n, size
         size_t bytes = (size_t)sqlite3_column_bytes(st, 3);
         *names_json = nm ? strdup(nm) : NULL;
         *rows = malloc(bytes ? bytes : 1);
-        if (*rows && bytes == *n * *dim * sizeof **rows) {
+        if (*rows && (*names_json || !nm) && bytes == *n * *dim * sizeof **rows) {
             memcpy(*rows, sqlite3_column_blob(st, 3), bytes);
             ret = 0;
-        } else {
+        } else { /* nothing for the caller to free (it did free them again: a double free) */
             free(*rows);
             free(*names_json);
+            *rows = NULL;
+            *names_json = NULL;
         }
     }
     sqlite3_reset(st);
