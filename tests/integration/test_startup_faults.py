@@ -222,7 +222,7 @@ def database_errors_say_why(d, kind):
     """Under a malloc fault, every "database error" line of the log says out of memory."""
     if kind == "malloc":
         for line in d.stderr().splitlines():
-            assert '"database error"' not in line or "out of memory" in line, line
+            assert '"msg":"database error"' not in line or "out of memory" in line, line
 
 
 def start_with_fault(prepared, kind, n):
