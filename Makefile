@@ -113,10 +113,14 @@ $(FAULT): tests/fault/fault_shim.c
 	$(CC) $(CFLAGS_BASE) $(OPT) $(shell pkg-config --cflags sqlite3) -shared -o $@ $< \
 		-ldl $(shell pkg-config --libs sqlite3)
 
+# test_nomem fails the library's allocations one by one: its own and libkbandit.a's calls
+# of malloc, calloc and realloc go through the test's wrappers.
+$(BUILD)/tests/test_nomem: WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
+
 $(filter-out $(SERVER_UNIT_BIN),$(UNIT_BIN)): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o \
 		$(BUILD)/tests/unit/util/testutil.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN) -o $@ $^ -lcmocka $(LIBS_CORE)
+	$(CC) $(SAN) $(WRAP) -o $@ $^ -lcmocka $(LIBS_CORE)
 
 $(SERVER_UNIT_BIN): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/tests/unit/util/testutil.o \
 		$(BUILD)/tests/unit/util/studyutil.o $(SERVER_OBJ) $(LIB)

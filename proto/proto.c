@@ -252,6 +252,12 @@ int proto_json_alloc_take(void)
     return failed;
 }
 
+void proto_json_alloc_put_back(int failed)
+{
+    if (failed)
+        json_alloc_failed = 1;
+}
+
 json_t *proto_parse_object(const char *body, size_t len, api_error *err)
 {
     if (!body || len == 0) {

@@ -65,6 +65,9 @@ void proto_init(void);
 /* Whether an allocation of jansson's failed in this thread since the last call (a
  * document built meanwhile may lack parts); clears it. Always 0 without proto_init. */
 int proto_json_alloc_take(void);
+/* Sets the flag again when failed is non-zero (what a take read and must leave for the
+ * code that checks it later, e.g. the reply layer after a log line was rendered). */
+void proto_json_alloc_put_back(int failed);
 
 /* Parses a JSON object body. Empty or unparsable body / invalid UTF-8 -> invalid_json;
  * a non-object -> invalid; an allocation failure -> internal (after proto_init; before,

@@ -900,7 +900,8 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
 {
     (void)cls;
     log_json_always("microhttpd panic", json_pack("{s:s,s:i,s:s}", "file", file ? file : "",
-                                                  "line", (int)line, "reason", reason ? reason : ""));
+                                                  "line", (int)line, "reason", reason ? reason : ""),
+                    LOG_FIELDS_LOST);
     abort();
 }
 

@@ -323,6 +323,24 @@ static void *sweeper_main(void *arg)
 
 /* ------------------------------------------------------------ main */
 
+/* Serving: logs the "listening" line (clients wait for its port: it is written even when
+ * memory runs out for the rest) and waits for SIGTERM or SIGINT. */
+static void serve(int port, const options *o, int auth, const sigset_t *sigs)
+{
+    char port_only[32];
+    snprintf(port_only, sizeof port_only, "\"port\":%d", port);
+    log_json_always("listening",
+             json_pack("{s:i,s:s,s:s,s:i,s:b,s:s,s:s,s:s?}", "port", port, "listen", o->listen,
+                       "db", o->db, "threads", (int)o->threads, "auth", auth, "version",
+                       KB_VERSION_STRING, "blas_core", blas_core(), "openblas_coretype",
+                       getenv("OPENBLAS_CORETYPE")),
+             port_only);
+    int sig = 0;
+    sigwait(sigs, &sig);
+    log_json(LOG_INFO, "shutting down", json_pack("{s:s}", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
+}
+
+
 int main(int argc, char **argv)
 {
     options o;
@@ -389,16 +407,13 @@ int main(int argc, char **argv)
     }
     sweeper.period_ms = o.sweep_ms;
     pthread_t sweep_thread;
-    pthread_create(&sweep_thread, NULL, sweeper_main, NULL);
-    log_json_always("listening",
-             json_pack("{s:i,s:s,s:s,s:i,s:b,s:s,s:s,s:s?}", "port", port, "listen", o.listen,
-                       "db", o.db, "threads", (int)o.threads, "auth", token != NULL, "version",
-                       KB_VERSION_STRING, "blas_core", blas_core(), "openblas_coretype",
-                       getenv("OPENBLAS_CORETYPE")));
-
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    log_json(LOG_INFO, "shutting down", json_pack("{s:s}", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
+    /* Without it leases would never expire: then the daemon stops at once, through the
+     * orderly shutdown below (the HTTP threads and restores run already). */
+    int sweeping = pthread_create(&sweep_thread, NULL, sweeper_main, NULL) == 0;
+    if (sweeping)
+        serve(port, &o, token != NULL, &sigs);
+    else
+        fatal("cannot start the lease sweeper thread", NULL);
     registry_shutting_down();
     http_quiesce();
     http_stop();
@@ -406,10 +421,11 @@ int main(int argc, char **argv)
     sweeper.stop = 1;
     pthread_cond_signal(&sweeper.cv);
     pthread_mutex_unlock(&sweeper.lock);
-    pthread_join(sweep_thread, NULL);
+    if (sweeping)
+        pthread_join(sweep_thread, NULL);
     registry_close();
     store_close(db);
     free(token);
     log_json(LOG_INFO, "stopped", NULL);
-    return 0;
+    return sweeping ? 0 : 1;
 }

@@ -9,7 +9,7 @@
  * s->trials[i] holding the trials row of id i + 1; a replayed ask must return the
  * recorded handle, otherwise the rebuild fails (logged) and the study is not served.
  * A rebuild that failed because the store could not be read ("database is locked", an
- * I/O error) is retried by the next operation on the study, after a backoff that doubles
+ * I/O error) or memory ran out is retried by the next operation on the study, after a backoff that doubles
  * up to REBUILD_BACKOFF_MAX seconds; one whose history the engine rejects is not.
  */
 #include "study_internal.h"
@@ -46,22 +46,24 @@ static int set_levels(const study_spec *sp, kb_space *space, kb_error *kerr)
     return rc;
 }
 
-kb_engine *study_engine_new(const study_spec *sp, api_error *err)
+static kb_engine *engine_build(const study_spec *sp, kb_error *kerr)
 {
-    kb_error kerr = {0};
     kb_space *space = sp->space == SPACE_BOX
-                          ? kb_space_new_box(sp->dim, (size_t)kb_config_number(sp->cfg, "pool_size"), &kerr)
-                          : kb_space_new_finite(sp->candidates, sp->rows, sp->dim, &kerr);
-    if (space && sp->space == SPACE_BOX && set_levels(sp, space, &kerr)) {
+                          ? kb_space_new_box(sp->dim, (size_t)kb_config_number(sp->cfg, "pool_size"), kerr)
+                          : kb_space_new_finite(sp->candidates, sp->rows, sp->dim, kerr);
+    if (space && sp->space == SPACE_BOX && set_levels(sp, space, kerr)) {
         kb_space_free(space);
         space = NULL;
     }
-    if (!space) {
-        fail_engine(err, &kerr);
-        return NULL;
-    }
-    kb_engine *e = kb_engine_create(sp->cfg, space, &kerr);
+    kb_engine *e = space ? kb_engine_create(sp->cfg, space, kerr) : NULL;
     kb_space_free(space);
+    return e;
+}
+
+kb_engine *study_engine_new(const study_spec *sp, api_error *err)
+{
+    kb_error kerr = {0};
+    kb_engine *e = engine_build(sp, &kerr);
     if (!e)
         fail_engine(err, &kerr);
     return e;
@@ -135,6 +137,13 @@ typedef struct replay_ctx {
     int rejected; /* the engine refused an event: the history, not the store, is at fault */
 } replay_ctx;
 
+/* The engine refused what the store holds. Running out of memory is no refusal: the
+ * same history replays once memory is available, so such a rebuild is retried. */
+static int refused(const kb_error *kerr)
+{
+    return kerr->code != KB_ENOMEM;
+}
+
 static int replay_cb(void *ud, const store_event *ev)
 {
     replay_ctx *rc = ud;
@@ -155,16 +164,16 @@ static int replay_cb(void *ud, const store_event *ev)
         r = kb_engine_observe(e, ev->x, ev->value, &rc->kerr);
     }
     rc->s->seq = ev->seq;
-    rc->rejected = r != 0;
+    rc->rejected = r != 0 && refused(&rc->kerr);
     return r;
 }
 
 /* Rebuilds engine and trials of s from the store (s->mu held or s unpublished). Returns
- * 0, REBUILD_RETRY when the store could not be read (perhaps for a moment), or
+ * 0, REBUILD_RETRY when the store could not be read or memory ran out (perhaps for a
+ * moment), or
  * REBUILD_REJECTED when the engine cannot be built from what the store holds. */
 int study_rebuild(study *s)
 {
-    api_error err;
     kb_engine_free(s->engine);
     s->engine = NULL;
     for (size_t i = 0; i < s->n_trials; i++) {
@@ -183,11 +192,11 @@ int study_rebuild(study *s)
         free(snap);
     } else if (r == STORE_NOTFOUND) {
         s->snap_seq = 0;
-        s->engine = study_engine_new(&s->spec, &err);
+        s->engine = engine_build(&s->spec, &rc.kerr);
     } else {
         snprintf(rc.kerr.message, sizeof rc.kerr.message, "snapshot unreadable");
     }
-    rc.rejected = !s->engine && (r == 0 || r == STORE_NOTFOUND);
+    rc.rejected = !s->engine && (r == 0 || r == STORE_NOTFOUND) && refused(&rc.kerr);
     s->seq = s->snap_seq;
     if (!s->engine || store_events_each(registry.cfg.db, s->id, s->snap_seq, s->spec.dim,
                                         replay_cb, &rc) ||
@@ -236,7 +245,9 @@ int study_load_stored(void *ud, int64_t id, const char *name, const char *config
     json_t *doc = proto_parse_object(config, strlen(config), &err);
     if (!doc || proto_study_spec_parse(doc, &spec, &err)) {
         json_decref(doc);
-        log_json(LOG_ERROR, "stored study config invalid",
+        /* out of memory is no fault of the stored config */
+        log_json(LOG_ERROR, err.code == API_INTERNAL ? "cannot read a stored study config"
+                                                     : "stored study config invalid",
                  json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "field", err.field,
                            "error", err.message));
         return -1;

@@ -219,10 +219,12 @@ static void conn_release(void *p)
     conn_free(c);
 }
 
+/* Without a handle, SQLite could not allocate the connection (sqlite3_open_v2). */
 static void db_log(sqlite3 *db, const char *what)
 {
     log_json(LOG_ERROR, "database error",
-             json_pack("{s:s,s:s}", "op", what, "error", db ? sqlite3_errmsg(db) : "open"));
+             json_pack("{s:s,s:s}", "op", what, "error",
+                       db ? sqlite3_errmsg(db) : sqlite3_errstr(SQLITE_NOMEM)));
 }
 
 static conn *conn_raw(store *s)
@@ -366,6 +368,8 @@ static int migrate(sqlite3 *db, char *errbuf, size_t errsize)
      * that rebuilding a referenced table (0002) cascades nothing; each migration must
      * leave no violation (foreign_key_check, before its COMMIT). */
     int rc = sqlite3_exec(db, "PRAGMA foreign_keys=OFF", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+    if (rc)
+        snprintf(errbuf, errsize, "cannot disable foreign keys: %s", sqlite3_errmsg(db));
     for (int i = v; rc == 0 && i < N_MIGRATIONS; i++) {
         char setv[64];
         snprintf(setv, sizeof setv, "PRAGMA user_version = %d", i + 1);
@@ -388,7 +392,7 @@ static int migrate(sqlite3 *db, char *errbuf, size_t errsize)
     return rc;
 }
 
-static int writer_open(store *s);
+static int writer_open(store *s, char *errbuf, size_t errsize);
 static void writer_close(store *s);
 
 store *store_open(const char *path, char *errbuf, size_t errsize)
@@ -407,9 +411,7 @@ store *store_open(const char *path, char *errbuf, size_t errsize)
         store_close(s);
         return NULL;
     }
-    if (migrate(c->db, errbuf, errsize) || writer_open(s)) {
-        if (!errbuf[0])
-            snprintf(errbuf, errsize, "cannot open the writer connection");
+    if (migrate(c->db, errbuf, errsize) || writer_open(s, errbuf, errsize)) {
         store_close(s);
         return NULL;
     }
@@ -722,23 +724,28 @@ static int wal_open(store *s)
     return ok ? 0 : -1;
 }
 
-static int writer_open(store *s)
+/* Opens the writer connection and the WAL file, and starts the writer and syncer
+ * threads; on failure errbuf says which part failed. */
+static int writer_open(store *s, char *errbuf, size_t errsize)
 {
     writer *w = &s->w;
     w->wal_fd = -1;
     if (!(w->c = conn_raw(s)))
-        return -1;
+        return snprintf(errbuf, errsize, "cannot open the writer connection"), -1;
     pthread_mutex_init(&w->conn_lock, NULL);
     pthread_mutex_init(&w->m, NULL);
     pthread_cond_init(&w->queued, NULL);
     pthread_cond_init(&w->ended, NULL);
     pthread_cond_init(&w->sync_cv, NULL);
-    if (wal_open(s) || pthread_create(&w->th, NULL, writer_main, s))
-        return -1;
+    if (wal_open(s))
+        return snprintf(errbuf, errsize, "cannot open the WAL file"), -1;
+    int e = pthread_create(&w->th, NULL, writer_main, s);
+    if (e)
+        return snprintf(errbuf, errsize, "cannot start the writer thread: %s", strerror(e)), -1;
     pthread_setname_np(w->th, "kb-writer");
     w->started = 1;
-    if (pthread_create(&w->sync_th, NULL, syncer_main, s))
-        return -1;
+    if ((e = pthread_create(&w->sync_th, NULL, syncer_main, s)))
+        return snprintf(errbuf, errsize, "cannot start the syncer thread: %s", strerror(e)), -1;
     pthread_setname_np(w->sync_th, "kb-syncer");
     w->sync_started = 1;
     return 0;
@@ -991,12 +998,14 @@ int store_candidate_set_get(store *s, int64_t id, double **rows, size_t *n, size
         size_t bytes = (size_t)sqlite3_column_bytes(st, 3);
         *names_json = nm ? strdup(nm) : NULL;
         *rows = malloc(bytes ? bytes : 1);
-        if (*rows && bytes == *n * *dim * sizeof **rows) {
+        if (*rows && (*names_json || !nm) && bytes == *n * *dim * sizeof **rows) {
             memcpy(*rows, sqlite3_column_blob(st, 3), bytes);
             ret = 0;
-        } else {
+        } else { /* nothing for the caller to free (it did free them again: a double free) */
             free(*rows);
             free(*names_json);
+            *rows = NULL;
+            *names_json = NULL;
         }
     }
     sqlite3_reset(st);

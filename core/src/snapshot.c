@@ -202,7 +202,16 @@ typedef struct reader {
     const unsigned char *p;
     size_t len, pos;
     int bad;
+    int nomem; /* an allocation failed (bad is set too): not the bytes' fault */
 } reader;
+
+/* Stops reading after a failed allocation; returns p. */
+static void *checked(reader *r, void *p)
+{
+    if (!p)
+        r->bad = r->nomem = 1;
+    return p;
+}
 
 static int get(reader *r, void *dst, size_t n)
 {
@@ -229,11 +238,9 @@ static char *get_str(reader *r)
         r->bad = 1;
         return NULL;
     }
-    char *s = malloc((size_t)n + 1);
-    if (!s) {
-        r->bad = 1;
+    char *s = checked(r, malloc((size_t)n + 1));
+    if (!s)
         return NULL;
-    }
     memcpy(s, r->p + r->pos, n);
     s[n] = '\0';
     r->pos += n;
@@ -255,7 +262,7 @@ static int read_option(reader *r, kb_config *cfg, kb_error *err)
         uint32_t n = get_u32(r);
         if (r->bad || (size_t)n * 8 > r->len - r->pos)
             goto done;
-        double *v = malloc((n ? n : 1) * sizeof *v);
+        double *v = checked(r, malloc((n ? n : 1) * sizeof *v));
         if (!v)
             goto done;
         get(r, v, n * sizeof *v);
@@ -293,8 +300,8 @@ static int read_levels(reader *r, kb_space *s, kb_error *err)
     size_t d = s->dim;
     if (d > (r->len - r->pos) / 9)
         return -1;
-    size_t *lv = malloc(d * sizeof *lv);
-    unsigned char *cat = malloc(d);
+    size_t *lv = checked(r, malloc(d * sizeof *lv));
+    unsigned char *cat = checked(r, malloc(d));
     int rc = lv && cat ? 0 : -1;
     for (size_t j = 0; rc == 0 && j < d; j++) {
         lv[j] = (size_t)get_u64(r);
@@ -323,7 +330,7 @@ static kb_space *read_space(reader *r, uint32_t version, kb_error *err)
     }
     if (n > (r->len - r->pos) / 8 / dim)
         return NULL;
-    double *rows = malloc(n * dim * sizeof *rows); /* the bytes may be misaligned */
+    double *rows = checked(r, malloc(n * dim * sizeof *rows)); /* bytes may be misaligned */
     if (!rows)
         return NULL;
     get(r, rows, n * dim * sizeof *rows);
@@ -362,9 +369,13 @@ static int replay_one(reader *r, kb_engine *e, kb_error *err)
     return KB_ECORRUPT;
 }
 
+/* An allocation that failed is reported as KB_ENOMEM, not as a corrupt snapshot: the
+ * same bytes restore once memory is available (the daemon retries such a restore, a
+ * corrupt one it does not). */
 kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *err)
 {
-    reader r = {bytes, len, 0, 0};
+    reader r = {bytes, len, 0, 0, 0};
+    kb_error inner = {0};
     char magic[8];
     kb_config *cfg = NULL;
     kb_space *space = NULL;
@@ -373,13 +384,13 @@ kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *e
     uint32_t version = r.bad ? 0 : get_u32(&r);
     if (r.bad || memcmp(magic, MAGIC, 8) != 0 || version < 1 || version > VERSION)
         goto corrupt;
-    if (!(cfg = read_config(&r, err)) || !(space = read_space(&r, version, err)))
+    if (!(cfg = read_config(&r, &inner)) || !(space = read_space(&r, version, &inner)))
         goto corrupt;
-    if (!(e = kb_engine_create(cfg, space, err)))
+    if (!(e = kb_engine_create(cfg, space, &inner)))
         goto corrupt;
     uint64_t n = get_u64(&r);
     for (uint64_t i = 0; i < n; i++)
-        if (replay_one(&r, e, err))
+        if (replay_one(&r, e, &inner))
             goto corrupt;
     if (r.bad || r.pos != r.len)
         goto corrupt;
@@ -390,6 +401,9 @@ corrupt:
     kb_engine_free(e);
     kb_config_free(cfg);
     kb_space_free(space);
-    kb__fail(err, KB_ECORRUPT, "snapshot", "snapshot is malformed or inconsistent");
+    if (r.nomem || inner.code == KB_ENOMEM)
+        kb__fail(err, KB_ENOMEM, NULL, "out of memory restoring the snapshot");
+    else
+        kb__fail(err, KB_ECORRUPT, "snapshot", "snapshot is malformed or inconsistent");
     return NULL;
 }

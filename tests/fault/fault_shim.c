@@ -5,6 +5,10 @@
  *
  *   KB_FAULT=KIND:N[:COUNT] LD_PRELOAD=build/kb-fault.so build/kbanditd ...
  *   kill -USR2 <pid>        arms it: calls are counted from here on
+ *   KB_FAULT_ARM=start      arms it as main() is entered instead, so that start-up
+ *                           (options, socket, database, migrations, registry, restore
+ *                           threads) is swept too (SQLite's malloc tests count from the
+ *                           first call the same way)
  *
  * KIND is what fails (calls N .. N+COUNT-1 after arming; COUNT defaults to 1; N = 0
  * counts without failing, to measure a workload):
@@ -13,7 +17,8 @@
  *   full       SQLite's xWrite returns SQLITE_FULL (a full disk);
  *   sync       SQLite's xSync returns SQLITE_IOERR_FSYNC;
  *   fdatasync  fdatasync(2) returns -1 with EIO (the daemon's syncer calls it directly on
- *              the WAL file, and SQLite's unix VFS through libc as well).
+ *              the WAL file, and SQLite's unix VFS through libc as well);
+ *   thread     pthread_create returns EAGAIN (a process out of threads or memory).
  * Separately, a transient failure (not counted, not armed): with KB_FAULT_FILE and
  * KB_FAULT_SQL set, every SQLite statement whose SQL contains KB_FAULT_SQL fails with
  * SQLITE_IOERR for as long as the file KB_FAULT_FILE exists (sqlite3_step interposed; the
@@ -29,13 +34,17 @@
  * ...} at each injected failure, and {"msg":"fault calls",...} with the count at exit.
  *
  * Invariants: until armed, every call goes straight to the real function, so start-up
- * completes; the counter is atomic, so with several threads exactly the N-th call
+ * completes (with KB_FAULT_ARM=start: the dynamic loader and the libraries'
+ * constructors, which run before main and are not the daemon's code); the counter is atomic, so with several threads exactly the N-th call
  * overall fails (which thread makes it depends on scheduling). While dlsym resolves the
  * real allocator (it may itself call calloc), allocations come from a static buffer that
- * free() recognizes and ignores.
+ * free() recognizes and ignores. Allocations inside pthread_getattr_np never fail: the
+ * ASan runtime calls it as each thread starts and stops the process on a CHECK when it
+ * fails (not the daemon's doing); kbanditd itself never calls it.
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
@@ -45,9 +54,9 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { K_NONE, K_MALLOC, K_WRITE, K_FULL, K_SYNC, K_FDATASYNC };
+enum { K_NONE, K_MALLOC, K_WRITE, K_FULL, K_SYNC, K_FDATASYNC, K_THREAD };
 static const char *const kind_names[] = {"none", "malloc", "write", "full", "sync",
-                                         "fdatasync"};
+                                         "fdatasync", "thread"};
 
 static int kind;
 static uint64_t first, count = 1;
@@ -60,10 +69,12 @@ static void say(const char *line)
     (void)n;
 }
 
+static _Thread_local int exempt; /* inside pthread_getattr_np (see the header) */
+
 /* Whether this call of kind k fails (counted only once armed). */
 static int fault(int k)
 {
-    if (k != kind || !atomic_load(&armed))
+    if (k != kind || !atomic_load(&armed) || exempt)
         return 0;
     uint64_t n = atomic_fetch_add(&calls, 1) + 1;
     if (!first || n < first || n >= first + count)
@@ -155,6 +166,16 @@ void free(void *p)
         real_free(p);
 }
 
+static int (*real_getattr_np)(pthread_t, pthread_attr_t *); /* by the constructor */
+
+int pthread_getattr_np(pthread_t t, pthread_attr_t *attr)
+{
+    exempt++;
+    int rc = real_getattr_np(t, attr);
+    exempt--;
+    return rc;
+}
+
 /* ------------------------------------------------------------ fdatasync */
 
 static int (*real_fdatasync)(int); /* resolved by the constructor, before any thread */
@@ -166,6 +187,18 @@ int fdatasync(int fd)
         return -1;
     }
     return real_fdatasync(fd);
+}
+
+/* ------------------------------------------------------------ threads */
+
+typedef void *(*thread_fn)(void *);
+static int (*real_create)(pthread_t *, const pthread_attr_t *, thread_fn, void *);
+
+int pthread_create(pthread_t *t, const pthread_attr_t *attr, thread_fn fn, void *arg)
+{
+    if (fault(K_THREAD))
+        return EAGAIN;
+    return real_create(t, attr, fn, arg);
 }
 
 /* ------------------------------------------------------------ SQLite VFS */
@@ -306,11 +339,37 @@ static void arm(int sig)
     say("{\"msg\":\"fault armed\"}\n");
 }
 
+/* ------------------------------------------------------------ arming at main */
+
+typedef int (*main_fn)(int, char **, char **);
+static main_fn real_main;
+
+static int armed_main(int argc, char **argv, char **envp)
+{
+    arm(0);
+    return real_main(argc, argv, envp);
+}
+
+/* glibc's entry calls main through here: with KB_FAULT_ARM=start the daemon's main is
+ * wrapped so that counting starts at its first line. */
+int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void),
+                      void (*fini)(void), void (*rtld_fini)(void), void *stack_end)
+{
+    int (*real)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void),
+                void *) = dlsym(RTLD_NEXT, "__libc_start_main");
+    const char *when = getenv("KB_FAULT_ARM");
+    if (kind != K_NONE && when && strcmp(when, "start") == 0) {
+        real_main = main;
+        main = armed_main;
+    }
+    return real(main, argc, argv, init, fini, rtld_fini, stack_end);
+}
+
 /* KB_FAULT=KIND:N[:COUNT]; anything else stops the process at once (a test that meant
  * to inject a fault must not run without one). */
 static void parse_spec(const char *spec)
 {
-    for (int k = K_MALLOC; k <= K_FDATASYNC; k++) {
+    for (int k = K_MALLOC; k <= K_THREAD; k++) {
         size_t n = strlen(kind_names[k]);
         if (strncmp(spec, kind_names[k], n) == 0 && spec[n] == ':') {
             char *end;
@@ -348,6 +407,10 @@ __attribute__((constructor)) static void shim_init(void)
     resolve();
     real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
     real_step = (int (*)(sqlite3_stmt *))dlsym(RTLD_NEXT, "sqlite3_step");
+    real_create = (int (*)(pthread_t *, const pthread_attr_t *, thread_fn, void *))dlsym(
+        RTLD_NEXT, "pthread_create");
+    real_getattr_np = (int (*)(pthread_t, pthread_attr_t *))dlsym(RTLD_NEXT,
+                                                                  "pthread_getattr_np");
     const char *spec = getenv("KB_FAULT");
     if (!spec)
         return;

@@ -119,11 +119,18 @@ class Workload:
             self.acked = {k: v for k, v in self.acked.items() if k[0] != b}
 
 
-def start(daemons, name, spec):
+def shim_env(spec, arm_at_start=False):
+    """The environment of a daemon under the shim (armed by SIGUSR2, or as main starts)."""
     env = {"KB_FAULT": spec, "LD_PRELOAD": str(SHIM)}
+    if arm_at_start:
+        env["KB_FAULT_ARM"] = "start"
     if SANITIZED:  # the shim's malloc comes before the ASan runtime's (it calls it)
         env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
-    d = daemons(name=name, env=env)
+    return env
+
+
+def start(daemons, name, spec):
+    d = daemons(name=name, env=shim_env(spec))
     # Armed once the daemon's threads run: a thread still starting when its n-th malloc
     # fails stops the ASan runtime itself (a CHECK on pthread_getattr_np in its thread
     # start), which is not the daemon's doing. Start-up starts every thread before it
@@ -166,11 +173,12 @@ def fault_points(total):
     return head + list(range(HEAD + step, total + 1, step))
 
 
-def fresh_study_works(api):
-    """A new study serves create, ask and tell; each step is tried twice, since the
-    one fault may not have been injected yet and land here (a malloc fault may drop the
-    connection, or fail an answer after its operation was applied: the second study
-    creation takes another name; a repeated ask or tell is harmless)."""
+def fresh_study_works(api, name="after"):
+    """A new study (named name0, or name1 on the second try) serves create, ask and tell;
+    each step is tried twice, since the one fault may not have been injected yet and land
+    here (a malloc fault may drop the connection, or fail an answer after its operation
+    was applied: the second study creation takes another name; a repeated ask or tell is
+    harmless)."""
     def post(path, body, status):
         for attempt in range(2):
             try:
@@ -182,7 +190,7 @@ def fresh_study_works(api):
             if r.status_code == status:
                 return r.json()
         raise AssertionError(f"{path}: {r.status_code} {r.text}")
-    sid = post("/v1/studies", lambda i: {"name": f"after{i}", "space": SPACE,
+    sid = post("/v1/studies", lambda i: {"name": f"{name}{i}", "space": SPACE,
                                          "engine": {"name": "random", "settings": {}}},
                201)["id"]
     tid = post(f"/v1/studies/{sid}/ask", lambda i: {"worker": "w", "count": 1},
