@@ -555,7 +555,7 @@ int main(int argc, char **argv)
     printf("{\"engine\": \"%s\", \"problem\": \"%s\", \"A\": %zu, \"d\": %zu, \"T\": %zu, "
            "\"seed\": %llu, \"workers\": %zu, \"mode\": \"%s\", \"regret_ratio\": %.6g, "
            "\"simple_regret\": %.6g, \"wall_s\": %.4f, \"sec_embed\": %.4f, "
-           "\"sec_resparsify\": %.4f, \"sec_ask\": %.4f, \"sec_tell\": %.4f, "
+           "\"sec_resparsify\": %.4f, \"sec_fit\": %.4f, \"sec_ask\": %.4f, \"sec_tell\": %.4f, "
            "\"batches\": %zu, \"batch_mean\": %.4g, \"batch_max\": %.0f, "
            "\"batch_mean_first_half\": %.4g, \"batch_mean_second_half\": %.4g, "
            "\"dict_mean\": %.4g, \"dict_max\": %.0f, \"idle_fraction\": %.4f, "
@@ -564,7 +564,7 @@ int main(int argc, char **argv)
            o.engine, o.problem, p.A, p.d, r.evals, (unsigned long long)o.seed, o.W, o.mode,
            r.evals && gap > 0 ? r.cum_regret / ((double)r.evals * gap) : 0.0,
            r.evals ? r.fstar - r.best_f : r.fstar, wall, sec_embed, sec_resparsify,
-           figure(r.e, "sec_ask"), figure(r.e, "sec_tell"), r.n_batch, bmean, bmax, b1, b2,
+           figure(r.e, "sec_fit"), figure(r.e, "sec_ask"), figure(r.e, "sec_tell"), r.n_batch, bmean, bmax, b1, b2,
            r.dict_n ? r.dict_sum / (double)r.dict_n : 0.0, r.dict_max, idle,
            (double)ru.ru_maxrss / 1024.0, ask_us,
            sec_embed + sec_resparsify > 0

@@ -323,6 +323,8 @@ KB_API int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err);
  *                    the previous ones (epoch_start = auto)
  *   sec_embed, sec_resparsify, sec_ask, sec_tell   cumulative seconds embedding
  *                    candidates, rebuilding the model, selecting points, taking feedback
+ *   sec_fit          bbkb: cumulative seconds fitting hyperparameters (kb__hyper_refit),
+ *                    part of sec_resparsify
  *   flop_l3          floating-point operations of the BLAS-3 products in sec_embed +
  *                    sec_resparsify (bbkb)
  * kb_engine_stat_name(engine, i) is the i-th name the engine offers, NULL past the last

@@ -26,9 +26,9 @@
  * Optimizer: NLopt's bounded L-BFGS (NLOPT_LD_LBFGS) from the current values (warm
  * start) and from `starts` further points drawn from the priors with the caller's RNG; the
  * best end point wins. Parameters the user fixed keep their values (they are left out of
- * the optimized vector). Large n: the fit uses at most `max_rows` observations, the best
- * quarter by y plus a seeded uniform sample of the rest, so a fit costs O(max_rows^3) per
- * evaluation whatever the history (max_rows = 256: ~6 MFLOP per evaluation).
+ * the optimized vector). Large n: the fit uses at most `max_rows` observations, a seeded
+ * uniform sample (kb__hyper_fit), so a fit costs O(max_rows^3) per evaluation whatever the
+ * history (max_rows = 256: ~6 MFLOP per evaluation).
  * Deterministic: same inputs and RNG state, same result.
  */
 #include "internal.h"
@@ -233,14 +233,16 @@ static void prior_draw(size_t d, size_t idx, kb_rng *rng, double *x)
     *x = fmin(hi, fmax(lo, mu + 0.5 * sd * kb_rng_normal(rng)));
 }
 
-size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, size_t *idx)
+/* All n rows, or max_rows of them: the `top` best by y, then a uniform sample without
+ * replacement of the others (a partial Fisher-Yates shuffle drawn from rng). */
+static size_t pick(const double *y, size_t n, size_t max_rows, size_t top, kb_rng *rng,
+                   size_t *idx)
 {
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
     if (n <= max_rows)
         return n;
-    size_t top = max_rows / 4;
-    for (size_t i = 0; i < top; i++) { /* selection of the top quarter, ties to the lower */
+    for (size_t i = 0; i < top; i++) { /* selection of the best, ties to the lower */
         size_t b = i;
         for (size_t j = i + 1; j < n; j++)
             if (y[idx[j]] > y[idx[b]])
@@ -255,6 +257,11 @@ size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, si
         idx[j] = t;
     }
     return max_rows;
+}
+
+size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, size_t *idx)
+{
+    return pick(y, n, max_rows, max_rows / 4, rng, idx);
 }
 
 static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *best_theta)
@@ -319,7 +326,15 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
     fit_ctx c = {.theta = theta, .free_idx = free_idx, .grad_full = grad_full};
     int rc = idx && Us && ys ? KB_OK : KB_ENOMEM;
     if (rc == KB_OK) {
-        size_t m = kb__pick_rows(y, n, max_rows, rng, idx);
+        /* A uniform sample, chosen without looking at y: its likelihood is the GP's own
+         * marginal on those rows. Rows chosen by y (kb__pick_rows' best quarter, right for
+         * a posterior near the incumbent) select on the noise as well as on f, which the
+         * likelihood does not model: a selection is ignorable only when it does not
+         * depend on the values left out (Rubin, "Inference and missing data",
+         * Biometrika 63(3), 1976). Repeats of one arm made that selection keep its
+         * largest noise draws and inflated the fitted noise (docs/BENCHMARKS.md, ninth
+         * session, the 20,000-arm benchmark). */
+        size_t m = pick(y, n, max_rows, 0, rng, idx);
         for (size_t i = 0; i < m; i++) {
             memcpy(Us + i * d, U + idx[i] * d, d * sizeof *Us);
             ys[i] = y[idx[i]];

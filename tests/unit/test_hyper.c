@@ -5,7 +5,8 @@
  * hyperparameter of every stationary kernel with ARD lengthscales, with and without a
  * categorical coordinate (indicator distance against the kernel's one-hot embedding),
  * recovery of known ARD
- * lengthscales and noise from a GP draw, fixed parameters held, determinism.
+ * lengthscales and noise from a GP draw, the noise from a bandit-like history that
+ * repeats one arm (more rows than a fit uses), fixed parameters held, determinism.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -159,6 +160,40 @@ static void recovers_ard_lengthscales_and_noise(void **state)
     free(y);
 }
 
+/* A bandit's history: a few points, then one arm (the best) told many times. The fit
+ * sees max_rows of the 2,000 rows; the noise must come out as drawn. Rows picked by y
+ * would keep that arm's largest noise draws beside its typical ones and read their
+ * spread as noise (1.5 times the truth here). */
+static void noise_recovered_from_repeats_of_one_arm(void **state)
+{
+    (void)state;
+    enum { N0 = 100, N = 2000 };
+    const double true_l[D] = {0.3, 0.3, 0.3}, noise_sd = 0.1;
+    double *U = malloc(N * D * sizeof *U), *y = malloc(N * sizeof *y);
+    kb_rng rng;
+    kb_rng_seed(&rng, 21);
+    gp_draw(&rng, N0, true_l, 0.0, U, y);
+    size_t best = 0;
+    for (size_t i = 1; i < N0; i++)
+        best = y[i] > y[best] ? i : best;
+    for (size_t i = N0; i < N; i++) {
+        memcpy(U + i * D, U + best * D, D * sizeof *U);
+        y[i] = y[best] + noise_sd * kb_rng_normal(&rng);
+    }
+    for (size_t i = 0; i < N0; i++)
+        y[i] += noise_sd * kb_rng_normal(&rng);
+    double noise = 0.1;
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
+    kb_hyper_opts o = {.starts = 2};
+    fit(k, &noise, U, y, N, &o, 3);
+    double true_noise = noise_sd * noise_sd;
+    if (fabs(noise - true_noise) > 0.3 * true_noise)
+        fail_msg("noise: fitted %g, true %g", noise, true_noise);
+    kb_kernel_free(k);
+    free(U);
+    free(y);
+}
+
 static void fixed_values_held_and_fit_deterministic(void **state)
 {
     (void)state;
@@ -210,6 +245,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(likelihood_matches_dense_and_gradient_matches_differences),
         cmocka_unit_test(recovers_ard_lengthscales_and_noise),
+        cmocka_unit_test(noise_recovered_from_repeats_of_one_arm),
         cmocka_unit_test(fixed_values_held_and_fit_deterministic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -233,7 +233,9 @@ static int refit_kernel(kb_engine *e, dataset *ds)
     bbkb *st = e->impl;
     int refitted = 0, rc = KB_OK;
     if (kb__hyper_due(e)) {
+        double t0 = kb__now();
         rc = kb__hyper_refit(e, NULL);
+        st->sec_fit += kb__now() - t0;
         st->lambda = e->noise;
         refitted = 1;
     }
@@ -535,6 +537,7 @@ static const kb__stat bbkb_stats[] = {
     KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),
     KB__STAT("sec_embed", bbkb, sec_embed),
     KB__STAT("sec_resparsify", bbkb, sec_resparsify),
+    KB__STAT("sec_fit", bbkb, sec_fit),
     KB__STAT("sec_ask", bbkb, sec_ask),
     KB__STAT("sec_tell", bbkb, sec_tell),
     KB__STAT("flop_l3", bbkb, flop_l3),

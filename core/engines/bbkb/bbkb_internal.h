@@ -105,6 +105,7 @@ typedef struct bbkb {
     /* statistics */
     uint64_t epoch, epoch_asks, last_batch, epochs_low_rank;
     double sec_embed, sec_resparsify, sec_ask, sec_tell, flop_l3;
+    double sec_fit; /* the hyperparameter refits, part of sec_resparsify */
 } bbkb;
 
 /* One row of the data a resparsification rebuilds V from: a selected or observed point
