@@ -16,6 +16,7 @@
 #include "../../server/study.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define REPLY_TIMEOUT_MS 8000 /* under the run's -timeout=10; far under the idle timeout */
@@ -153,24 +155,62 @@ static int reply_complete(const char *buf, size_t len, int head)
  * answer does not wait for the close: MHD closes a half-closed keep-alive connection
  * (the input may turn "Connection: close" into a folded header) only when its thread
  * next wakes. */
+/* libFuzzer's -timeout arms a SIGALRM timer, so every blocking call here can return EINTR
+ * without anything being wrong with the daemon (it once read as "no answer within 8 s").
+ * wait_for: 1 when fd is ready for `events` within ms milliseconds, retrying after signals. */
+static int wait_for(int fd, short events, int ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int left = ms;;) {
+        struct pollfd p = {.fd = fd, .events = events};
+        int r = poll(&p, 1, left);
+        if (r >= 0 || errno != EINTR)
+            return r == 1;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        left = ms - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        if (left <= 0)
+            return 0;
+    }
+}
+
+/* A connect interrupted by a signal goes on in the background: wait for it and read its
+ * outcome instead of calling connect again. */
+static int connect_fully(int fd, const struct sockaddr_in *a)
+{
+    if (connect(fd, (const struct sockaddr *)a, sizeof *a) == 0)
+        return 0;
+    if (errno != EINTR || !wait_for(fd, POLLOUT, REPLY_TIMEOUT_MS))
+        return -1;
+    int err = 0;
+    socklen_t n = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) || err) {
+        errno = err ? err : errno;
+        return -1;
+    }
+    return 0;
+}
+
 static char *read_all(int fd, int head, size_t *len)
 {
     size_t cap = 4096;
     char *buf = malloc(cap);
     *len = 0;
     for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, REPLY_TIMEOUT_MS) != 1) {
+        if (!wait_for(fd, POLLIN, REPLY_TIMEOUT_MS)) {
             /* Tell a slow answer from none before failing (run with -timeout above 60 s
              * to see which it was). */
-            int late = poll(&p, 1, 50000) == 1;
+            int late = wait_for(fd, POLLIN, 50000);
             fprintf(stderr, "fuzz daemon: no answer within %d ms (%s)\n", REPLY_TIMEOUT_MS,
                     late ? "something came within 58 s" : "nothing within 58 s either");
             abort();
         }
         if (*len + 2048 > cap)
             buf = realloc(buf, cap *= 2);
-        ssize_t n = read(fd, buf + *len, cap - *len - 1);
+        ssize_t n;
+        do
+            n = read(fd, buf + *len, cap - *len - 1);
+        while (n < 0 && errno == EINTR);
         if (n <= 0)
             break; /* closed (a reset counts as closed: MHD drops some connections) */
         *len += (size_t)n;
@@ -210,13 +250,15 @@ void fuzz_exchange(const char *req, size_t len, fuzz_reply *out)
     struct linger reset = {.l_onoff = 1, .l_linger = 0};
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset) ||
-        connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        connect_fully(fd, &a)) {
         perror("fuzz daemon: connect");
         abort();
     }
     /* The daemon may answer and close before reading everything: a short write is fine. */
     for (size_t off = 0; off < len;) {
         ssize_t n = send(fd, req + off, len - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n <= 0)
             break;
         off += (size_t)n;
