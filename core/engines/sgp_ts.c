@@ -213,8 +213,9 @@ static int fit_titsias(kb_engine *e, sgp_ts *st, sgp_model *md)
     kb__chol_trsm(&md->Luu, 0, Ax, n, n);
     for (size_t i = 0; i < m * m; i++)
         K[i] = i % (m + 1) == 0 ? 1.0 : 0.0;
-    cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, (int)m, (int)n, 1.0, Ax, (int)n, 1.0,
-                K, (int)m);
+    if (m && n) /* BLAS refuses a leading dimension of 0 (an empty inducing set) */
+        cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, (int)m, (int)n, 1.0, Ax, (int)n,
+                    1.0, K, (int)m);
     if ((rc = kb__chol_factor(&md->LB, K, m, m)))
         goto done;
     for (size_t i = 0; i < n; i++)
