@@ -9,8 +9,9 @@
  * s->trials[i] holding the trials row of id i + 1; a replayed ask must return the
  * recorded handle, otherwise the rebuild fails (logged) and the study is not served.
  * A rebuild that failed because the store could not be read ("database is locked", an
- * I/O error) or memory ran out is retried by the next operation on the study, after a backoff that doubles
- * up to REBUILD_BACKOFF_MAX seconds; one whose history the engine rejects is not.
+ * I/O error) or memory ran out is retried by the next operation on the study, after a
+ * backoff that doubles up to REBUILD_BACKOFF_MAX seconds; one whose history the engine
+ * rejects is not.
  */
 #include "study_internal.h"
 

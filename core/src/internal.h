@@ -142,13 +142,13 @@ typedef struct kb_hyper_opts {
 
 /* MAP fit of k's lengthscales and variance and of *noise (those not fixed) to (U, y), n
  * rows of k->dim internal coordinates and standardized values, warm-started from their
- * current values; draws restarts and the row subset (uniform, max_rows) from rng. On failure they are
- * unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
+ * current values; draws restarts and the row subset (uniform, max_rows) from rng. On
+ * failure they are unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
 int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
                   const kb_hyper_opts *o, kb_rng *rng, kb_error *err);
 /* Rows a GP posterior is built on when there are many (acq.c): all when n <= max_rows,
- * else the best quarter by y and a uniform sample of the others drawn from rng. Writes the indices
- * to idx (n entries of room), returns how many. */
+ * else the best quarter by y and a uniform sample of the others drawn from rng. Writes
+ * the indices to idx (n entries of room), returns how many. */
 size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, size_t *idx);
 
 /* ------------------------------------------------ acquisition refinement (acq.c) */
