@@ -221,7 +221,10 @@ static char *read_all(int fd, int head, size_t *len)
     return buf;
 }
 
-/* Fills status, Content-Type and body from the text of the answer. */
+/* Fills status, Content-Type and body from the text of the answer. The body ends at its
+ * Content-Length: a second answer can arrive in the same read (the input may fold
+ * "Connection: close" away, or end the head early with a line starting with NUL, so
+ * the rest is a second, pipelined request). */
 static void parse_reply(fuzz_reply *r, size_t len)
 {
     char *t = r->text, *end = strstr(t, "\r\n\r\n");
@@ -235,6 +238,9 @@ static void parse_reply(fuzz_reply *r, size_t len)
         line += 2;
         if (strncasecmp(line, "Content-Type:", 13) == 0)
             r->ctype = line + 13 + strspn(line + 13, " "); /* ends where the next line began */
+        else if (strncasecmp(line, "Content-Length:", 15) == 0 &&
+                 strtoull(line + 15, NULL, 10) < r->body_len)
+            r->body_len = strtoull(line + 15, NULL, 10);
     }
 }
 
