@@ -70,9 +70,10 @@ static int query_arg(request *rq, const char *key, const char **out)
     return -1;
 }
 
-/* Integer query argument in [min, max] (def when absent); -1 after answering 400. The
- * whole value must be the number: strtoll alone also took leading blanks and a '+'
- * (limit=+5 arrives as " 5", since '+' is a space in a query). */
+/* Integer query argument in [min, max] (def when absent; every range is non-negative);
+ * -1 after answering 400. The whole value must be digits: strtoll alone also took
+ * leading blanks, a '+' (limit=+5 arrives as " 5", since '+' is a space in a query) and
+ * a '-' before zero (cursor=-0, found by fuzz_url). */
 static int query_int(request *rq, const char *key, int64_t min, int64_t max, int64_t def,
                      int64_t *out)
 {
@@ -85,8 +86,7 @@ static int query_int(request *rq, const char *key, int64_t min, int64_t max, int
     char *end;
     errno = 0;
     long long n = strtoll(v, &end, 10);
-    const char *digits = v + (*v == '-');
-    if (*digits < '0' || *digits > '9' || *end || errno == ERANGE || n < min || n > max) {
+    if (*v < '0' || *v > '9' || *end || errno == ERANGE || n < min || n > max) {
         api_error err;
         api_fail(&err, API_INVALID, key, "must be an integer in [%lld, %lld]", (long long)min,
                  (long long)max);

@@ -121,7 +121,7 @@ WRONG_FIELDS = [
 BAD_QUERIES = [(path, q) for path in ("/v1/studies", "/v1/studies/{S}/trials")
                for q in ("limit=", "limit=0", "limit=-1", "limit=abc", "limit=1.5", "limit=1e2",
                          "limit=0x10", "limit=%2B1", "limit=+1", "limit=" + "9" * 30,
-                         "limit=100000", "cursor=-1", "cursor=x", "cursor=1.0",
+                         "limit=100000", "cursor=-1", "cursor=-0", "cursor=-00", "limit=-05", "cursor=x", "cursor=1.0",
                          "cursor=18446744073709551616", "cursor=%00", "&" * 40, "limit",
                          "limit&limit=5", "limit=5&limit=abc", "limit=5&limit=5",
                          "name=" + "n" * 3000)]
