@@ -634,6 +634,53 @@ static const char *bad_framing(struct MHD_Connection *c)
     return NULL;
 }
 
+/* Walk over the header lines in libmicrohttpd's read buffer (see head_hides_bytes). */
+typedef struct line_walk {
+    const char *start, *end; /* the head: request line to blank line */
+    const char *next;        /* where the next header's name must start; NULL: none yet */
+    size_t nuls;             /* NULs between the previous value and next */
+    int bad;
+} line_walk;
+
+static enum MHD_Result walk_line(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    (void)kind;
+    line_walk *w = cls;
+    const char *p = value ? value + strlen(value) : key + strlen(key);
+    if ((w->next && (key != w->next || w->nuls > 2)) || p < w->start || p >= w->end) {
+        w->bad = 1;
+        return MHD_NO;
+    }
+    for (w->nuls = 0; p < w->end && *p == 0; p++)
+        w->nuls++;
+    w->next = p;
+    return MHD_YES;
+}
+
+/* Whether a header value hides bytes after a NUL (RFC 9110 5.5 forbids NUL in a field
+ * value), or a header line is folded (RFC 9112 5.2 lets a server refuse obs-fold).
+ * libmicrohttpd 0.9.75 hands values over as C strings, their sizes taken by strlen, so
+ * "Transfer-Encoding: chunked\0gzip" read as chunked and "Bearer <token>\0junk"
+ * authenticated; no size it reports shows the rest. But it parses the head in place in
+ * its read buffer, in order, replacing each line's CR and LF by NULs: after a value come
+ * only those NULs (at most 2), up to the next header's name, and after the last value up
+ * to the end of the head (at most 4, the blank line's included). Anything else there is
+ * what a NUL hid, or a folded line's continuation, which looks the same (and which
+ * libmicrohttpd mangles, appending it to the header's name). One form passes: a value
+ * whose one NUL is its last byte before a bare LF looks like a CRLF ending (nothing hides
+ * behind that NUL). method is the request line's start in the buffer. */
+static int head_hides_bytes(struct MHD_Connection *c, const char *method)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (!ci) /* only before the head was received */
+        return 0;
+    line_walk w = {.start = method, .end = method + ci->header_size};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, walk_line, &w);
+    return w.bad || (w.next && (w.next != w.end || w.nuls > 4));
+}
+
 static request *request_new(void)
 {
     request *rq = calloc(1, sizeof *rq);
@@ -744,7 +791,9 @@ static int on_headers(request *rq, const char *url, const char *method, int *rc)
         *rc = MHD_NO;
         return -1;
     }
-    const char *framing = bad_framing(rq->conn);
+    const char *framing = head_hides_bytes(rq->conn, method)
+                              ? "a header value contains a NUL byte, or a header line is folded"
+                              : bad_framing(rq->conn);
     if (framing) {
         rq->route = -1;
         *rc = reply_code(rq, API_INVALID, "%s", framing);
