@@ -301,10 +301,10 @@ int conn_guard_start_sweeper(void)
     pthread_condattr_destroy(&ca);
     g.stop = 0;
     g.swept = mono_sec();
-    if (pthread_create(&g.sweeper, NULL, sweeper_main, NULL) == 0)
-        return 0;
-    pthread_cond_destroy(&g.wake);
-    return -1;
+    int rc = pthread_create(&g.sweeper, NULL, sweeper_main, NULL);
+    if (rc)
+        pthread_cond_destroy(&g.wake);
+    return rc;
 }
 
 void conn_guard_stop_sweeper(void)
