@@ -250,7 +250,11 @@ void conn_guard_done(struct MHD_Connection *c) { move(c, SERVED); }
  * unread moves the start forward by it (see the top of this file). */
 static double request_began(guarded *e, double now, double period)
 {
-    unsigned long long received = bytes_received(e->fd), waiting = bytes_waiting(e->fd);
+    /* one syscall per connection and sweep unless bytes wait or a kept-alive
+     * connection's next request has not begun (the sweep holds g.lock) */
+    unsigned long long waiting = bytes_waiting(e->fd);
+    unsigned long long received =
+        waiting || (!e->began && e->where == SERVED) ? bytes_received(e->fd) : 0;
     int stalled = e->unread && waiting && received - waiting == e->consumed;
     e->unread = waiting > 0;
     e->consumed = received - waiting;
