@@ -793,9 +793,10 @@ static int on_headers(request *rq, const char *url, const char *method, int *rc)
         *rc = MHD_NO;
         return -1;
     }
-    const char *framing = head_hides_bytes(rq->conn, method)
-                              ? "a header value contains a NUL byte, or a header line is folded"
-                              : bad_framing(rq->conn);
+    const char *framing =
+        head_hides_bytes(rq->conn, method)
+            ? "a header value contains a NUL byte, or a header line is folded"
+            : bad_framing(rq->conn);
     if (framing) {
         rq->route = -1;
         *rc = reply_code(rq, API_INVALID, "%s", framing);
@@ -1020,8 +1021,9 @@ static struct MHD_Daemon *mhd_start(const http_config *cfg, char *why, size_t wh
     atomic_store(&start_msg.on, 0);
     if (!d) {
         pthread_mutex_lock(&start_msg.lock);
-        snprintf(why, why_len, "%s", start_msg.text[0] ? start_msg.text
-                                                       : "libmicrohttpd refused to start (no message)");
+        snprintf(why, why_len, "%s",
+                 start_msg.text[0] ? start_msg.text
+                                   : "libmicrohttpd refused to start (no message)");
         pthread_mutex_unlock(&start_msg.lock);
     }
     return d;
@@ -1042,17 +1044,20 @@ int http_start(const http_config *cfg, char *why, size_t why_len)
     oom_response = MHD_create_response_from_buffer_with_free_callback_cls(
         sizeof oom_body - 1, (void *)oom_body, NULL, NULL);
     int rc;
-    if (!oom_response || MHD_add_response_header(oom_response, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                                 "application/json") != MHD_YES) {
+    if (!oom_response ||
+        MHD_add_response_header(oom_response, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                "application/json") != MHD_YES) {
         snprintf(why, why_len, "out of memory");
         goto no_timer;
     }
     if ((rc = pthread_create(&waits.timer, NULL, timer_main, NULL))) {
-        snprintf(why, why_len, "cannot start the long-poll timer thread: %s", strerror(rc));
+        snprintf(why, why_len, "cannot start the long-poll timer thread: %s",
+                 strerror(rc));
         goto no_timer;
     }
     if ((rc = conn_guard_start_sweeper())) {
-        snprintf(why, why_len, "cannot start the header timeout thread: %s", strerror(rc));
+        snprintf(why, why_len, "cannot start the header timeout thread: %s",
+                 strerror(rc));
         goto no_sweeper;
     }
     if ((srv.d = mhd_start(cfg, why, why_len)))

@@ -180,8 +180,9 @@ static int spec_load(int64_t id, const char *config, study_spec *spec, api_error
     json_t *doc = proto_parse_object(config, strlen(config), err);
     if (!doc || proto_study_spec_parse(doc, spec, err)) {
         json_decref(doc);
-        log_json(LOG_ERROR, err->code == API_INTERNAL ? "cannot read a stored study config"
-                                                      : "stored study config invalid",
+        log_json(LOG_ERROR,
+                 err->code == API_INTERNAL ? "cannot read a stored study config"
+                                           : "stored study config invalid",
                  json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "field", err->field,
                            "error", err->message));
         return -1;
@@ -189,8 +190,9 @@ static int spec_load(int64_t id, const char *config, study_spec *spec, api_error
     json_decref(doc);
     if (study_load_candidates(spec, err) || proto_study_spec_config(spec, err)) {
         log_json(LOG_ERROR, "stored study cannot be rebuilt",
-                 json_pack("{s:I,s:s,s:s,s:b}", "study", (json_int_t)id, "field", err->field,
-                           "error", err->message, "retried", err->code == API_INTERNAL));
+                 json_pack("{s:I,s:s,s:s,s:b}", "study", (json_int_t)id, "field",
+                           err->field, "error", err->message, "retried",
+                           err->code == API_INTERNAL));
         proto_study_spec_clear(spec);
         return -1;
     }

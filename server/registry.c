@@ -300,7 +300,8 @@ static int list_page(study **v, size_t n, int64_t after, size_t limit, const cha
          * state read here is the one listed, so a page never contradicts its filter (a
          * change meanwhile is listed as if made just after). */
         int st = atomic_load(&s->state);
-        if (s->id <= after || (name && strcmp(s->spec.name, name)) || (state >= 0 && st != state) ||
+        if (s->id <= after || (name && strcmp(s->spec.name, name)) ||
+            (state >= 0 && st != state) ||
             !atomic_load(&s->spec_loaded)) /* nothing but its name to show yet */
             continue;
         /* A study not restored yet is listed without its lock, which its restore may hold
