@@ -32,8 +32,16 @@
  * whose request headers have not reached the handler --header-timeout-s after its
  * request began: for a FRESH connection, when it was accepted; for a SERVED one, when
  * the sweep first sees more bytes received on its socket (TCP_INFO) than at its last
- * answer (until then it is idle between requests, which the idle timeout governs). An entry's `began` is 0 while no request is under way,
- * and `headers` is set once its request's headers reached the handler.
+ * answer (until then it is idle between requests, which the idle timeout governs). An
+ * entry's `began` is 0 while no request is under way, and `headers` is set once its
+ * request's headers reached the handler.
+ * Only the client's delay counts: while libmicrohttpd's thread for the connection is
+ * blocked (a handler waiting for a study's mutex that a long ask or restore holds), a
+ * complete head sits unread in the socket. A period between two sweeps in which bytes
+ * waited unread at both and the daemon read none of them (the read position, bytes
+ * received minus bytes waiting, did not move) is the daemon's: `began` moves forward by
+ * it. A client trickling bytes to a daemon that reads them gets no such period. (Before,
+ * workers queued behind bbkb's resparsifications were cut off with their requests sent.)
  */
 #include "conn_guard.h"
 
@@ -45,6 +53,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -57,6 +66,10 @@ typedef struct guarded {
     int headers;  /* the current request's headers reached the handler */
     double began; /* mono_sec() when its current request began; 0: none under way */
     unsigned long long rx; /* bytes received from its client by its last answer (SERVED) */
+    /* at the last sweep that looked at it: bytes the daemon had read from the socket, and
+     * whether more were waiting unread */
+    unsigned long long consumed;
+    int unread;
 } guarded;
 
 /* How often the sweeper looks for connections past the header timeout (seconds). */
@@ -68,6 +81,7 @@ static struct {
     unsigned live, cap;
     atomic_ullong evicted, header_timeouts;
     double header_timeout;
+    double swept; /* mono_sec() of the last sweep */
     pthread_t sweeper;
     pthread_cond_t wake; /* signalled (under lock) to stop the sweeper */
     int stop;
@@ -186,6 +200,13 @@ static unsigned long long bytes_received(int fd)
     return ti.tcpi_bytes_received;
 }
 
+/* Bytes received on socket fd that the daemon has not read yet (0 when it cannot say). */
+static unsigned long long bytes_waiting(int fd)
+{
+    int n;
+    return ioctl(fd, FIONREAD, &n) == 0 && n > 0 ? (unsigned long long)n : 0;
+}
+
 static guarded *entry_of(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -223,21 +244,35 @@ void conn_guard_done(struct MHD_Connection *c) { move(c, SERVED); }
 
 /* ------------------------------------------------------------ header timeout */
 
-/* When e's current request began, 0 if none has (g.lock held): a SERVED connection's
- * request begins when bytes arrive after its last answer (noticed within a sweep). */
-static double request_began(guarded *e, double now)
+/* When e's current request began, 0 if none has, as the client's delay counts (g.lock
+ * held): a SERVED connection's request begins when bytes arrive after its last answer
+ * (noticed within a sweep); a period of `period` seconds in which the daemon left bytes
+ * unread moves the start forward by it (see the top of this file). */
+static double request_began(guarded *e, double now, double period)
 {
-    if (!e->began && e->where == SERVED && bytes_received(e->fd) > e->rx)
+    /* one syscall per connection and sweep unless bytes wait or a kept-alive
+     * connection's next request has not begun (the sweep holds g.lock) */
+    unsigned long long waiting = bytes_waiting(e->fd);
+    unsigned long long received =
+        waiting || (!e->began && e->where == SERVED) ? bytes_received(e->fd) : 0;
+    int stalled = e->unread && waiting && received - waiting == e->consumed;
+    e->unread = waiting > 0;
+    e->consumed = received - waiting;
+    if (!e->began && e->where == SERVED && received > e->rx)
         e->began = now;
+    else if (e->began && stalled)
+        e->began += period;
     return e->began;
 }
 
 static void sweep(double now)
 {
+    double period = now - g.swept;
+    g.swept = now;
     for (int list = FRESH; list <= SERVED; list++)
         for (guarded *e = g.head[list], *next; e; e = next) {
             next = e->next;
-            double began = e->headers ? 0 : request_began(e, now);
+            double began = e->headers ? 0 : request_began(e, now, period);
             if (began && now - began >= g.header_timeout)
                 evict(e, &g.header_timeouts);
         }
@@ -269,10 +304,11 @@ int conn_guard_start_sweeper(void)
     pthread_cond_init(&g.wake, &ca);
     pthread_condattr_destroy(&ca);
     g.stop = 0;
-    if (pthread_create(&g.sweeper, NULL, sweeper_main, NULL) == 0)
-        return 0;
-    pthread_cond_destroy(&g.wake);
-    return -1;
+    g.swept = mono_sec();
+    int rc = pthread_create(&g.sweeper, NULL, sweeper_main, NULL);
+    if (rc)
+        pthread_cond_destroy(&g.wake);
+    return rc;
 }
 
 void conn_guard_stop_sweeper(void)

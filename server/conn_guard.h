@@ -18,7 +18,8 @@
 /* The cap the guard keeps (libmicrohttpd's own limit must be above it, see http.c) and
  * the time a request's headers may take since the request began. */
 void conn_guard_init(unsigned max_connections, unsigned header_timeout_s);
-/* The thread that closes connections past the header timeout; 0 or -1 (not started). */
+/* The thread that closes connections past the header timeout; 0, or pthread_create's
+ * error number (not started). */
 int conn_guard_start_sweeper(void);
 void conn_guard_stop_sweeper(void);
 void conn_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,

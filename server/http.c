@@ -37,8 +37,10 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -634,6 +636,53 @@ static const char *bad_framing(struct MHD_Connection *c)
     return NULL;
 }
 
+/* Walk over the header lines in libmicrohttpd's read buffer (see head_hides_bytes). */
+typedef struct line_walk {
+    const char *start, *end; /* the head: request line to blank line */
+    const char *next;        /* where the next header's name must start; NULL: none yet */
+    size_t nuls;             /* NULs between the previous value and next */
+    int bad;
+} line_walk;
+
+static enum MHD_Result walk_line(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    (void)kind;
+    line_walk *w = cls;
+    const char *p = value ? value + strlen(value) : key + strlen(key);
+    if ((w->next && (key != w->next || w->nuls > 2)) || p < w->start || p >= w->end) {
+        w->bad = 1;
+        return MHD_NO;
+    }
+    for (w->nuls = 0; p < w->end && *p == 0; p++)
+        w->nuls++;
+    w->next = p;
+    return MHD_YES;
+}
+
+/* Whether a header value hides bytes after a NUL (RFC 9110 5.5 forbids NUL in a field
+ * value), or a header line is folded (RFC 9112 5.2 lets a server refuse obs-fold).
+ * libmicrohttpd 0.9.75 hands values over as C strings, their sizes taken by strlen, so
+ * "Transfer-Encoding: chunked\0gzip" read as chunked and "Bearer <token>\0junk"
+ * authenticated; no size it reports shows the rest. But it parses the head in place in
+ * its read buffer, in order, replacing each line's CR and LF by NULs: after a value come
+ * only those NULs (at most 2), up to the next header's name, and after the last value up
+ * to the end of the head (at most 4, the blank line's included). Anything else there is
+ * what a NUL hid, or a folded line's continuation, which looks the same (and which
+ * libmicrohttpd mangles, appending it to the header's name). One form passes: a value
+ * whose one NUL is its last byte before a bare LF looks like a CRLF ending (nothing hides
+ * behind that NUL). method is the request line's start in the buffer. */
+static int head_hides_bytes(struct MHD_Connection *c, const char *method)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (!ci) /* only before the head was received */
+        return 0;
+    line_walk w = {.start = method, .end = method + ci->header_size};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, walk_line, &w);
+    return w.bad || (w.next && (w.next != w.end || w.nuls > 4));
+}
+
 static request *request_new(void)
 {
     request *rq = calloc(1, sizeof *rq);
@@ -744,7 +793,10 @@ static int on_headers(request *rq, const char *url, const char *method, int *rc)
         *rc = MHD_NO;
         return -1;
     }
-    const char *framing = bad_framing(rq->conn);
+    const char *framing =
+        head_hides_bytes(rq->conn, method)
+            ? "a header value contains a NUL byte, or a header line is folded"
+            : bad_framing(rq->conn);
     if (framing) {
         rq->route = -1;
         *rc = reply_code(rq, API_INVALID, "%s", framing);
@@ -876,6 +928,32 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* msg[0..n) gets libmicrohttpd's message without its trailing newlines. */
+static void format_mhd(char *msg, size_t n, const char *fmt, va_list ap)
+{
+    vsnprintf(msg, n, fmt, ap);
+    size_t len = strlen(msg);
+    while (len && msg[len - 1] == '\n')
+        msg[--len] = 0;
+}
+
+/* The first message libmicrohttpd logs while MHD_start_daemon runs (`on`): its reason
+ * when it refuses to start (a thread or epoll it could not make, ...), which http_start
+ * hands to its caller for the fatal log line. Written by mhd_log in any thread. */
+static struct {
+    pthread_mutex_t lock; /* protects text */
+    atomic_int on;
+    char text[256];
+} start_msg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void start_msg_keep(const char *fmt, va_list ap)
+{
+    pthread_mutex_lock(&start_msg.lock);
+    if (!start_msg.text[0])
+        format_mhd(start_msg.text, sizeof start_msg.text, fmt, ap);
+    pthread_mutex_unlock(&start_msg.lock);
+}
+
 /* libmicrohttpd's messages, one line per kind (format string) per second at most: under
  * attack it logs a line per few evicted connections, which would flood the log. */
 static rate_limit mhd_lines = RATE_LIMIT_INIT(1.0);
@@ -883,14 +961,17 @@ static rate_limit mhd_lines = RATE_LIMIT_INIT(1.0);
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    if (atomic_load(&start_msg.on)) {
+        va_list copy;
+        va_copy(copy, ap);
+        start_msg_keep(fmt, copy);
+        va_end(copy);
+    }
     unsigned long suppressed;
     if (!rate_limit_pass(&mhd_lines, fmt, mono_sec(), &suppressed))
         return;
     char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    size_t n = strlen(msg);
-    while (n && msg[n - 1] == '\n')
-        msg[--n] = 0;
+    format_mhd(msg, sizeof msg, fmt, ap);
     log_json(LOG_WARN, "microhttpd",
              json_pack("{s:s,s:I}", "detail", msg, "suppressed", (json_int_t)suppressed));
 }
@@ -918,8 +999,37 @@ static void timer_stop(void)
  * is kept by conn_guard (evicting the connection that waited longest on its client), and
  * libmicrohttpd's limit is (threads + 1) times the cap: it splits its limit over the pool
  * threads, which accept unevenly, and each share must stay above the cap so that a new
- * connection reaches the guard while evicted ones are still closing. */
-int http_start(const http_config *cfg)
+ * connection reaches the guard while evicted ones are still closing. NULL: refused, why
+ * says why (libmicrohttpd's message). */
+static struct MHD_Daemon *mhd_start(const http_config *cfg, char *why, size_t why_len)
+{
+    start_msg.text[0] = 0;
+    atomic_store(&start_msg.on, 1);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY | MHD_ALLOW_SUSPEND_RESUME |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd,
+        MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        NULL, MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
+        MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, (cfg->threads + 1) * cfg->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
+        MHD_OPTION_END);
+    atomic_store(&start_msg.on, 0);
+    if (!d) {
+        pthread_mutex_lock(&start_msg.lock);
+        snprintf(why, why_len, "%s",
+                 start_msg.text[0] ? start_msg.text
+                                   : "libmicrohttpd refused to start (no message)");
+        pthread_mutex_unlock(&start_msg.lock);
+    }
+    return d;
+}
+
+int http_start(const http_config *cfg, char *why, size_t why_len)
 {
     MHD_set_panic_func(mhd_panic, NULL);
     conn_guard_init(cfg->max_connections, cfg->header_timeout_s);
@@ -933,42 +1043,33 @@ int http_start(const http_config *cfg)
     pthread_condattr_destroy(&ca);
     oom_response = MHD_create_response_from_buffer_with_free_callback_cls(
         sizeof oom_body - 1, (void *)oom_body, NULL, NULL);
+    int rc;
     if (!oom_response ||
         MHD_add_response_header(oom_response, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                "application/json") != MHD_YES ||
-        pthread_create(&waits.timer, NULL, timer_main, NULL)) {
-        if (oom_response)
-            MHD_destroy_response(oom_response);
-        oom_response = NULL;
-        return -1;
+                                "application/json") != MHD_YES) {
+        snprintf(why, why_len, "out of memory");
+        goto no_timer;
     }
-    if (conn_guard_start_sweeper()) {
-        timer_stop();
+    if ((rc = pthread_create(&waits.timer, NULL, timer_main, NULL))) {
+        snprintf(why, why_len, "cannot start the long-poll timer thread: %s",
+                 strerror(rc));
+        goto no_timer;
+    }
+    if ((rc = conn_guard_start_sweeper())) {
+        snprintf(why, why_len, "cannot start the header timeout thread: %s",
+                 strerror(rc));
+        goto no_sweeper;
+    }
+    if ((srv.d = mhd_start(cfg, why, why_len)))
+        return 0;
+    conn_guard_stop_sweeper();
+no_sweeper:
+    timer_stop();
+no_timer:
+    if (oom_response)
         MHD_destroy_response(oom_response);
-        oom_response = NULL;
-        return -1;
-    }
-    srv.d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY | MHD_ALLOW_SUSPEND_RESUME |
-            MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-        MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd,
-        MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        NULL, MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
-        MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, NULL,
-        MHD_OPTION_CONNECTION_LIMIT, (cfg->threads + 1) * cfg->max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
-        MHD_OPTION_END);
-    if (!srv.d) {
-        conn_guard_stop_sweeper();
-        timer_stop();
-        MHD_destroy_response(oom_response);
-        oom_response = NULL;
-        return -1;
-    }
-    return 0;
+    oom_response = NULL;
+    return -1;
 }
 
 void http_quiesce(void)

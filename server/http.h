@@ -49,7 +49,9 @@ typedef struct http_config {
     unsigned max_connections, max_connections_per_ip, idle_timeout_s, header_timeout_s;
 } http_config;
 
-int http_start(const http_config *cfg);
+/* Starts serving; 0, or -1 with why (why_len bytes) saying what failed: libmicrohttpd's
+ * own message when it refused to start, or which of our threads could not be made. */
+int http_start(const http_config *cfg, char *why, size_t why_len);
 /* Stop accepting, answer 503 to new requests, resume every long-poll. */
 void http_quiesce(void);
 /* Finish in-flight requests and stop the threads. */

@@ -398,12 +398,12 @@ int main(int argc, char **argv)
                       .max_connections_per_ip = (unsigned)o.max_conn_ip,
                       .idle_timeout_s = (unsigned)o.idle_s,
                       .header_timeout_s = (unsigned)o.header_s};
-    if (http_start(&hc)) {
+    if (http_start(&hc, errbuf, sizeof errbuf)) {
         registry_close();
         store_close(db);
         close(fd);
         free(token);
-        return fatal("cannot start the HTTP daemon", NULL);
+        return fatal_because("cannot start the HTTP daemon", o.listen, errbuf);
     }
     sweeper.period_ms = o.sweep_ms;
     pthread_t sweep_thread;

@@ -18,6 +18,7 @@
 #include "log.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,12 +170,64 @@ static int replay_cb(void *ud, const store_event *ev)
     return r;
 }
 
+/* Study id's spec from its stored config: parsed, its candidate set read, its engine
+ * config built. 0, or -1 with err, logged: API_INTERNAL when memory or the store failed
+ * (worth a retry: out of memory is no fault of the stored config), else the config is
+ * invalid. */
+static int spec_load(int64_t id, const char *config, study_spec *spec, api_error *err)
+{
+    memset(spec, 0, sizeof *spec); /* left empty on failure */
+    json_t *doc = proto_parse_object(config, strlen(config), err);
+    if (!doc || proto_study_spec_parse(doc, spec, err)) {
+        json_decref(doc);
+        log_json(LOG_ERROR,
+                 err->code == API_INTERNAL ? "cannot read a stored study config"
+                                           : "stored study config invalid",
+                 json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "field", err->field,
+                           "error", err->message));
+        return -1;
+    }
+    json_decref(doc);
+    if (study_load_candidates(spec, err) || proto_study_spec_config(spec, err)) {
+        log_json(LOG_ERROR, "stored study cannot be rebuilt",
+                 json_pack("{s:I,s:s,s:s,s:b}", "study", (json_int_t)id, "field",
+                           err->field, "error", err->message, "retried",
+                           err->code == API_INTERNAL));
+        proto_study_spec_clear(spec);
+        return -1;
+    }
+    return 0;
+}
+
+_Static_assert(offsetof(study_spec, name) == 0, "spec_complete keeps the name, first");
+
+/* Loads the spec its registration could not (s->mu held): 0, or REBUILD_RETRY /
+ * REBUILD_REJECTED. The name is not written: listings and the name check read it
+ * without s->mu. */
+static int spec_complete(study *s)
+{
+    study_spec spec;
+    api_error err = {0};
+    if (spec_load(s->id, s->stored_config, &spec, &err))
+        return err.code == API_INTERNAL ? REBUILD_RETRY : REBUILD_REJECTED;
+    size_t skip = sizeof spec.name;
+    memcpy((char *)&s->spec + skip, (char *)&spec + skip, sizeof spec - skip);
+    free(spec.name);
+    free(s->stored_config);
+    s->stored_config = NULL;
+    atomic_store(&s->spec_loaded, 1);
+    return 0;
+}
+
 /* Rebuilds engine and trials of s from the store (s->mu held or s unpublished). Returns
  * 0, REBUILD_RETRY when the store could not be read or memory ran out (perhaps for a
  * moment), or
  * REBUILD_REJECTED when the engine cannot be built from what the store holds. */
 int study_rebuild(study *s)
 {
+    int spec = s->stored_config ? spec_complete(s) : 0;
+    if (spec)
+        return spec;
     kb_engine_free(s->engine);
     s->engine = NULL;
     for (size_t i = 0; i < s->n_trials; i++) {
@@ -227,10 +280,34 @@ study *study_alloc(int64_t id, int64_t created_ms, study_spec *spec)
     atomic_init(&s->refs, 1);
     atomic_init(&s->restore, RESTORE_PENDING);
     atomic_init(&s->state, STUDY_ACTIVE);
+    atomic_init(&s->spec_loaded, 1);
     pthread_mutex_init(&s->mu, NULL);
     return s;
 }
 
+/* A study whose spec could not be loaded (err): registered with its name and, when the
+ * failure may pass, its stored config for the rebuild to load (restore pending); with an
+ * invalid config, failed (answers 500). NULL: out of memory. */
+static study *study_alloc_unloaded(int64_t id, const char *name, const char *config,
+                                   int64_t created_ms, const api_error *err)
+{
+    int retry = err->code == API_INTERNAL;
+    study_spec spec = {.name = strdup(name)};
+    study *s = spec.name ? study_alloc(id, created_ms, &spec) : NULL;
+    if (!s || (retry && !(s->stored_config = strdup(config)))) {
+        free(spec.name);
+        if (s)
+            study_free(s);
+        return NULL;
+    }
+    atomic_store(&s->spec_loaded, 0);
+    atomic_store(&s->restore, retry ? RESTORE_PENDING : RESTORE_FAILED);
+    return s;
+}
+
+/* A study whose spec cannot be loaded is registered all the same (study_alloc_unloaded):
+ * the daemon serves the others, and only a database it cannot read at all, or memory
+ * for the study itself, stops the start-up. */
 int study_load_stored(void *ud, int64_t id, const char *name, const char *config,
                       int64_t created_ms, const char *state)
 {
@@ -243,33 +320,19 @@ int study_load_stored(void *ud, int64_t id, const char *name, const char *config
                  json_pack("{s:I,s:s}", "study", (json_int_t)id, "state", state));
         return -1;
     }
-    json_t *doc = proto_parse_object(config, strlen(config), &err);
-    if (!doc || proto_study_spec_parse(doc, &spec, &err)) {
-        json_decref(doc);
-        /* out of memory is no fault of the stored config */
-        log_json(LOG_ERROR, err.code == API_INTERNAL ? "cannot read a stored study config"
-                                                     : "stored study config invalid",
-                 json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "field", err.field,
-                           "error", err.message));
-        return -1;
-    }
-    json_decref(doc);
-    if (study_load_candidates(&spec, &err) || proto_study_spec_config(&spec, &err)) {
-        log_json(LOG_ERROR, "stored study cannot be rebuilt",
-                 json_pack("{s:I,s:s,s:s}", "study", (json_int_t)id, "field", err.field,
-                           "error", err.message));
+    study *s = spec_load(id, config, &spec, &err) == 0
+                   ? study_alloc(id, created_ms, &spec)
+                   : study_alloc_unloaded(id, name, config, created_ms, &err);
+    if (!s) {
         proto_study_spec_clear(&spec);
         return -1;
     }
-    study *s = study_alloc(id, created_ms, &spec);
-    if (s)
-        atomic_store(&s->state, st);
-    if (!s || reg_insert(s)) {
-        if (s)
-            study_free(s);
+    atomic_store(&s->state, st);
+    if (reg_insert(s)) {
+        study_free(s);
         return -1;
     }
-    reg_count_restore(-1, RESTORE_PENDING);
+    reg_count_restore(-1, atomic_load(&s->restore));
     return 0;
 }
 

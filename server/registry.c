@@ -50,6 +50,7 @@ void study_free(study *s)
     }
     free(s->trials);
     proto_study_spec_clear(&s->spec);
+    free(s->stored_config);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -299,7 +300,9 @@ static int list_page(study **v, size_t n, int64_t after, size_t limit, const cha
          * state read here is the one listed, so a page never contradicts its filter (a
          * change meanwhile is listed as if made just after). */
         int st = atomic_load(&s->state);
-        if (s->id <= after || (name && strcmp(s->spec.name, name)) || (state >= 0 && st != state))
+        if (s->id <= after || (name && strcmp(s->spec.name, name)) ||
+            (state >= 0 && st != state) ||
+            !atomic_load(&s->spec_loaded)) /* nothing but its name to show yet */
             continue;
         /* A study not restored yet is listed without its lock, which its restore may hold
          * for seconds, and without progress (deleted meanwhile, it may still be listed, as

@@ -18,9 +18,9 @@
  * study_rebuild as any other time, hence with the same asks).
  *
  * Invariants, for a study s with s->mu held:
- *   - unless s->restore == RESTORED, nothing but the spec is loaded: only
- *     study_lock_live (which restores), delete and shutdown touch such a study, and
- *     listings show it without progress;
+ *   - unless s->restore == RESTORED, nothing but the spec is loaded (or only its name,
+ *     see stored_config): only study_lock_live (which restores), delete and shutdown
+ *     touch such a study, and listings show it without progress;
  *   - s->engine is exactly the engine obtained by replaying the study's events 1..s->seq
  *     in the store, and s->trials[i] mirrors the trials row of id i + 1 (trial id ==
  *     engine handle);
@@ -95,6 +95,12 @@ struct study {
     atomic_int restore;
     double retry_at;    /* RESTORE_RETRY: mono_sec() before which no rebuild is tried */
     double retry_wait;  /* the backoff behind retry_at (0: no rebuild failed since success) */
+    /* A study whose spec could not be loaded at registration (its config or candidate set
+     * unreadable for a moment: out of memory, a read error) keeps its stored config here
+     * and only its name in spec; its rebuild loads the rest first. spec_loaded (read
+     * without mu by listings, which leave such a study out) is 0 until then. */
+    char *stored_config;
+    atomic_int spec_loaded;
 };
 
 /* The counters of /metrics that are sums over studies. */

@@ -23,7 +23,9 @@
  * KB_FAULT_SQL set, every SQLite statement whose SQL contains KB_FAULT_SQL fails with
  * SQLITE_IOERR for as long as the file KB_FAULT_FILE exists (sqlite3_step interposed; the
  * daemon calls it through the PLT), which plays "database is locked" or an I/O error
- * that goes away (test_rebuild_retry.py).
+ * that goes away (test_rebuild_retry.py). With KB_FAULT_STALL=1 as well, such a statement
+ * waits while the file exists and then runs normally instead: a study's restore (its
+ * mutex held) made as slow as a test needs (test_header_timeout.py).
  * The xWrite and xSync faults come from a VFS wrapped around SQLite's default one and
  * registered as the new default by this library's constructor, before main: the daemon
  * opens its connections through it without knowing. Nothing here is linked into
@@ -399,7 +401,12 @@ static int step_faulted(sqlite3_stmt *st)
 
 int sqlite3_step(sqlite3_stmt *st)
 {
-    return step_faulted(st) ? SQLITE_IOERR : real_step(st);
+    const char *stall = getenv("KB_FAULT_STALL");
+    if (!stall || strcmp(stall, "1") != 0)
+        return step_faulted(st) ? SQLITE_IOERR : real_step(st);
+    while (step_faulted(st))
+        usleep(10000);
+    return real_step(st);
 }
 
 __attribute__((constructor)) static void shim_init(void)

@@ -126,8 +126,11 @@ static void start(void)
     http_config hc = {.listen_fd = listen_loopback(), .threads = 2, .token = FUZZ_TOKEN,
                       .max_body = 1 << 20, .max_connections = 256,
                       .max_connections_per_ip = 0, .idle_timeout_s = 60};
-    if (http_start(&hc))
+    char why[256];
+    if (http_start(&hc, why, sizeof why)) {
+        fprintf(stderr, "fuzz daemon: cannot start the HTTP daemon: %s\n", why);
         abort();
+    }
     seed_studies();
 }
 

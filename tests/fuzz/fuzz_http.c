@@ -7,8 +7,9 @@
  * the body. The harness writes HTTP/1.1 with CRLFs and adds Host, Connection: close and
  * the bearer token (unless the input has an Authorization header). The body is framed by
  * the harness's own Content-Length, and the input's Content-Length and Transfer-Encoding
- * headers are dropped, unless they are framing the daemon must refuse at once (several
- * of either, both, or a coding other than chunked): a body shorter than its declared
+ * headers are dropped, unless the daemon must refuse the head at once (several of
+ * either, both, a coding other than chunked, a NUL in a header line or a folded line):
+ * a body shorter than its declared
  * length is only ever answered by closing the connection, which MHD 0.9.75 does late
  * after a half-close (when its thread next wakes), and the fuzzer would wait for that.
  * Every answer must pass fuzz_check_reply; a crash, leak, UB or hang anywhere in the
@@ -37,19 +38,21 @@ static int has_header(const char *h, size_t n, const char *name)
     return n > k && strncasecmp(h, name, k) == 0 && h[k] == ':';
 }
 
-/* Whether the header lines in [p, end) (up to an empty line) frame the body in a way the
- * daemon refuses before reading it. */
-static int refused_framing(const char *p, const char *end)
+/* Whether the daemon refuses the request on the header lines in [p, end) (up to an empty
+ * line), before reading a body: a NUL in a line (libmicrohttpd or the daemon refuses it,
+ * docs/TESTING.md finding 11), a folded line (the harness writes it after its own
+ * Connection: close), or framing it does not trust. */
+static int refused_head(const char *p, const char *end)
 {
     int lengths = 0, codings = 0, chunked = 1;
     const char *next;
     for (size_t n; p < end && (n = line_at(p, end, &next)) > 0; p = next) {
+        if (memchr(p, 0, n) || *p == ' ' || *p == '\t')
+            return 1;
         lengths += has_header(p, n, "Content-Length");
         if (has_header(p, n, "Transfer-Encoding")) {
             const char *v = p + 18;
-            /* libmicrohttpd hands header values over as C strings: a NUL ends the value
-             * the daemon sees (docs/TESTING.md, finding 11) */
-            size_t vn = strnlen(v, n - 18);
+            size_t vn = n - 18;
             while (vn && *v == ' ')
                 v++, vn--;
             codings++;
@@ -68,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = line_at(p, end, &next);
     fwrite(p, 1, n, f);
     fputs(" HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n", f);
-    int auth = 0, framed = refused_framing(next, end);
+    int auth = 0, framed = refused_head(next, end);
     for (p = next; p < end && (n = line_at(p, end, &next)) > 0; p = next) {
         auth |= has_header(p, n, "Authorization");
         if (!framed && (has_header(p, n, "Content-Length") || has_header(p, n, "Transfer-Encoding")))

@@ -4,11 +4,13 @@ connection whose request headers are not complete --header-timeout-s after its r
 began is closed, on a new connection (the request began when it was accepted) as on a
 kept-alive one (it began when bytes came after the last answer), while a kept-alive
 client idle between requests stays governed by --idle-timeout-s."""
+import json
+import os
 import select
 import socket
 import time
 
-from conftest import SANITIZED, metrics
+from conftest import SANITIZED, ask, create_study, daemon_binary, metrics, tell
 
 TIMEOUT = 2
 REQUEST = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -74,6 +76,51 @@ def test_trickled_headers_closed_after_header_timeout(daemons):
     for s in (fresh, kept, worker):
         s.close()
     assert metrics(d.client())[("kbandit_connections_header_timeouts_total", ())] == 2
+
+
+def test_server_stall_is_not_the_clients_delay(daemons, tmp_path):
+    """A worker's whole request head waiting in the kernel while the daemon's thread is
+    blocked (here: an ask waiting for the study's mutex, which the study's restore holds
+    for longer than the header timeout) is not a slow client. Before, the sweeper counted
+    that time against the worker and closed its kept-alive connection: seen in
+    bench/quality/run.py as dropped connections while asks queued behind bbkb's
+    resparsifications (issue 16)."""
+    first = daemons(name="first")
+    api = first.client()
+    sid = create_study(api, "stall")["id"]
+    for t in ask(api, sid, count=3)["trials"]:
+        tell(api, sid, t["id"], 1.0)
+    assert first.stop() == 0
+    shim = daemon_binary().parent / "kb-fault.so"
+    assert shim.exists(), f"{shim} not built (make)"
+    switch = tmp_path / "stall"
+    switch.touch()  # the restore's snapshot read waits while this file exists
+    env = {"LD_PRELOAD": str(shim), "KB_FAULT_FILE": str(switch),
+           "KB_FAULT_SQL": "FROM snapshots", "KB_FAULT_STALL": "1"}
+    if SANITIZED:  # the shim is loaded before the sanitizer runtime
+        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+    d = daemons(name="stalled", db=first.db, env=env,
+                args=["--threads", "1", "--header-timeout-s", str(TIMEOUT),
+                      "--idle-timeout-s", "60"])
+    connect = lambda: socket.create_connection(("127.0.0.1", d.port), timeout=30)  # noqa: E731
+    worker, asker = connect(), connect()
+    worker.sendall(REQUEST)
+    read_response(worker)  # kept alive, on the daemon's only HTTP thread
+    body = b'{"worker":"w"}'
+    asker.sendall(b"POST /v1/studies/%d/ask HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (sid, len(body), body))
+    time.sleep(0.5)  # the ask now blocks the thread on the study's mutex
+    worker.sendall(REQUEST)  # complete at once; the thread cannot read it yet
+    time.sleep(2 * TIMEOUT + 1)
+    try:
+        assert not closed(worker)
+    finally:
+        switch.unlink()
+    assert json.loads(read_response(asker))["trials"]
+    assert json.loads(read_response(worker))["status"] == "ok"
+    for s in (worker, asker):
+        s.close()
+    assert metrics(d.client())[("kbandit_connections_header_timeouts_total", ())] == 0
 
 
 def test_header_timeout_flag_checked(daemons):

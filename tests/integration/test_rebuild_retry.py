@@ -13,7 +13,7 @@ import os
 import re
 import time
 
-from conftest import SANITIZED, ask, create_study, daemon_binary, error_of, tell
+from conftest import SANITIZED, ask, create_study, daemon_binary, error_of, grid, tell
 
 SHIM = daemon_binary().parent / "kb-fault.so"
 
@@ -72,3 +72,50 @@ def test_failed_rebuild_answers_503_and_recovers(daemons, tmp_path):
     tell(api, sid, trials[1]["id"], 2.0)
     tell(api, sid, trials[2]["id"], 3.0)
     assert api.get("/healthz").json()["studies"] == {"restored": 1, "restoring": 0, "failed": 0}
+
+
+def test_study_unreadable_at_registration_waits_for_a_retry(daemons, tmp_path):
+    """Issue 16: a study whose registration failed at start-up (here its candidate set
+    cannot be read: SQLite fails the statement while a switch file exists; out of memory
+    there did the same) stopped the whole start-up ("cannot load the studies from the
+    database", exit 1). Now that study answers 503 with Retry-After, the others serve,
+    and once the candidate set can be read again the study is rebuilt whole."""
+    assert SHIM.exists(), f"{SHIM} not built (make)"
+    first = daemons(name="first")
+    api = first.client()
+    cs = api.post("/v1/candidate-sets", json={"rows": grid(25, 2, seed=3), "names": ["u", "v"]})
+    assert cs.status_code == 201, cs.text
+    sid = create_study(api, "from-set", space={"type": "candidates",
+                                               "candidate_set": cs.json()["id"]})["id"]
+    other = create_study(api, "inline")["id"]
+    for s in (sid, other):
+        tell(api, s, ask(api, s)["trials"][0]["id"], 1.0)
+    trials = api.get(f"/v1/studies/{sid}/trials").json()["trials"]
+    assert first.stop() == 0
+
+    switch = tmp_path / "fault"
+    switch.touch()
+    env = dict(fault_env(switch), KB_FAULT_SQL="FROM candidate_sets")
+    d = daemons(name="second", db=first.db, env=env)
+    api = d.client()
+    assert "stored study cannot be rebuilt" in d.stderr()
+    r = api.get(f"/v1/studies/{sid}")
+    assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 0, r.text
+    assert error_of(r)["code"] == "unavailable"
+    assert api.get(f"/v1/studies/{other}").status_code == 200
+    tell(api, other, ask(api, other)["trials"][0]["id"], 2.0)
+    assert api.get("/healthz").json()["studies"]["restoring"] == 1
+    # the name stays taken while the study waits
+    assert create_study(api, "from-set", expect=409)
+
+    switch.unlink()
+    deadline = time.monotonic() + 10
+    while (r := api.get(f"/v1/studies/{sid}")).status_code != 200:
+        assert r.status_code == 503 and time.monotonic() < deadline, r.text
+        time.sleep(0.2)
+    assert r.json()["space"]["candidate_set"] == cs.json()["id"]
+    assert api.get(f"/v1/studies/{sid}/trials").json()["trials"] == trials
+    tell(api, sid, ask(api, sid)["trials"][0]["id"], 3.0)
+    listed = {s["id"] for s in api.get("/v1/studies").json()["studies"]}
+    assert listed == {sid, other}
+    assert api.get("/healthz").json()["studies"] == {"restored": 2, "restoring": 0, "failed": 0}

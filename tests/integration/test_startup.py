@@ -1,6 +1,7 @@
 """This file contains start-up tests of issue 14: strict KB_* booleans (KB_INSECURE=false
 used to turn insecure mode on), --version, and the defaults shown by --help; and of issue
 16: a database another connection holds locked for a moment is waited for, not refused."""
+import json
 import sqlite3
 import subprocess
 import threading
@@ -9,6 +10,7 @@ import time
 import requests
 
 from conftest import daemon_binary
+from test_faults import shim_env
 
 
 def test_insecure_false_keeps_auth_rules(daemons):
@@ -62,6 +64,28 @@ def test_listen_errors_carry_errno(daemons):
     busy = daemons()
     err = start_fails(daemons, listen=f"127.0.0.1:{busy.port}")
     assert "cannot listen" in err and "Address already in use" in err, err
+
+
+def test_http_start_failure_says_why(daemons):
+    """"cannot start the HTTP daemon" said nothing more. The daemon binds its socket
+    itself ("cannot listen" above carries the errno), so what fails there is a thread
+    (the long-poll timer, the header-timeout sweeper, libmicrohttpd's workers) or
+    libmicrohttpd itself: the line now has the reason, libmicrohttpd's own message for
+    its failures. Thread creation fails at each n-th call from main (fault shim)."""
+    reasons = []
+    for n in range(1, 9):
+        d = daemons(name=f"thread{n}", args=["--threads", "2"], start=False,
+                    env=shim_env(f"thread:{n}", arm_at_start=True))
+        d.start(expect_fail=True)
+        if d.running:
+            continue  # the n-th thread is a later one
+        assert d.exit_codes[-1] == 1, d.stderr()
+        reasons += [line["reason"] for line in map(json.loads, d.stderr().splitlines())
+                    if line.get("msg") == "cannot start the HTTP daemon"]
+    assert len(reasons) >= 3, reasons  # timer, sweeper, a libmicrohttpd worker
+    assert any(r.startswith("cannot start the long-poll timer thread: ") for r in reasons)
+    assert any("pool thread" in r for r in reasons), reasons  # libmicrohttpd's message
+    assert all("thread" in r for r in reasons), reasons
 
 
 def test_database_locked_for_a_moment_is_waited_for(daemons):
