@@ -8,6 +8,10 @@
  * Invariant: a rebuild leaves s->engine equal to the replay of events 1..s->seq, and
  * s->trials[i] holding the trials row of id i + 1; a replayed ask must return the
  * recorded handle, otherwise the rebuild fails (logged) and the study is not served.
+ * A replayed ask is given its trial's x (kb_engine_ask_recorded): where the engine now
+ * chooses another point (a newer kbandit), the trial is adopted at x and the rebuild
+ * logs one warning with the count, so told values stay paired with the points the
+ * workers evaluated.
  * A rebuild that failed because the store could not be read ("database is locked", an
  * I/O error) or memory ran out is retried by the next operation on the study, after a
  * backoff that doubles up to REBUILD_BACKOFF_MAX seconds; one whose history the engine
@@ -152,9 +156,8 @@ static int replay_cb(void *ud, const store_event *ev)
     int r = 0;
     if (ev->kind == 'a') {
         kb_point pt;
-        kb_ask_result res;
-        r = kb_engine_ask(e, 1, &pt, &res, &rc->kerr);
-        if (r == 0 && (res.n != 1 || pt.handle != (uint64_t)ev->trial_id))
+        r = kb_engine_ask_recorded(e, ev->x, &pt, &rc->kerr);
+        if (r == 0 && pt.handle != (uint64_t)ev->trial_id)
             r = -1, snprintf(rc->kerr.message, sizeof rc->kerr.message,
                              "replayed ask diverged at event %lld", (long long)ev->seq);
     } else if (ev->kind == 't') {
@@ -167,6 +170,21 @@ static int replay_cb(void *ud, const store_event *ev)
     rc->s->seq = ev->seq;
     rc->rejected = r != 0 && refused(&rc->kerr);
     return r;
+}
+
+/* Asks that replayed to other points than their trials' (this kbandit's engines choose
+ * differently from the one that handed them out) were adopted: the model holds the
+ * trials' points, but the study no longer follows one engine's choices. Said once per
+ * rebuild. */
+static void warn_adopted(const study *s)
+{
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(s->engine, &st, NULL);
+    if (st.adopted)
+        log_json(LOG_WARN, "replayed asks adopted",
+                 json_pack("{s:I,s:I,s:s}", "study", (json_int_t)s->id, "adopted",
+                           (json_int_t)st.adopted, "reason",
+                           "the engine now chooses other points than those handed out"));
 }
 
 /* Rebuilds engine and trials of s from the store (s->mu held or s unpublished). Returns
@@ -212,6 +230,7 @@ int study_rebuild(study *s)
     s->epoch = study_engine_count(s, "epoch");
     if (s->epoch > s->epoch_high)
         s->epoch_high = s->epoch;
+    warn_adopted(s);
     return 0;
 }
 
