@@ -577,6 +577,10 @@ static int tell_adopted(kb_engine *e, kb_trial *t, uint64_t handle, double y, kb
     t->y = y;
     e->n_tells++;
     e->n_adopted_pending--;
+    if (t->row != KB_NO_ROW) {
+        e->cand_pending[t->row]--;
+        e->cand_told[t->row] = 1;
+    }
     kb__log_tell(e->log, handle, y); /* cannot fail: reserved by the caller */
     return KB_OK;
 }
@@ -625,6 +629,8 @@ int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err)
     if (t->adopted) { /* the engine forgot it at its adoption */
         t->shown = KB_TRIAL_ABANDONED;
         e->n_adopted_pending--;
+        if (t->row != KB_NO_ROW)
+            e->cand_pending[t->row]--;
         kb__log_abandon(e->log, handle);
         return KB_OK;
     }
@@ -700,6 +706,16 @@ static int bare_trial(kb_engine *e, const double *u, kb_point *pt, kb_error *err
     return KB_OK;
 }
 
+/* The candidate whose input coordinates are x (finite sets), else KB_NO_ROW. */
+static size_t candidate_row(const kb_engine *e, const double *x)
+{
+    const kb_space *s = e->space;
+    for (size_t i = 0; s->finite && i < s->n; i++)
+        if (same_point(s->rows + i * s->dim, x, s->dim))
+            return i;
+    return KB_NO_ROW;
+}
+
 /* Makes pt's trial (handed out by the engine when `handed`, else created bare) the
  * adopted trial of the recorded point x, u its internal coordinates (kb_trial). */
 static int adopt(kb_engine *e, int handed, const double *x, const double *u, kb_point *pt,
@@ -717,6 +733,9 @@ static int adopt(kb_engine *e, int handed, const double *x, const double *u, kb_
     memcpy(kb__trial_x(e, pt->handle), x, e->space->dim * sizeof(double));
     t->adopted = 1;
     t->shown = KB_TRIAL_PENDING;
+    t->row = candidate_row(e, x); /* pending there for the repeats policy */
+    if (t->row != KB_NO_ROW)
+        e->cand_pending[t->row]++;
     e->n_adopted++;
     e->n_adopted_pending++;
     return KB_OK;

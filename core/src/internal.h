@@ -236,10 +236,14 @@ typedef struct kb_trial {
     /* Adopted at a replay (kb_engine_ask_recorded): the engine's own choice, if it made
      * one, was abandoned, so `state` stays KB_TRIAL_ABANDONED for the engines (which read
      * only kb__trial_u, the engine's choice); kb__trial_x is the recorded point and
-     * `shown` the state the caller sees. Its tell is an observation of that point. */
+     * `shown` the state the caller sees. Its tell is an observation of that point, and
+     * `row` is the candidate that point is (finite sets), for the repeats policy, or
+     * KB_NO_ROW. */
     int adopted;
     kb_trial_state shown;
+    size_t row;
 } kb_trial;
+#define KB_NO_ROW ((size_t)-1)
 
 /* One figure an engine offers by name: a field of its state (e->impl), read where it
  * lives, so a figure cannot drift from what the engine computes. The type is taken from

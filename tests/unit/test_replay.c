@@ -255,6 +255,47 @@ static void replay_without_a_point_is_adopted(void **state)
     kb_engine_free(r);
 }
 
+/* The repeats policy holds for the recorded points on a finite set: with "never", the
+ * restored engine hands out exactly the candidates never handed out before, then none. */
+static void adopted_candidates_count_for_repeats(void **state)
+{
+    (void)state;
+    kb_engine *a = engine("random", 3, "never");
+    kb_point first[10];
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(a, 10, first, &res, NULL), KB_OK);
+    for (size_t i = 0; i < 7; i++)
+        assert_int_equal(kb_engine_tell(a, first[i].handle, 1.0, NULL), KB_OK);
+    size_t len, tlen;
+    unsigned char *b = snapshot(a, &len);
+    kb_engine *other = engine("random", 4, "never");
+    unsigned char *t = transplant(other, b, len, &tlen);
+    kb_engine_free(other);
+    kb_engine *r = kb_engine_restore(t, tlen, NULL);
+    assert_non_null(r);
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(r, &st, NULL);
+    assert_true(st.adopted > 0);
+    kb_point later[N_ROWS];
+    assert_int_equal(kb_engine_ask(r, N_ROWS, later, &res, NULL), KB_OK);
+    assert_int_equal(res.n, N_ROWS - 10);
+    assert_int_equal(res.status, KB_ASK_EXHAUSTED);
+    for (size_t i = 0; i < res.n; i++)
+        for (size_t j = 0; j < 10; j++)
+            assert_memory_not_equal(later[i].x, first[j].x, DIM * sizeof(double));
+    /* an abandoned recorded point is free again, a told one is not */
+    assert_int_equal(kb_engine_abandon(r, first[9].handle, NULL), KB_OK);
+    assert_int_equal(kb_engine_tell(r, first[8].handle, 0.5, NULL), KB_OK);
+    kb_point again[2];
+    assert_int_equal(kb_engine_ask(r, 2, again, &res, NULL), KB_OK);
+    assert_int_equal(res.n, 1);
+    assert_memory_equal(again[0].x, first[9].x, DIM * sizeof(double));
+    free(t);
+    free(b);
+    kb_engine_free(a);
+    kb_engine_free(r);
+}
+
 /* A version 2 snapshot of `e` (asks without points): its events rewritten. */
 static unsigned char *as_version2(const kb_engine *e, const kb_engine *fresh, size_t *len)
 {
@@ -342,6 +383,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(diverging_replay_trains_on_recorded_points),
         cmocka_unit_test(replay_without_a_point_is_adopted),
+        cmocka_unit_test(adopted_candidates_count_for_repeats),
         cmocka_unit_test(version2_snapshots_replay_as_before),
         cmocka_unit_test(non_finite_recorded_point_is_corrupt),
     };
