@@ -42,7 +42,7 @@
 
 enum { EV_ASK = 1, EV_TELL = 2, EV_ABANDON = 3, EV_OBSERVE = 4 };
 #define MAGIC "KBSNAP01"
-#define VERSION 3u
+#define VERSION KB_SNAPSHOT_VERSION
 
 typedef struct buf {
     unsigned char *p;
@@ -384,6 +384,15 @@ static int replay_one(reader *r, uint32_t version, kb_engine *e, kb_error *err)
         return r->bad ? KB_ECORRUPT : kb_engine_observe(e, x, y, err);
     }
     return KB_ECORRUPT;
+}
+
+uint32_t kb_snapshot_version(const unsigned char *bytes, size_t len)
+{
+    uint32_t v;
+    if (len < 12 || memcmp(bytes, MAGIC, 8) != 0)
+        return 0;
+    memcpy(&v, bytes + 8, 4);
+    return v >= 1 && v <= VERSION ? v : 0;
 }
 
 /* An allocation that failed is reported as KB_ENOMEM, not as a corrupt snapshot: the
