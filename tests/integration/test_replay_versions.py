@@ -17,6 +17,7 @@ import struct
 import pytest
 
 from conftest import ask, create_study, grid, metrics, tell, toy
+from test_faults import shim_lines  # the log lines with a given msg
 
 ROWS = 30
 
@@ -97,18 +98,6 @@ def downgrade_snapshots(db, sid, dim):
         con.close()
 
 
-def adopted_warnings(d):
-    out = []
-    for line in d.stderr().splitlines():
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(msg, dict) and msg.get("msg") == "replayed asks adopted":
-            out.append(msg)
-    return out
-
-
 @pytest.mark.parametrize("stop", ["kill9", "sigterm", "sigterm-v2"])
 def test_restart_under_another_engine_adopts_the_recorded_points(daemons, stop):
     d = daemons("before")
@@ -132,7 +121,7 @@ def test_restart_under_another_engine_adopts_the_recorded_points(daemons, stop):
     api = d2.client()
     r = api.get(f"/v1/studies/{sid}")
     assert r.status_code == 200, r.text
-    warnings = adopted_warnings(d2)
+    warnings = shim_lines(d2, "replayed asks adopted")
     assert len(warnings) == 1 and warnings[0]["study"] == sid and warnings[0]["adopted"] > 0, \
         d2.stderr()
     assert metrics(api)[("kbandit_replay_adopted_asks_total", ())] == warnings[0]["adopted"]

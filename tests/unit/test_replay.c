@@ -88,6 +88,20 @@ static unsigned char *transplant(const kb_engine *fresh, const unsigned char *fr
     return b;
 }
 
+/* The engine restored from the events of snapshot `from` under the configuration
+ * (name, seed, repeats) of a "newer kbandit" (transplant). */
+static kb_engine *restored_under(const unsigned char *from, size_t from_len, const char *name,
+                                 double seed, const char *repeats)
+{
+    size_t len;
+    kb_engine *other = engine(name, seed, repeats);
+    unsigned char *t = transplant(other, from, from_len, &len);
+    kb_engine_free(other);
+    kb_engine *r = kb_engine_restore(t, len, NULL);
+    assert_non_null(r);
+    return r;
+}
+
 typedef struct history {
     double x[16][DIM], y[16];
     size_t n_told;
@@ -147,14 +161,10 @@ static void diverging_replay_trains_on_recorded_points(void **state)
     kb_engine *a = engine("gp-ts", 1, NULL);
     history h;
     run(a, &h);
-    size_t len, tlen;
+    size_t len;
     unsigned char *b = snapshot(a, &len);
-    kb_engine *other = engine("gp-ts", 2, NULL);
-    unsigned char *t = transplant(other, b, len, &tlen);
-    kb_engine_free(other);
     kb_error err;
-    kb_engine *r = kb_engine_restore(t, tlen, &err);
-    assert_non_null(r);
+    kb_engine *r = restored_under(b, len, "gp-ts", 2, NULL);
 
     kb_stats st = {.size = sizeof st};
     assert_int_equal(kb_engine_stats(r, &st, NULL), KB_OK);
@@ -208,7 +218,6 @@ static void diverging_replay_trains_on_recorded_points(void **state)
         assert_memory_equal(p1.x, p2.x, DIM * sizeof(double));
     }
     free(rb);
-    free(t);
     free(b);
     kb_engine_free(a);
     kb_engine_free(r);
@@ -223,19 +232,14 @@ static void diverging_replay_trains_on_recorded_points(void **state)
 static void replay_without_a_point_is_adopted(void **state)
 {
     (void)state;
-    kb_error err;
     kb_engine *a = engine("random", 3, "allow");
     kb_point pts[50];
     kb_ask_result res;
     assert_int_equal(kb_engine_ask(a, 50, pts, &res, NULL), KB_OK);
     assert_int_equal(res.n, 50);
-    size_t len, tlen;
+    size_t len;
     unsigned char *b = snapshot(a, &len);
-    kb_engine *other = engine("random", 3, "never");
-    unsigned char *t = transplant(other, b, len, &tlen);
-    kb_engine_free(other);
-    kb_engine *r = kb_engine_restore(t, tlen, &err);
-    assert_non_null(r);
+    kb_engine *r = restored_under(b, len, "random", 3, "never");
     kb_stats st = {.size = sizeof st};
     kb_engine_stats(r, &st, NULL);
     assert_true(st.asks == 50 && st.pending == 50 && st.adopted >= 10);
@@ -249,7 +253,6 @@ static void replay_without_a_point_is_adopted(void **state)
     }
     kb_engine_stats(r, &st, NULL);
     assert_true(st.tells == 50 && st.pending == 0);
-    free(t);
     free(b);
     kb_engine_free(a);
     kb_engine_free(r);
@@ -266,13 +269,9 @@ static void adopted_candidates_count_for_repeats(void **state)
     assert_int_equal(kb_engine_ask(a, 10, first, &res, NULL), KB_OK);
     for (size_t i = 0; i < 7; i++)
         assert_int_equal(kb_engine_tell(a, first[i].handle, 1.0, NULL), KB_OK);
-    size_t len, tlen;
+    size_t len;
     unsigned char *b = snapshot(a, &len);
-    kb_engine *other = engine("random", 4, "never");
-    unsigned char *t = transplant(other, b, len, &tlen);
-    kb_engine_free(other);
-    kb_engine *r = kb_engine_restore(t, tlen, NULL);
-    assert_non_null(r);
+    kb_engine *r = restored_under(b, len, "random", 4, "never");
     kb_stats st = {.size = sizeof st};
     kb_engine_stats(r, &st, NULL);
     assert_true(st.adopted > 0);
@@ -290,7 +289,6 @@ static void adopted_candidates_count_for_repeats(void **state)
     assert_int_equal(kb_engine_ask(r, 2, again, &res, NULL), KB_OK);
     assert_int_equal(res.n, 1);
     assert_memory_equal(again[0].x, first[9].x, DIM * sizeof(double));
-    free(t);
     free(b);
     kb_engine_free(a);
     kb_engine_free(r);
@@ -343,16 +341,10 @@ static void version2_snapshots_replay_as_before(void **state)
         assert_int_equal(kb_engine_ask(r, 1, &pr, &res, NULL), KB_OK);
         assert_true(pa.handle == pr.handle && pa.index == pr.index);
     }
-    kb_engine *other = engine("gp-ts", 2, NULL);
-    size_t tlen;
-    unsigned char *t = transplant(other, v2, len, &tlen);
-    kb_engine_free(other);
-    kb_engine *o = kb_engine_restore(t, tlen, NULL);
-    assert_non_null(o);
+    kb_engine *o = restored_under(v2, len, "gp-ts", 2, NULL);
     kb_stats st = {.size = sizeof st};
     kb_engine_stats(o, &st, NULL);
     assert_true(st.adopted == 0 && st.asks == 12);
-    free(t);
     free(v2);
     kb_engine_free(o);
     kb_engine_free(a);
