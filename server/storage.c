@@ -88,7 +88,8 @@ static const char *const sql[Q__COUNT] = {
     [Q_EVENTS] = "SELECT e.seq, e.kind, e.trial_id, e.value, "
                  "CASE e.kind WHEN 'ask' THEN t.x ELSE e.x END FROM events e "
                  "LEFT JOIN trials t ON e.kind = 'ask' AND t.study_id = e.study_id "
-                 "AND t.id = e.trial_id WHERE e.study_id = ? AND e.seq > ? ORDER BY e.seq",
+                 "AND t.id = e.trial_id "
+                 "WHERE e.study_id = ? AND e.seq > ? ORDER BY e.seq",
     [Q_OBS_PUT] = "INSERT INTO observations(study_id, seq, x, value, created_ms) "
                   "VALUES(?, ?, ?, ?, ?)",
     [Q_SNAP_PUT] = "INSERT OR REPLACE INTO snapshots(study_id, event_seq, bytes, created_ms) "
@@ -1096,7 +1097,7 @@ int store_events_each(store *s, int64_t study_id, int64_t after_seq, size_t dim,
         ev.trial_id = sqlite3_column_int64(st, 2);
         ev.value = sqlite3_column_double(st, 3);
         if (ev.kind == 'o' || ev.kind == 'a') {
-            /* an ask whose trial row is gone (none is deleted alone) replays unrecorded */
+            /* an ask without its trial row (none is deleted alone) replays unrecorded */
             int missing = ev.kind == 'a' && sqlite3_column_type(st, 4) == SQLITE_NULL;
             if (!missing && (size_t)sqlite3_column_bytes(st, 4) != dim * sizeof(double)) {
                 ret = -1;

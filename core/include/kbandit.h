@@ -301,9 +301,13 @@ KB_API int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb
  * becomes an observation of (x, y) and an abandon forgets it; kb_stats.adopted counts
  * such asks. So the model is trained on the points really evaluated, and the handles go
  * on as recorded. With x NULL, a point must be handed out (else KB_ESTATE) and is
- * taken as it comes. KB_EINVAL for a non-finite x (field "x[j]"). After a failure other
- * than KB_EINVAL the engine is inconsistent: discard it (restores do). */
-KB_API int kb_engine_ask_recorded(kb_engine *e, const double *x, kb_point *pt, kb_error *err);
+ * taken as it comes. An adopted trial's pt->index (and kb_engine_trial's) is not the
+ * recorded point's; on a finite set the candidate equal to x counts for the repeats
+ * policy. KB_EINVAL / KB_ERANGE for an x that cannot be scaled (field "x[j]"), the
+ * engine unchanged; after any other failure the engine is inconsistent: discard it
+ * (restores do). */
+KB_API int kb_engine_ask_recorded(kb_engine *e, const double *x, kb_point *pt,
+                                  kb_error *err);
 
 /* The counters every engine has (what engine.c's bookkeeping keeps); the figures only
  * some engines have are asked for by name with kb_engine_stat below. The struct grows at

@@ -3,8 +3,11 @@
  * and a space, trial bookkeeping, the repeats policy, argument checks, and the event
  * log behind snapshots, and the output standardization shared by the GP engines
  * (kb__output_stats: over the distinct observed points, found by a hash of their
- * internal coordinates kept up to date per observation). Engine files implement
- * kb_engine_ops (internal.h) and see only already-validated calls.
+ * internal coordinates kept up to date per observation), and the adoption of replayed
+ * asks whose recorded point the engine no longer chooses (kb_engine_ask_recorded: the
+ * engine's choice abandoned inside the engine, the trial's tell an observation of the
+ * recorded point; kb_trial in internal.h). Engine files implement kb_engine_ops
+ * (internal.h) and see only already-validated calls.
  *
  * Ownership: kb_engine owns its copies of the config and the space, the trial and
  * observation arrays and the log; e->impl belongs to the engine's ops.
@@ -331,7 +334,8 @@ static int hand_out(kb_engine *e, size_t index, kb_point *pt, kb_error *err)
     size_t d = e->space->dim;
     if (reserve_trials(e, e->n_trials + 1))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    e->trials[e->n_trials] = (kb_trial){.index = index, .generation = e->space->generation,
+    e->trials[e->n_trials] = (kb_trial){.index = index,
+                                        .generation = e->space->generation,
                                         .state = KB_TRIAL_PENDING, .y = NAN};
     e->n_trials++;
     memcpy(kb__trial_x(e, e->n_trials), e->space->rows + index * d, d * sizeof(double));
@@ -566,7 +570,8 @@ static int observe_u(kb_engine *e, const double *u, double y, kb_error *err)
 }
 
 /* The tell of an adopted trial: an observation of its recorded point (kb_trial). */
-static int tell_adopted(kb_engine *e, kb_trial *t, uint64_t handle, double y, kb_error *err)
+static int tell_adopted(kb_engine *e, kb_trial *t, uint64_t handle, double y,
+                        kb_error *err)
 {
     double u[e->space->dim];
     kb__space_to_internal(e->space, kb__trial_x(e, handle), u);
@@ -753,7 +758,8 @@ int kb_engine_ask_recorded(kb_engine *e, const double *x, kb_point *pt, kb_error
     if (!x && !handed)
         return kb__fail(err, KB_ESTATE, NULL, "the engine handed out no point where the "
                         "history has one");
-    if (x && (!handed || !same_point(pt->x, x, d)) && (rc = adopt(e, handed, x, u, pt, err)))
+    int diverged = x && (!handed || !same_point(pt->x, x, d));
+    if (diverged && (rc = adopt(e, handed, x, u, pt, err)))
         return rc;
     kb__log_ask(e->log, pt->x, d); /* cannot fail: reserved by ask_point */
     return KB_OK;

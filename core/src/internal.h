@@ -342,7 +342,8 @@ struct kb_engine {
     unsigned char *cand_told;/* per candidate: told at least once */
 
     uint64_t n_pending, n_tells, n_abandons, n_observed;
-    uint64_t n_adopted, n_adopted_pending; /* adopted trials; those the caller has pending */
+    uint64_t n_adopted;         /* adopted trials (kb_trial) */
+    uint64_t n_adopted_pending; /* those the caller still has pending */
     struct kb_log *log;  /* event log for snapshots (snapshot.c) */
 
     /* Hyperparameter fitting (kb__hyper_refit): on unless hyperparameters = "fixed".

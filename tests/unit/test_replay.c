@@ -51,7 +51,8 @@ static kb_engine *engine(const char *name, double seed, const char *repeats)
     assert_non_null(cfg);
     assert_int_equal(kb_config_set_number(cfg, "seed", seed, &err), KB_OK);
     if (strcmp(name, "random") != 0)
-        assert_int_equal(kb_config_set_string(cfg, "hyperparameters", "fixed", &err), KB_OK);
+        assert_int_equal(kb_config_set_string(cfg, "hyperparameters", "fixed", &err),
+                         KB_OK);
     if (repeats)
         assert_int_equal(kb_config_set_string(cfg, "repeats", repeats, &err), KB_OK);
     kb_engine *e = kb_engine_create(cfg, sp, &err);
@@ -90,8 +91,8 @@ static unsigned char *transplant(const kb_engine *fresh, const unsigned char *fr
 
 /* The engine restored from the events of snapshot `from` under the configuration
  * (name, seed, repeats) of a "newer kbandit" (transplant). */
-static kb_engine *restored_under(const unsigned char *from, size_t from_len, const char *name,
-                                 double seed, const char *repeats)
+static kb_engine *restored_under(const unsigned char *from, size_t from_len,
+                                 const char *name, double seed, const char *repeats)
 {
     size_t len;
     kb_engine *other = engine(name, seed, repeats);
