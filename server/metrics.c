@@ -227,6 +227,10 @@ char *metrics_render(size_t *len)
             (unsigned long long)st.resparsifications, st.engine_sec,
             (unsigned long long)st.store_batches, (unsigned long long)st.store_ops,
             (unsigned long long)st.store_syncs);
+    fprintf(f, "# HELP kbandit_replay_adopted_asks_total Replayed asks adopted at study rebuilds: the engine chose another point than the one handed out (a newer kbandit).\n"
+               "# TYPE kbandit_replay_adopted_asks_total counter\n"
+               "kbandit_replay_adopted_asks_total %llu\n",
+            (unsigned long long)study_adopted_total());
     fprintf(f, "# HELP kbandit_connections_evicted_total Connections closed to make room at --max-connections.\n"
                "# TYPE kbandit_connections_evicted_total counter\n"
                "kbandit_connections_evicted_total %llu\n", conn_guard_evicted());

@@ -8,6 +8,11 @@
  * Invariant: a rebuild leaves s->engine equal to the replay of events 1..s->seq, and
  * s->trials[i] holding the trials row of id i + 1; a replayed ask must return the
  * recorded handle, otherwise the rebuild fails (logged) and the study is not served.
+ * A replayed ask is given its trial's x (kb_engine_ask_recorded): where the engine now
+ * chooses another point (a newer kbandit), the trial is adopted at x and the rebuild
+ * logs one warning with the count, so told values stay paired with the points the
+ * workers evaluated. A snapshot of a format before 3 (no points) is passed over: every
+ * event is replayed (events are never pruned), once, until the next snapshot.
  * A rebuild that failed because the store could not be read ("database is locked", an
  * I/O error) or memory ran out is retried by the next operation on the study, after a
  * backoff that doubles up to REBUILD_BACKOFF_MAX seconds; one whose history the engine
@@ -18,6 +23,7 @@
 #include "log.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,9 +159,8 @@ static int replay_cb(void *ud, const store_event *ev)
     int r = 0;
     if (ev->kind == 'a') {
         kb_point pt;
-        kb_ask_result res;
-        r = kb_engine_ask(e, 1, &pt, &res, &rc->kerr);
-        if (r == 0 && (res.n != 1 || pt.handle != (uint64_t)ev->trial_id))
+        r = kb_engine_ask_recorded(e, ev->x, &pt, &rc->kerr);
+        if (r == 0 && pt.handle != (uint64_t)ev->trial_id)
             r = -1, snprintf(rc->kerr.message, sizeof rc->kerr.message,
                              "replayed ask diverged at event %lld", (long long)ev->seq);
     } else if (ev->kind == 't') {
@@ -219,6 +224,29 @@ static int spec_complete(study *s)
     return 0;
 }
 
+/* Asks that replayed to other points than their trials' (this kbandit's engines choose
+ * differently from the one that handed them out) were adopted: the model holds the
+ * trials' points, but the study no longer follows one engine's choices. Said once per
+ * rebuild. */
+static atomic_uint_fast64_t adopted_total;
+
+uint64_t study_adopted_total(void)
+{
+    return atomic_load(&adopted_total);
+}
+
+static void warn_adopted(const study *s)
+{
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(s->engine, &st, NULL);
+    atomic_fetch_add(&adopted_total, st.adopted);
+    if (st.adopted)
+        log_json(LOG_WARN, "replayed asks adopted",
+                 json_pack("{s:I,s:I,s:s}", "study", (json_int_t)s->id, "adopted",
+                           (json_int_t)st.adopted, "reason",
+                           "the engine now chooses other points than those handed out"));
+}
+
 /* Rebuilds engine and trials of s from the store (s->mu held or s unpublished). Returns
  * 0, REBUILD_RETRY when the store could not be read or memory ran out (perhaps for a
  * moment), or
@@ -241,6 +269,12 @@ int study_rebuild(study *s)
     size_t len = 0;
     replay_ctx rc = {.s = s};
     int r = store_snapshot_latest(registry.cfg.db, s->id, &snap, &len, &s->snap_seq);
+    uint32_t format = r == 0 ? kb_snapshot_version(snap, len) : 0;
+    if (format == 1 || format == 2) {
+        /* its asks carry no points: replay every event, with the trials' points */
+        free(snap);
+        r = STORE_NOTFOUND;
+    }
     if (r == 0) {
         s->engine = kb_engine_restore(snap, len, &rc.kerr);
         free(snap);
@@ -265,6 +299,7 @@ int study_rebuild(study *s)
     s->epoch = study_engine_count(s, "epoch");
     if (s->epoch > s->epoch_high)
         s->epoch_high = s->epoch;
+    warn_adopted(s);
     return 0;
 }
 

@@ -84,8 +84,12 @@ static const char *const sql[Q__COUNT] = {
                  "lease_ms, completed_ms FROM trials WHERE study_id = ? ORDER BY id",
     [Q_EVENT_PUT] = "INSERT INTO events(study_id, seq, kind, trial_id, value, x) "
                     "VALUES(?, ?, ?, ?, ?, ?)",
-    [Q_EVENTS] = "SELECT seq, kind, trial_id, value, x FROM events "
-                 "WHERE study_id = ? AND seq > ? ORDER BY seq",
+    /* an ask's point is its trial's x (what the worker was given) */
+    [Q_EVENTS] = "SELECT e.seq, e.kind, e.trial_id, e.value, "
+                 "CASE e.kind WHEN 'ask' THEN t.x ELSE e.x END FROM events e "
+                 "LEFT JOIN trials t ON e.kind = 'ask' AND t.study_id = e.study_id "
+                 "AND t.id = e.trial_id "
+                 "WHERE e.study_id = ? AND e.seq > ? ORDER BY e.seq",
     [Q_OBS_PUT] = "INSERT INTO observations(study_id, seq, x, value, created_ms) "
                   "VALUES(?, ?, ?, ?, ?)",
     [Q_SNAP_PUT] = "INSERT OR REPLACE INTO snapshots(study_id, event_seq, bytes, created_ms) "
@@ -1092,12 +1096,14 @@ int store_events_each(store *s, int64_t study_id, int64_t after_seq, size_t dim,
         ev.kind = strcmp(k, "abandon") == 0 ? 'b' : k[0];
         ev.trial_id = sqlite3_column_int64(st, 2);
         ev.value = sqlite3_column_double(st, 3);
-        if (ev.kind == 'o') {
-            if ((size_t)sqlite3_column_bytes(st, 4) != dim * sizeof(double)) {
+        if (ev.kind == 'o' || ev.kind == 'a') {
+            /* an ask without its trial row (none is deleted alone) replays unrecorded */
+            int missing = ev.kind == 'a' && sqlite3_column_type(st, 4) == SQLITE_NULL;
+            if (!missing && (size_t)sqlite3_column_bytes(st, 4) != dim * sizeof(double)) {
                 ret = -1;
                 break;
             }
-            ev.x = sqlite3_column_blob(st, 4);
+            ev.x = missing ? NULL : sqlite3_column_blob(st, 4);
         }
         ret = cb(ud, &ev) ? -1 : 0;
     }

@@ -105,7 +105,8 @@ typedef struct store_event {
     char kind;
     int64_t trial_id;   /* 0 for observe */
     double value;       /* tell / observe */
-    const double *x;    /* observe: dim entries, else NULL */
+    const double *x;    /* observe, and ask (its trial's x, as handed out; read by
+                         * store_events_each only): dim entries, else NULL */
 } store_event;
 int store_event_append(store *s, int64_t study_id, const store_event *ev, size_t dim);
 typedef int (*store_event_cb)(void *ud, const store_event *ev);

@@ -92,6 +92,9 @@ int study_describe(study *s, study_doc *out, api_error *err);
 int study_ask(study *s, const ask_req *req, ask_answer *out, int *can_wait,
               uint64_t *version, api_error *err);
 uint64_t study_version(study *s);
+/* Replayed asks adopted by the rebuilds of this process (rebuild.c, kbandit.h's
+ * kb_engine_ask_recorded): a study rebuilt twice counts its adoptions twice. */
+uint64_t study_adopted_total(void);
 /* Operations on one trial: *out is a copy of the trial after it (trial_rec_clear). */
 int study_tell(study *s, int64_t trial_id, double value, trial_rec *out, api_error *err);
 int study_fail(study *s, int64_t trial_id, const char *reason, trial_rec *out,

@@ -292,6 +292,23 @@ KB_API int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *
 typedef enum kb_trial_state { KB_TRIAL_PENDING = 0, KB_TRIAL_TOLD, KB_TRIAL_ABANDONED } kb_trial_state;
 KB_API int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_state *state);
 
+/* Replays one ask of a recorded history (a snapshot's, or a caller's own log): asks one
+ * point like kb_engine_ask(e, 1, ...), where x (dim entries, input coordinates) is the
+ * point that ask handed out when it was first made, or NULL when not recorded. When
+ * the engine now chooses another point, or none (a later kbandit changed a default or
+ * an algorithm), the trial is ADOPTED: the engine's own choice is abandoned inside the
+ * engine, the trial keeps its handle and reports x (kb_engine_trial), a tell of it
+ * becomes an observation of (x, y) and an abandon forgets it; kb_stats.adopted counts
+ * such asks. So the model is trained on the points really evaluated, and the handles go
+ * on as recorded. With x NULL, a point must be handed out (else KB_ESTATE) and is
+ * taken as it comes. An adopted trial's pt->index (and kb_engine_trial's) is not the
+ * recorded point's; on a finite set the candidate equal to x counts for the repeats
+ * policy. KB_EINVAL / KB_ERANGE for an x that cannot be scaled (field "x[j]"), the
+ * engine unchanged; after any other failure the engine is inconsistent: discard it
+ * (restores do). */
+KB_API int kb_engine_ask_recorded(kb_engine *e, const double *x, kb_point *pt,
+                                  kb_error *err);
+
 /* The counters every engine has (what engine.c's bookkeeping keeps); the figures only
  * some engines have are asked for by name with kb_engine_stat below. The struct grows at
  * its end (as SQLite's sqlite3_vfs does with iVersion): the caller sets `size` to
@@ -302,6 +319,7 @@ typedef struct kb_stats {
     uint64_t asks;          /* points handed out */
     uint64_t tells, abandons, observed, pending;
     size_t candidates;      /* size of the current candidate set or pool */
+    uint64_t adopted;       /* replayed asks adopted (kb_engine_ask_recorded) */
 } kb_stats;
 
 /* The size of the first kb_stats of this shape: never changes as the struct grows. */
@@ -358,10 +376,18 @@ KB_API int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out
 
 /* Snapshot: an owned byte buffer (free with free()) from which kb_engine_restore
  * rebuilds an engine that makes exactly the choices the original would have made.
- * Format: versioned, little-endian; see core/src/snapshot.c. */
+ * Format: versioned, little-endian; see core/src/snapshot.c. Asks are replayed by
+ * kb_engine_ask_recorded with the point each one handed out (format 3; earlier
+ * snapshots did not record it), so a restore by a kbandit whose engines choose
+ * differently adopts those asks instead of pairing the told values with new points. */
 KB_API int kb_engine_snapshot(const kb_engine *e, unsigned char **bytes, size_t *len,
                        kb_error *err);
 KB_API kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *err);
+/* The format version of snapshot bytes (1 to KB_SNAPSHOT_VERSION), 0 when they do not
+ * start like a snapshot. Formats below 3 do not record the asks' points: a caller that
+ * keeps its own history (the daemon's events and trials) may prefer replaying it. */
+#define KB_SNAPSHOT_VERSION 3u
+KB_API uint32_t kb_snapshot_version(const unsigned char *bytes, size_t len);
 
 #ifdef __cplusplus
 }

@@ -3,8 +3,11 @@
  * and a space, trial bookkeeping, the repeats policy, argument checks, and the event
  * log behind snapshots, and the output standardization shared by the GP engines
  * (kb__output_stats: over the distinct observed points, found by a hash of their
- * internal coordinates kept up to date per observation). Engine files implement
- * kb_engine_ops (internal.h) and see only already-validated calls.
+ * internal coordinates kept up to date per observation), and the adoption of replayed
+ * asks whose recorded point the engine no longer chooses (kb_engine_ask_recorded: the
+ * engine's choice abandoned inside the engine, the trial's tell an observation of the
+ * recorded point; kb_trial in internal.h). Engine files implement kb_engine_ops
+ * (internal.h) and see only already-validated calls.
  *
  * Ownership: kb_engine owns its copies of the config and the space, the trial and
  * observation arrays and the log; e->impl belongs to the engine's ops.
@@ -331,11 +334,9 @@ static int hand_out(kb_engine *e, size_t index, kb_point *pt, kb_error *err)
     size_t d = e->space->dim;
     if (reserve_trials(e, e->n_trials + 1))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    kb_trial *t = &e->trials[e->n_trials];
-    t->index = index;
-    t->generation = e->space->generation;
-    t->state = KB_TRIAL_PENDING;
-    t->y = NAN;
+    e->trials[e->n_trials] = (kb_trial){.index = index,
+                                        .generation = e->space->generation,
+                                        .state = KB_TRIAL_PENDING, .y = NAN};
     e->n_trials++;
     memcpy(kb__trial_x(e, e->n_trials), e->space->rows + index * d, d * sizeof(double));
     memcpy(kb__trial_u(e, e->n_trials), e->space->u + index * d, d * sizeof(double));
@@ -355,17 +356,28 @@ static int hand_out(kb_engine *e, size_t index, kb_point *pt, kb_error *err)
     return KB_OK;
 }
 
+/* The engine's choice of one point, handed out into *pt unless one->status says why
+ * not; the log has room for its event. */
+static int ask_point(kb_engine *e, kb_point *pt, kb_ask_result *one, kb_error *err)
+{
+    size_t index = (size_t)-1;
+    *one = (kb_ask_result){0, KB_ASK_OK, 0};
+    if (kb__log_reserve(e->log, e->space->dim))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    int rc = e->ops->ask_one(e, &index, one, err);
+    if (rc || one->status != KB_ASK_OK)
+        return rc;
+    return hand_out(e, index, pt, err);
+}
+
 int kb_engine_ask(kb_engine *e, size_t n, kb_point *out, kb_ask_result *res, kb_error *err)
 {
     res->n = 0;
     res->status = KB_ASK_OK;
     res->awaiting = 0;
     while (res->n < n) {
-        size_t index = (size_t)-1;
-        kb_ask_result one = {0, KB_ASK_OK, 0};
-        if (kb__log_reserve(e->log, e->space->dim))
-            return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-        int rc = e->ops->ask_one(e, &index, &one, err);
+        kb_ask_result one;
+        int rc = ask_point(e, &out[res->n], &one, err);
         if (rc)
             return rc;
         if (one.status != KB_ASK_OK) {
@@ -373,15 +385,18 @@ int kb_engine_ask(kb_engine *e, size_t n, kb_point *out, kb_ask_result *res, kb_
             res->awaiting = one.awaiting;
             break;
         }
-        if ((rc = hand_out(e, index, &out[res->n], err)))
-            return rc;
-        kb__log_ask(e->log); /* cannot fail: reserved above */
+        kb__log_ask(e->log, out[res->n].x, e->space->dim); /* cannot fail: reserved */
         res->n++;
     }
     return KB_OK;
 }
 
-/* The trial of a handle that must still be pending. */
+/* The state the caller sees of trial t. */
+static kb_trial_state shown_state(const kb_trial *t)
+{
+    return t->adopted ? t->shown : t->state;
+}
+
 /* The pending trial `handle` into *out; the code, filling err, when there is none. */
 static int pending_trial(kb_engine *e, uint64_t handle, kb_trial **out, kb_error *err)
 {
@@ -389,10 +404,10 @@ static int pending_trial(kb_engine *e, uint64_t handle, kb_trial **out, kb_error
         return kb__fail(err, KB_ENOTFOUND, "handle", "no point was handed out with handle %llu",
                         (unsigned long long)handle);
     kb_trial *t = &e->trials[handle - 1];
-    if (t->state != KB_TRIAL_PENDING)
+    if (shown_state(t) != KB_TRIAL_PENDING)
         return kb__fail(err, KB_ESTATE, "handle", "point %llu was already %s",
                         (unsigned long long)handle,
-                        t->state == KB_TRIAL_TOLD ? "told" : "abandoned");
+                        shown_state(t) == KB_TRIAL_TOLD ? "told" : "abandoned");
     *out = t;
     return KB_OK;
 }
@@ -542,6 +557,39 @@ static void settle(kb_engine *e, kb_trial *t, int told, int undo)
     }
 }
 
+/* Adds the observation (u internal coordinates, y) from no trial and tells the engine;
+ * undone if the engine refuses it. The log has room for the event. */
+static int observe_u(kb_engine *e, const double *u, double y, kb_error *err)
+{
+    if (push_obs(e, u, y, 0))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    int rc = e->ops->observe ? e->ops->observe(e, err) : KB_OK;
+    if (rc)
+        pop_obs(e);
+    return rc;
+}
+
+/* The tell of an adopted trial: an observation of its recorded point (kb_trial). */
+static int tell_adopted(kb_engine *e, kb_trial *t, uint64_t handle, double y,
+                        kb_error *err)
+{
+    double u[e->space->dim];
+    kb__space_to_internal(e->space, kb__trial_x(e, handle), u);
+    int rc = observe_u(e, u, y, err);
+    if (rc)
+        return rc;
+    t->shown = KB_TRIAL_TOLD;
+    t->y = y;
+    e->n_tells++;
+    e->n_adopted_pending--;
+    if (t->row != KB_NO_ROW) {
+        e->cand_pending[t->row]--;
+        e->cand_told[t->row] = 1;
+    }
+    kb__log_tell(e->log, handle, y); /* cannot fail: reserved by the caller */
+    return KB_OK;
+}
+
 int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
 {
     if (!isfinite(y))
@@ -552,6 +600,8 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
         return rc;
     if (kb__log_reserve(e->log, e->space->dim))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    if (t->adopted)
+        return tell_adopted(e, t, handle, y, err);
     unsigned char was_told = e->cand_told[t->index];
     if (push_obs(e, kb__trial_u(e, handle), y, handle))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
@@ -580,8 +630,16 @@ int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err)
         return rc;
     if (kb__log_reserve(e->log, e->space->dim))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    settle(e, t, 0, 0);
     e->n_abandons++;
+    if (t->adopted) { /* the engine forgot it at its adoption */
+        t->shown = KB_TRIAL_ABANDONED;
+        e->n_adopted_pending--;
+        if (t->row != KB_NO_ROW)
+            e->cand_pending[t->row]--;
+        kb__log_abandon(e->log, handle);
+        return KB_OK;
+    }
+    settle(e, t, 0, 0);
     rc = e->ops->abandon ? e->ops->abandon(e, handle, err) : KB_OK;
     if (rc) {
         e->n_abandons--;
@@ -598,7 +656,9 @@ int kb_engine_abandon(kb_engine *e, uint64_t handle, kb_error *err)
  * being durable, for good). 1e100 keeps every sum finite with room to spare. */
 #define MAX_SCALED_COORD 1e100
 
-int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
+/* u = x in internal coordinates, or KB_EINVAL / KB_ERANGE (field "x[j]") when x is not
+ * a point an engine can model. */
+static int internal_point(const kb_engine *e, const double *x, double *u, kb_error *err)
 {
     size_t d = e->space->dim;
     for (size_t j = 0; j < d; j++)
@@ -607,9 +667,6 @@ int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
             snprintf(field, sizeof field, "x[%zu]", j);
             return kb__fail(err, KB_EINVAL, field, "coordinate is not a finite number");
         }
-    if (!isfinite(y))
-        return kb__fail(err, KB_EINVAL, "value", "the value must be a finite number");
-    double u[d];
     kb__space_to_internal(e->space, x, u);
     for (size_t j = 0; j < d; j++)
         if (!(fabs(u[j]) <= MAX_SCALED_COORD)) { /* NaN and infinities fail too */
@@ -618,16 +675,93 @@ int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
             return kb__fail(err, KB_ERANGE, field, "coordinate is too far outside the "
                             "candidates' range to be scaled");
         }
-    if (kb__log_reserve(e->log, d) || push_obs(e, u, y, 0))
-        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    e->n_observed++;
-    int rc = e->ops->observe ? e->ops->observe(e, err) : KB_OK;
-    if (rc) {
-        pop_obs(e);
-        e->n_observed--;
+    return KB_OK;
+}
+
+int kb_engine_observe(kb_engine *e, const double *x, double y, kb_error *err)
+{
+    size_t d = e->space->dim;
+    double u[d];
+    int rc = internal_point(e, x, u, err);
+    if (rc)
         return rc;
-    }
+    if (!isfinite(y))
+        return kb__fail(err, KB_EINVAL, "value", "the value must be a finite number");
+    if (kb__log_reserve(e->log, d))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    if ((rc = observe_u(e, u, y, err)))
+        return rc;
+    e->n_observed++;
     kb__log_observe(e->log, x, d, y); /* cannot fail: reserved above */
+    return KB_OK;
+}
+
+/* A trial for a recorded point the engine did not hand out (it answered no point):
+ * abandoned for the engines from the start, in no pool generation. */
+static int bare_trial(kb_engine *e, const double *u, kb_point *pt, kb_error *err)
+{
+    size_t d = e->space->dim;
+    if (reserve_trials(e, e->n_trials + 1))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    e->trials[e->n_trials] = (kb_trial){.index = 0, .generation = UINT64_MAX,
+                                        .state = KB_TRIAL_ABANDONED, .y = NAN};
+    uint64_t h = ++e->n_trials;
+    memcpy(kb__trial_u(e, h), u, d * sizeof(double));
+    *pt = (kb_point){.handle = h, .index = 0, .x = kb__trial_x(e, h)};
+    return KB_OK;
+}
+
+/* The candidate whose input coordinates are x (finite sets), else KB_NO_ROW. */
+static size_t candidate_row(const kb_engine *e, const double *x)
+{
+    const kb_space *s = e->space;
+    for (size_t i = 0; s->finite && i < s->n; i++)
+        if (same_point(s->rows + i * s->dim, x, s->dim))
+            return i;
+    return KB_NO_ROW;
+}
+
+/* Makes pt's trial (handed out by the engine when `handed`, else created bare) the
+ * adopted trial of the recorded point x, u its internal coordinates (kb_trial). */
+static int adopt(kb_engine *e, int handed, const double *x, const double *u, kb_point *pt,
+                 kb_error *err)
+{
+    int rc = handed ? KB_OK : bare_trial(e, u, pt, err);
+    if (rc)
+        return rc;
+    kb_trial *t = &e->trials[pt->handle - 1];
+    if (handed) {
+        settle(e, t, 0, 0);
+        if ((rc = e->ops->abandon ? e->ops->abandon(e, pt->handle, err) : KB_OK))
+            return rc;
+    }
+    memcpy(kb__trial_x(e, pt->handle), x, e->space->dim * sizeof(double));
+    t->adopted = 1;
+    t->shown = KB_TRIAL_PENDING;
+    t->row = candidate_row(e, x); /* pending there for the repeats policy */
+    if (t->row != KB_NO_ROW)
+        e->cand_pending[t->row]++;
+    e->n_adopted++;
+    e->n_adopted_pending++;
+    return KB_OK;
+}
+
+int kb_engine_ask_recorded(kb_engine *e, const double *x, kb_point *pt, kb_error *err)
+{
+    size_t d = e->space->dim;
+    double u[d];
+    kb_ask_result one;
+    int rc = x ? internal_point(e, x, u, err) : KB_OK;
+    if (rc || (rc = ask_point(e, pt, &one, err)))
+        return rc;
+    int handed = one.status == KB_ASK_OK;
+    if (!x && !handed)
+        return kb__fail(err, KB_ESTATE, NULL, "the engine handed out no point where the "
+                        "history has one");
+    int diverged = x && (!handed || !same_point(pt->x, x, d));
+    if (diverged && (rc = adopt(e, handed, x, u, pt, err)))
+        return rc;
+    kb__log_ask(e->log, pt->x, d); /* cannot fail: reserved by ask_point */
     return KB_OK;
 }
 
@@ -638,7 +772,7 @@ int kb_engine_trial(const kb_engine *e, uint64_t handle, kb_point *pt, kb_trial_
     pt->handle = handle;
     pt->index = e->trials[handle - 1].index;
     pt->x = kb__trial_x(e, handle);
-    *state = e->trials[handle - 1].state;
+    *state = shown_state(&e->trials[handle - 1]);
     return KB_OK;
 }
 
@@ -653,8 +787,9 @@ int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err)
     st.tells = e->n_tells;
     st.abandons = e->n_abandons;
     st.observed = e->n_observed;
-    st.pending = e->n_pending;
+    st.pending = e->n_pending + e->n_adopted_pending;
     st.candidates = e->space->n;
+    st.adopted = e->n_adopted;
     /* The caller's struct may be older (shorter) or newer (longer) than this library's. */
     size_t known = size < sizeof st ? size : sizeof st;
     memcpy(out, &st, known);

@@ -233,7 +233,17 @@ typedef struct kb_trial {
     uint64_t generation; /* pool generation at hand-out time (boxes) */
     kb_trial_state state;
     double y;            /* internal units: the raw told value (engines standardize) */
+    /* Adopted at a replay (kb_engine_ask_recorded): the engine's own choice, if it made
+     * one, was abandoned, so `state` stays KB_TRIAL_ABANDONED for the engines (which read
+     * only kb__trial_u, the engine's choice); kb__trial_x is the recorded point and
+     * `shown` the state the caller sees. Its tell is an observation of that point, and
+     * `row` is the candidate that point is (finite sets), for the repeats policy, or
+     * KB_NO_ROW. */
+    int adopted;
+    kb_trial_state shown;
+    size_t row;
 } kb_trial;
+#define KB_NO_ROW ((size_t)-1)
 
 /* One figure an engine offers by name: a field of its state (e->impl), read where it
  * lives, so a figure cannot drift from what the engine computes. The type is taken from
@@ -332,6 +342,8 @@ struct kb_engine {
     unsigned char *cand_told;/* per candidate: told at least once */
 
     uint64_t n_pending, n_tells, n_abandons, n_observed;
+    uint64_t n_adopted;         /* adopted trials (kb_trial) */
+    uint64_t n_adopted_pending; /* those the caller still has pending */
     struct kb_log *log;  /* event log for snapshots (snapshot.c) */
 
     /* Hyperparameter fitting (kb__hyper_refit): on unless hyperparameters = "fixed".
@@ -467,7 +479,8 @@ void kb__log_free(struct kb_log *log);
  * op changes the engine, so that logging the op afterwards cannot fail (an op that
  * succeeded is not undone, internal.h top). KB_ENOMEM leaves the log as it was. */
 int kb__log_reserve(struct kb_log *log, size_t dim);
-int kb__log_ask(struct kb_log *log);
+/* An ask, with the point it handed out (format 3). */
+int kb__log_ask(struct kb_log *log, const double *x, size_t dim);
 int kb__log_tell(struct kb_log *log, uint64_t handle, double y);
 int kb__log_abandon(struct kb_log *log, uint64_t handle);
 int kb__log_observe(struct kb_log *log, const double *x, size_t dim, double y);

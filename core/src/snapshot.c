@@ -8,13 +8,26 @@
  * no engine needs serialization code of its own, and a restored engine makes the same
  * choices the original would have made. Restore costs as much as the calls it replays.
  *
+ * Across versions of kbandit the replay is exact only for the engine's own calls: a
+ * release that changes a default or an algorithm makes a replayed ask choose another
+ * point. Format 3 therefore records each ask's point, and replays it with
+ * kb_engine_ask_recorded, which adopts a diverging ask (the engine's choice abandoned
+ * inside the engine, the trial's later tell an observation of the recorded point,
+ * engine.c): the model holds the points really evaluated, the handles go on as
+ * recorded, and restoring the snapshot of a restored engine adopts the same asks again
+ * (its log is the caller's call sequence, recorded points included). Formats 1 and 2
+ * carry no point: their asks are taken as the current engine chooses them, which pairs
+ * the told values with other points whenever the engine changed since.
+ *
  * Format (all integers little-endian, doubles IEEE-754 binary64 little-endian):
- *   "KBSNAP01"  u32 version(2; 1 is read too)
+ *   "KBSNAP01"  u32 version(3; 1 and 2 are read too)
  *   str engine; u32 n_options; n_options x (str name, u8 type, value)
  *     value: NUMBER/INTEGER f64 | STRING str | VECTOR u32 n, n x f64
  *   u8 finite; u64 n; u64 dim; finite: n*dim x f64 rows (input coordinates)
  *     box (version 2): u8 has_levels; has_levels: dim x (u64 levels, u8 categorical)
- *   u64 n_events; events: u8 kind, then ASK: - | TELL: u64 handle, f64 y |
+ *   u64 n_events; events: u8 kind, then
+ *     ASK: version 3: dim x f64 x (input coordinates handed out), earlier: - |
+ *     TELL: u64 handle, f64 y |
  *     ABANDON: u64 handle | OBSERVE: dim x f64 x, f64 y
  *   str := u32 length, bytes (no terminator)
  */
@@ -29,7 +42,7 @@
 
 enum { EV_ASK = 1, EV_TELL = 2, EV_ABANDON = 3, EV_OBSERVE = 4 };
 #define MAGIC "KBSNAP01"
-#define VERSION 2u
+#define VERSION KB_SNAPSHOT_VERSION
 
 typedef struct buf {
     unsigned char *p;
@@ -92,7 +105,8 @@ void kb__log_free(struct kb_log *log)
 
 int kb__log_reserve(struct kb_log *log, size_t dim)
 {
-    /* the largest event: OBSERVE (kind, dim coordinates, y); TELL is 17 bytes */
+    /* the largest event: OBSERVE (kind, dim coordinates, y); ASK is 8 bytes shorter,
+     * TELL is 17 bytes */
     size_t most = 1 + 8 * dim + 8;
     return reserve(&log->b, most > 17 ? most : 17);
 }
@@ -108,10 +122,11 @@ static int log_done(struct kb_log *log, size_t mark)
     return KB_OK;
 }
 
-int kb__log_ask(struct kb_log *log)
+int kb__log_ask(struct kb_log *log, const double *x, size_t dim)
 {
     size_t mark = log->b.len;
     put_u8(&log->b, EV_ASK);
+    put(&log->b, x, dim * sizeof *x);
     return log_done(log, mark);
 }
 
@@ -339,16 +354,20 @@ static kb_space *read_space(reader *r, uint32_t version, kb_error *err)
     return s;
 }
 
-static int replay_one(reader *r, kb_engine *e, kb_error *err)
+/* One event; asks of format 3 are replayed as recorded (adopted where the engine now
+ * chooses otherwise), those of earlier formats as the engine chooses now. */
+static int replay_one(reader *r, uint32_t version, kb_engine *e, kb_error *err)
 {
     uint8_t kind = get_u8(r);
     if (r->bad)
         return KB_ECORRUPT;
+    size_t d = e->space->dim;
+    double x[d];
     if (kind == EV_ASK) {
         kb_point pt;
-        kb_ask_result res;
-        int rc = kb_engine_ask(e, 1, &pt, &res, err);
-        return rc ? rc : res.n == 1 ? KB_OK : KB_ECORRUPT;
+        if (version >= 3 && get(r, x, d * sizeof(double)))
+            return KB_ECORRUPT;
+        return kb_engine_ask_recorded(e, version >= 3 ? x : NULL, &pt, err);
     }
     if (kind == EV_TELL) {
         uint64_t h = get_u64(r);
@@ -360,13 +379,20 @@ static int replay_one(reader *r, kb_engine *e, kb_error *err)
         return r->bad ? KB_ECORRUPT : kb_engine_abandon(e, h, err);
     }
     if (kind == EV_OBSERVE) {
-        size_t d = e->space->dim;
-        double x[d];
         get(r, x, d * sizeof(double));
         double y = get_f64(r);
         return r->bad ? KB_ECORRUPT : kb_engine_observe(e, x, y, err);
     }
     return KB_ECORRUPT;
+}
+
+uint32_t kb_snapshot_version(const unsigned char *bytes, size_t len)
+{
+    uint32_t v;
+    if (len < 12 || memcmp(bytes, MAGIC, 8) != 0)
+        return 0;
+    memcpy(&v, bytes + 8, 4);
+    return v >= 1 && v <= VERSION ? v : 0;
 }
 
 /* An allocation that failed is reported as KB_ENOMEM, not as a corrupt snapshot: the
@@ -390,7 +416,7 @@ kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *e
         goto corrupt;
     uint64_t n = get_u64(&r);
     for (uint64_t i = 0; i < n; i++)
-        if (replay_one(&r, e, &inner))
+        if (replay_one(&r, version, e, &inner))
             goto corrupt;
     if (r.bad || r.pos != r.len)
         goto corrupt;
