@@ -25,10 +25,12 @@
  *
  * Optimizer: NLopt's bounded L-BFGS (NLOPT_LD_LBFGS) from the current values (warm
  * start) and from `starts` further points drawn from the priors with the caller's RNG; the
- * best end point wins. Parameters the user fixed keep their values (they are left out of
+ * best end point wins. A run stops when a step changes the log posterior by less than
+ * 1e-3 nats or every log-parameter by less than 1e-3 (0.1% of a lengthscale), or after
+ * max_evals evaluations. Parameters the user fixed keep their values (they are left out of
  * the optimized vector). Large n: the fit uses at most `max_rows` observations, a seeded
  * uniform sample (kb__hyper_fit), so a fit costs O(max_rows^3) per evaluation whatever the
- * history (max_rows = 256: ~6 MFLOP per evaluation).
+ * history (max_rows = 256: ~17 MFLOP for the factor and the inverse, ~2 ms at d = 8).
  * Deterministic: same inputs and RNG state, same result.
  */
 #include "internal.h"
@@ -295,8 +297,9 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
         nlopt_set_upper_bounds(opt, hi);
         nlopt_set_min_objective(opt, neg_log_post, c);
         nlopt_set_maxeval(opt, o->max_evals > 0 ? o->max_evals : 80);
-        nlopt_set_ftol_rel(opt, 1e-7);
-        nlopt_set_xtol_rel(opt, 1e-5);
+        /* Absolute in theta (log space) and in nats: finer than the data resolve. */
+        nlopt_set_ftol_abs(opt, 1e-3);
+        nlopt_set_xtol_abs1(opt, 1e-3);
         memcpy(start, c->theta, (d + 2) * sizeof *start);
     }
     for (int s = 0; rc == KB_OK && s <= o->starts; s++) {
@@ -334,7 +337,7 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
 {
     if (k->kind == KB_KERNEL_LINEAR)
         return kb__fail(err, KB_EUNSUPPORTED, "kernel", "the linear kernel is not fitted");
-    size_t d = k->dim, max_rows = o->max_rows ? o->max_rows : 256;
+    size_t d = k->dim, max_rows = o->max_rows ? o->max_rows : KB_HYPER_ROWS;
     size_t *idx = malloc((n ? n : 1) * sizeof *idx);
     double *Us = malloc((n ? n : 1) * d * sizeof *Us), *ys = malloc((n ? n : 1) * sizeof *ys);
     double theta[d + 2], best[d + 2], grad_full[d + 2];
