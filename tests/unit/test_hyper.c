@@ -136,15 +136,24 @@ static void fit(kb_kernel *k, double *noise, const double *U, const double *y, s
         fail_msg("fit: %s", err.message);
 }
 
+/* n fresh rows (owned by the caller) of a GP draw as gp_draw makes them, from seed. */
+static void gp_rows(uint64_t seed, size_t n, const double *true_l, double noise_sd, double **U,
+                    double **y)
+{
+    *U = malloc(n * D * sizeof **U);
+    *y = malloc(n * sizeof **y);
+    kb_rng rng;
+    kb_rng_seed(&rng, seed);
+    gp_draw(&rng, n, true_l, noise_sd, *U, *y);
+}
+
 static void recovers_ard_lengthscales_and_noise(void **state)
 {
     (void)state;
     enum { N = 500 };
     const double true_l[D] = {0.15, 0.3, 0.6}, noise_sd = 0.1;
-    double *U = malloc(N * D * sizeof *U), *y = malloc(N * sizeof *y);
-    kb_rng rng;
-    kb_rng_seed(&rng, 5);
-    gp_draw(&rng, N, true_l, noise_sd, U, y);
+    double *U, *y;
+    gp_rows(5, N, true_l, noise_sd, &U, &y);
     double noise = 0.1;
     kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
     const double *ls = k->lengthscales; /* the fitted values, read inside the struct */
@@ -204,10 +213,8 @@ static void warm_refit_on_a_sample_matches_multistart(void **state)
     (void)state;
     enum { N = 1000, EARLIER = 100 };
     const double true_l[D] = {0.15, 0.3, 0.6}, noise_sd = 0.1;
-    double *U = malloc(N * D * sizeof *U), *y = malloc(N * sizeof *y);
-    kb_rng rng;
-    kb_rng_seed(&rng, 11);
-    gp_draw(&rng, N, true_l, noise_sd, U, y);
+    double *U, *y;
+    gp_rows(11, N, true_l, noise_sd, &U, &y);
     kb_kernel *warm = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
     kb_kernel *full = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
     double nw = 0.01, nf = 0.01;
