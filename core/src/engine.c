@@ -181,11 +181,19 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
     /* Restarts from the priors while the posterior is still broad; later the previous
      * fit is a good start and one run from it suffices. */
     e->fit_opts.starts = n < 64 ? 2 : 0;
+    /* On a sample of the rows, a warm-started run gains <= 1.2 nats (over 256 rows) after
+     * its tenth evaluation (docs/BENCHMARKS.md, tenth session): less than the sample's
+     * own noise, for a third of the cost. */
+    e->fit_opts.max_evals = n > KB_HYPER_ROWS ? 10 : 0;
     kb_error ferr;
     int rc = kb__hyper_fit(&e->kernel, &e->noise, e->obs_u, y, n, &e->fit_opts, &e->fit_rng,
                            &ferr);
     free(y);
-    e->fit_next = n + (n / 5 > 1 ? n / 5 : 1);
+    /* Every 20% more tells while a fit sees them all; once it sees a sample of
+     * KB_HYPER_ROWS, the data a fit weighs no longer grow, and the next waits for n to
+     * double (a refit there costs ~2 ms per evaluation at d = 8 and was 40-50% of the
+     * 20,000-arm benchmark's CPU at the 20% step; docs/BENCHMARKS.md, tenth session). */
+    e->fit_next = n + (n > KB_HYPER_ROWS ? n : n / 5 > 1 ? n / 5 : 1);
     if (rc == KB_OK)
         e->n_fits++;
     if (rc == KB_ENOMEM)

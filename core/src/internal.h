@@ -133,9 +133,12 @@ void kb__space_snap(const kb_space *s, double *rows, size_t n);
 
 /* ---------------------------------------------- hyperparameters (hyper.c) */
 
+/* Observations one fit uses at most (kb_hyper_opts.max_rows 0): a uniform sample beyond. */
+#define KB_HYPER_ROWS 256
+
 typedef struct kb_hyper_opts {
     int fix_lengthscales, fix_variance, fix_noise; /* held at their current values */
-    size_t max_rows;  /* observations used by one fit (0: 256) */
+    size_t max_rows;  /* observations used by one fit (0: KB_HYPER_ROWS) */
     int starts;       /* random restarts drawn from the priors, besides the warm start */
     int max_evals;    /* objective evaluations per start (0: 80) */
 } kb_hyper_opts;

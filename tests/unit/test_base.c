@@ -1,7 +1,7 @@
 /*
  * test_base.c - unit tests of the library's common layer: RNG, kernels, configuration
  * validation, spaces, the engine base (trials, repeats policy, errors) through the
- * random engine, and snapshot/restore by replay.
+ * random engine, and snapshot/restore by replay; the hyperparameter refit schedule.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -368,6 +368,35 @@ static kb_engine *levels_engine(void)
     kb_space_free(sp);
     kb_config_free(cfg);
     return e;
+}
+
+/* The refit schedule (kb__hyper_refit): every 20% more observations while a fit sees all
+ * of them, with the full evaluation budget; once there are more than KB_HYPER_ROWS (a fit
+ * sees a sample), the next fit waits for n to double and a refit gets 10 evaluations. */
+static void refits_space_out_once_a_fit_samples(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_space *sp = kb_space_new_box(3, 256, &err);
+    kb_config *cfg = kb_config_new("random", &err); /* no model that a refit would outdate */
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+    kb_rng drv;
+    kb_rng_seed(&drv, 5);
+    const size_t at[3] = {200, KB_HYPER_ROWS, 300}, next[3] = {240, 307, 600};
+    const int evals[3] = {0, 0, 10};
+    for (size_t k = 0, i = 0; k < 3; k++) {
+        for (; i < at[k]; i++) {
+            double x[3] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv), kb_rng_uniform(&drv)};
+            assert_int_equal(kb_engine_observe(e, x, sin(6.0 * x[0]) + x[1], &err), KB_OK);
+        }
+        assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
+        assert_int_equal(e->fit_next, next[k]);
+        assert_int_equal(e->fit_opts.max_evals, evals[k]);
+    }
+    kb_engine_free(e);
 }
 
 /* Issue 12: the order of a categorical's choices changes nothing. Two engines see the same
@@ -898,6 +927,7 @@ int main(void)
         cmocka_unit_test(pool_is_the_shifted_halton_set),
         cmocka_unit_test(scaling_survives_extreme_columns),
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
+        cmocka_unit_test(refits_space_out_once_a_fit_samples),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }
