@@ -53,8 +53,10 @@
  * Asynchronous semantics (docs/ARCHITECTURE.md, BBKB with asynchronous workers): a
  * closed epoch answers AWAIT_FEEDBACK until every pending point is told or abandoned (or,
  * with resparsify_on_partial = f < 1, until f of the epoch's points are told, the others
- * staying hallucinated), then the next ask resparsifies. A tell only stores data (the
- * mean is frozen). An abandon removes the
+ * staying hallucinated), then the next ask resparsifies. With batch_floor (on boxes by
+ * default; selection.c) an epoch closes only once it has handed out as many points as
+ * were ever pending at once, and the initial design never closes one. A tell only
+ * stores data (the mean is frozen). An abandon removes the
  * hallucinated point from V_t (exact: V_t is refactored from its sum, epoch_factor) and
  * from the epoch's batch sum; since variances then grow, every variance is recomputed
  * before the next selection.
