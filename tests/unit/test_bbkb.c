@@ -6,7 +6,7 @@
  * against min(1, q sigma~^2) over many seeds, within exact binomial bounds; the lazy
  * argmax against a full argmax, Lemma 1's ratio bound and the batch rule, the local rule
  * against an independent evaluation of Lemma 3; the asynchronous ask/tell semantics,
- * determinism and snapshot/restore, bad configurations.
+ * determinism and snapshot/restore, the batch floor on boxes, bad configurations.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1295,6 +1295,73 @@ static void box_space_runs(void **state)
     kb_config_free(c);
 }
 
+/* Asks up to 64 points at once; returns how many were handed out before the epoch
+ * closed (it must close: 64 is more than any epoch here). */
+static size_t box_batch(kb_engine *e, kb_point *pts)
+{
+    kb_ask_result res;
+    kb_error err;
+    assert_int_equal(kb_engine_ask(e, 64, pts, &res, &err), 0);
+    assert_int_equal(res.status, KB_ASK_AWAIT_FEEDBACK);
+    return res.n;
+}
+
+/* A bbkb at defaults (fitted kernel, so a box gets an initial design) but batch_floor. */
+static kb_engine *floor_engine(const kb_space *s, const char *fl)
+{
+    kb_error err;
+    kb_config *c = kb_config_new("bbkb", &err);
+    assert_int_equal(kb_config_set_string(c, "batch_floor", fl, &err), 0);
+    assert_int_equal(kb_config_set_number(c, "seed", 5, &err), 0);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    assert_non_null(e);
+    kb_config_free(c);
+    return e;
+}
+
+/* batch_floor on a box (its default there): the initial design is handed out without
+ * waiting for feedback, and every later epoch hands out at least as many points as were
+ * pending at once (6 here), where Algorithm 1's rule (batch_floor = none) closes the
+ * first epoch after one point on the same box; a snapshot restores the floor's state
+ * (the engine asks as the original does after it). */
+static void batch_floor_on_boxes(void **state)
+{
+    (void)state;
+    enum { D = 2, DESIGN = 2 * (D + 1) };
+    kb_error err;
+    kb_space *s = kb_space_new_box(D, 256, &err);
+    kb_point pts[64], qts[64];
+    kb_engine *e = floor_engine(s, "none");
+    assert_int_equal(box_batch(e, pts), 1);
+    kb_engine_free(e);
+
+    e = floor_engine(s, "auto");
+    assert_int_equal(box_batch(e, pts), DESIGN);
+    tell_all_pending(e, D);
+    for (int epoch = 0; epoch < 4; epoch++) {
+        assert_true(box_batch(e, pts) >= DESIGN);
+        tell_all_pending(e, D);
+    }
+    unsigned char *bytes;
+    size_t len;
+    assert_int_equal(kb_engine_snapshot(e, &bytes, &len, &err), 0);
+    kb_engine *r = kb_engine_restore(bytes, len, &err);
+    assert_non_null(r);
+    free(bytes);
+    for (int epoch = 0; epoch < 3; epoch++) {
+        size_t n = box_batch(e, pts);
+        assert_int_equal(box_batch(r, qts), n);
+        assert_true(n >= DESIGN);
+        for (size_t i = 0; i < n; i++)
+            assert_memory_equal(pts[i].x, qts[i].x, D * sizeof(double));
+        tell_all_pending(e, D);
+        tell_all_pending(r, D);
+    }
+    kb_engine_free(e);
+    kb_engine_free(r);
+    kb_space_free(s);
+}
+
 static void bad_configurations_rejected(void **state)
 {
     (void)state;
@@ -1362,6 +1429,7 @@ int main(void)
         cmocka_unit_test(retained_members_stay),
         cmocka_unit_test(figures_match_a_recount),
         cmocka_unit_test(box_space_runs),
+        cmocka_unit_test(batch_floor_on_boxes),
         cmocka_unit_test(bad_configurations_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,8 +53,10 @@
  * Asynchronous semantics (docs/ARCHITECTURE.md, BBKB with asynchronous workers): a
  * closed epoch answers AWAIT_FEEDBACK until every pending point is told or abandoned (or,
  * with resparsify_on_partial = f < 1, until f of the epoch's points are told, the others
- * staying hallucinated), then the next ask resparsifies. A tell only stores data (the
- * mean is frozen). An abandon removes the
+ * staying hallucinated), then the next ask resparsifies. With batch_floor (on boxes by
+ * default; selection.c) an epoch closes only once it has handed out as many points as
+ * were ever pending at once, and the initial design never closes one. A tell only
+ * stores data (the mean is frozen). An abandon removes the
  * hallucinated point from V_t (exact: V_t is refactored from its sum, epoch_factor) and
  * from the epoch's batch sum; since variances then grow, every variance is recomputed
  * before the next selection.
@@ -70,6 +72,7 @@ static const char *const beta_choices[] = {"theory", "scaled", "fixed", NULL};
 static const char *const rule_choices[] = {"global", "local", NULL};
 static const char *const dict_choices[] = {"sampled", "coupled", "all", NULL};
 static const char *const start_choices[] = {"auto", "full", NULL};
+static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
 
 #define COMMON_OPTIONS                                                                        \
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 1, 0.01, NULL, NULL,                               \
@@ -115,6 +118,11 @@ static const kb_option_spec bbkb_options[] = {
      "staying hallucinated (1: wait for all, Algorithm 1)"},
     {"parallelism", KB_OPT_INTEGER, 0, 1e9, 0, 0, NULL, NULL,
      "P: uncertainty sampling until max sigma~^2 <= 1/P (0: off), seed 004 section 4"},
+    {"batch_floor", KB_OPT_STRING, 0, 0, 0, 0, "auto", floor_choices,
+     "pending: the initial design needs no feedback, and an epoch closes by the batch "
+     "rule only once it has handed out as many points as were ever pending at once "
+     "(the workers seen; GP-BUCB batches inside the epoch); none: Algorithm 1's rule; "
+     "auto: pending on boxes, none on finite sets"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
@@ -179,6 +187,9 @@ static void read_options(const kb_engine *e, bbkb *st)
     st->local_rule = !is_bkb(e) && strcmp(kb_config_string(c, "batch_rule"), "local") == 0;
     st->P = is_bkb(e) ? 0.0 : kb_config_number(c, "parallelism");
     st->partial = is_bkb(e) ? 1.0 : kb_config_number(c, "resparsify_on_partial");
+    const char *floor = is_bkb(e) ? "none" : kb_config_string(c, "batch_floor");
+    st->batch_floor = strcmp(floor, "pending") == 0 ||
+                      (strcmp(floor, "auto") == 0 && !e->space->finite);
 }
 
 static int bbkb_create(kb_engine *e, kb_error *err)
@@ -372,6 +383,7 @@ static int bbkb_handed(kb_engine *e, uint64_t h, kb_error *err)
     st->trial_var[h - 1] = v0;
     st->epoch_h[st->n_epoch++] = h;
     st->epoch_sum += v0;
+    st->pending_max = e->n_pending > st->pending_max ? e->n_pending : st->pending_max;
     st->epoch_asks++;
     /* Out of memory in the local rule closes the epoch: conservative, and the hand-out
      * itself is already consistent. */

@@ -35,7 +35,7 @@ enum { DICT_SAMPLED, DICT_COUPLED, DICT_ALL };
 typedef struct bbkb {
     /* configuration */
     double lambda, q, C, F, noise, delta, beta_scale, beta_fixed, partial, retain;
-    int beta_mode, local_rule, dict_mode, full_start;
+    int beta_mode, local_rule, dict_mode, full_start, batch_floor;
     double P;
     /* dictionary and embedding: z(x) = W^T k_S(x) */
     size_t m, r, cap_m, cap_dc;
@@ -97,6 +97,7 @@ typedef struct bbkb {
     double var_max;   /* max_i var_start[i] (within start_err of the exact value) */
     uint64_t *epoch_h;
     size_t n_epoch, cap_epoch;
+    uint64_t pending_max; /* most trials pending at once after any hand-out */
     double *rsum;     /* local rule: sum_s k~_start(x, x_s)^2 per candidate */
     int rsum_valid;
     /* per trial / observation: sigma~^2 at the start of its own epoch */

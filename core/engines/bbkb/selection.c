@@ -203,11 +203,27 @@ int kb__bbkb_add_local_term(kb_engine *e, size_t cand)
     return rc;
 }
 
-/* Lemma 1, then (local rule) Lemma 3 once Lemma 1 fires. Sets st->closed. */
+/* batch_floor = pending: may the batch rule close the epoch yet? Not while initial design
+ * points are left (they are fixed in advance, so waiting for the feedback of one before
+ * handing out the next only idles the workers), nor before the epoch has handed out as
+ * many points as were ever pending at once. With a fitted noise at its floor, sigma~^2_start
+ * = sd^2 / lambda crosses C~ at the first unexplored point, so Lemma 1 alone closes
+ * epochs of one point: every other worker waits and every tell costs a resparsification.
+ * The floor makes the epoch a GP-BUCB batch (Desautels, Krause, Burdick 2014: pending
+ * points hallucinated, here through V_t) as large as the concurrency the engine has seen
+ * in its calls, which the snapshot's event log replays exactly. */
+static int floor_reached(const kb_engine *e, const bbkb *st)
+{
+    return !st->batch_floor ||
+           (e->n_trials >= e->design_n && (uint64_t)st->n_epoch >= st->pending_max);
+}
+
+/* Lemma 1 (once the floor is reached), then (local rule) Lemma 3 once Lemma 1 fires.
+ * Sets st->closed. */
 int kb__bbkb_update_closed(kb_engine *e)
 {
     bbkb *st = e->impl;
-    st->closed = 1.0 + st->epoch_sum > st->C;
+    st->closed = 1.0 + st->epoch_sum > st->C && floor_reached(e, st);
     if (!st->closed || !st->local_rule)
         return KB_OK;
     if (!st->rsum_valid) {
