@@ -324,30 +324,23 @@ static void relative_scales(const double *ls, size_t d, double *w)
 /* The local half of a pool, around the best points, as a trust region at several sizes
  * at once (TuRBO grows and shrinks one base length L on successes and failures; a pool
  * redrawn from the data alone, with no state to replay, instead spreads its points over
- * L = 0.4, 0.2, ..., 0.4 / 2^6). Point k moves its center uniformly within the trust
- * region, the box of half-width L w_j / 2 around it cut to the cube (TuRBO's candidates,
- * Eriksson et al. 2019, sec. 2): a normal step clipped to the cube put a point mass on
- * the faces, where the UCB's sd is largest, and the faces won half of the asks on
- * Styblinski-Tang-8 (docs/BENCHMARKS.md, tenth session). Each dimension moves with
- * probability p (at least one, drawn), p cycling over min(1, 20 / d) / 2^m, m = 0..3:
- * TuRBO's rule for large d (after DYCORS, Regis & Shoemaker 2013, whose probability
- * falls as the search goes on), spread over sizes as L is, since a pool without state
- * cannot follow a schedule; moves along a few coordinates are what a nearly separable
- * function needs. Three points in four are centered on the best observation, the
- * fourth cycles over the next best. A categorical coordinate picked for a move takes a
- * uniformly drawn choice with probability L / 0.8 (a Hamming-distance trust region that
- * shrinks with L, as CASMOPOLITAN's, Wan et al. 2021): its choices have no order. */
+ * L = 0.4, 0.2, ..., 0.4 / 2^6): point k perturbs its center by N(0, (L w_j / 2)^2) in
+ * each dimension, each dimension with probability min(1, 20 / d) (TuRBO's rule for large
+ * d; at least one), clipped to the cube. Three points in four are centered on the best
+ * observation, the fourth cycles over the next best. A categorical coordinate picked for
+ * a move takes a uniformly drawn choice with probability L / 0.8 (a Hamming-distance trust
+ * region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021): its choices have no
+ * order for a normal step to follow. */
 static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *best,
                          size_t nbest, const double *w)
 {
-    enum { LEVELS = 7, SUBSETS = 4 };
+    enum { LEVELS = 7 };
     size_t d = s->dim;
-    double p_all = d > 20 ? 20.0 / (double)d : 1.0;
+    double p_dim = d > 20 ? 20.0 / (double)d : 1.0;
     for (size_t i = first; i < s->n; i++) {
         size_t k = i - first;
         const double *c = best + (k % 4 == 3 && nbest > 1 ? 1 + (k / 4) % (nbest - 1) : 0) * d;
         double L = 0.4 / (double)(1u << ((k / 4) % LEVELS));
-        double p_dim = p_all / (double)(1u << ((k / (4 * LEVELS)) % SUBSETS));
         double *x = s->rows + i * d;
         size_t forced = (size_t)kb_rng_below(rng, d);
         for (size_t j = 0; j < d; j++) {
@@ -357,10 +350,9 @@ static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *b
                 if (kb_rng_uniform(rng) < L / 0.8)
                     v = ((double)kb_rng_below(rng, s->levels[j]) + 0.5) / (double)s->levels[j];
             } else if (move) {
-                double h = 0.5 * L * w[j], lo = fmax(0.0, v - h), hi = fmin(1.0, v + h);
-                v = lo + (hi - lo) * kb_rng_uniform(rng);
+                v += 0.5 * L * w[j] * kb_rng_normal(rng);
             }
-            x[j] = v < 0.0 ? 0.0 : v > 1.0 ? 1.0 : v; /* an observed center may lie outside */
+            x[j] = v < 0.0 ? 0.0 : v > 1.0 ? 1.0 : v;
         }
     }
 }
