@@ -73,7 +73,7 @@ static int reserve(buf *b, size_t n)
 
 static void put(buf *b, const void *src, size_t n)
 {
-    if (b->oom)
+    if (b->oom || n == 0) /* an empty event log has no buffer: memcpy from NULL is UB */
         return;
     if (reserve(b, n)) {
         b->oom = 1;

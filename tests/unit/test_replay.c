@@ -99,6 +99,7 @@ static kb_engine *restored_under(const unsigned char *from, size_t from_len,
     unsigned char *t = transplant(other, from, from_len, &len);
     kb_engine_free(other);
     kb_engine *r = kb_engine_restore(t, len, NULL);
+    free(t);
     assert_non_null(r);
     return r;
 }
