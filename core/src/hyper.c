@@ -49,9 +49,6 @@ static const double SN2_LO = 1e-6, SN2_HI = 2.0;
 static const double SN2_MU = -4.0, SN2_SD = 1.0;
 static const double S2_MU = 1.0, S2_SD = 1.0;
 
-/* Log posterior densities closer than this are treated as a tie between fits (pick_end). */
-#define KB_HYPER_DOUBT_NATS 1.0
-
 static double l_prior_mu(size_t d) { return sqrt(2.0) + 0.5 * log((double)d); }
 static const double L_PRIOR_SD = 1.7320508075688772; /* sqrt 3 */
 
@@ -285,53 +282,14 @@ size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, si
     return pick(y, n, max_rows, max_rows / 4, rng, idx);
 }
 
-/* Sum of the free log-lengthscales of an end point x (the log of their geometric mean
- * times their count): the shorter of two fits has the smaller sum. */
-static double log_length_sum(const fit_ctx *c, const double *x)
-{
-    double s = 0.0;
-    for (size_t i = 0; i < c->n_free; i++)
-        if (c->free_idx[i] < c->w.d)
-            s += x[i];
-    return s;
-}
-
-/* The fit kept from the starts' end points (ends, n_end rows of n_free values; f the
- * negated log posterior of each): "when in doubt, assume shorter". Among the ends whose
- * log posterior is within KB_HYPER_DOUBT_NATS of the best, the one with the shortest
- * lengthscales (geometric mean). The data cannot tell those apart (a density ratio below
- * e is "not worth more than a bare mention": Kass & Raftery, "Bayes factors", JASA 90,
- * 1995, sec. 3.2), and the costs of a wrong choice differ: too long a lengthscale makes
- * the posterior confident where nothing was seen and the search never looks there (the
- * failure mode of fitted hyperparameters in Berkenkamp, Schoellig & Krause, "No-regret
- * Bayesian optimization with unknown hyperparameters", JMLR 20(50), 2019, sec. 1 and 4),
- * too short a one only costs some exploration. Ties go to the better posterior. */
-static size_t pick_end(const fit_ctx *c, const double *ends, const double *f, size_t n_end)
-{
-    size_t best = 0, pick;
-    for (size_t s = 1; s < n_end; s++)
-        if (f[s] < f[best])
-            best = s;
-    pick = best;
-    for (size_t s = 0; s < n_end; s++) {
-        if (f[s] > f[best] + KB_HYPER_DOUBT_NATS)
-            continue;
-        double ls = log_length_sum(c, ends + s * c->n_free),
-               lp = log_length_sum(c, ends + pick * c->n_free);
-        if (ls < lp || (ls == lp && f[s] < f[pick]))
-            pick = s;
-    }
-    return pick;
-}
-
 static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *best_theta)
 {
-    size_t d = c->w.d, nf = c->n_free, n_start = (size_t)o->starts + 1, n_end = 0;
+    size_t d = c->w.d, nf = c->n_free;
     nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, (unsigned)nf);
     double *x = malloc(nf * sizeof *x), *lo = malloc(nf * sizeof *lo),
-           *hi = malloc(nf * sizeof *hi), *start = malloc((d + 2) * sizeof *start),
-           *ends = malloc(n_start * nf * sizeof *ends), *fs = malloc(n_start * sizeof *fs);
-    int rc = opt && x && lo && hi && start && ends && fs ? KB_OK : KB_ENOMEM;
+           *hi = malloc(nf * sizeof *hi), *start = malloc((d + 2) * sizeof *start);
+    int rc = opt && x && lo && hi && start ? KB_OK : KB_ENOMEM;
+    double best = HUGE_VAL;
     if (rc == KB_OK) {
         for (size_t i = 0; i < nf; i++)
             bounds_of(d, c->free_idx[i], &lo[i], &hi[i]);
@@ -343,7 +301,7 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
         nlopt_set_xtol_rel(opt, 1e-5);
         memcpy(start, c->theta, (d + 2) * sizeof *start);
     }
-    for (size_t s = 0; rc == KB_OK && s < n_start; s++) {
+    for (int s = 0; rc == KB_OK && s <= o->starts; s++) {
         for (size_t i = 0; i < nf; i++) {
             if (s == 0)
                 x[i] = fmin(hi[i], fmax(lo[i], start[c->free_idx[i]]));
@@ -354,16 +312,13 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
         nlopt_result r = nlopt_optimize(opt, x, &f);
         /* A run that stopped on a round-off or on its budget still improved on its start;
          * only its end point matters. */
-        if ((r > 0 || r == NLOPT_ROUNDOFF_LIMITED) && f < HUGE_VAL) {
-            memcpy(ends + n_end * nf, x, nf * sizeof *x);
-            fs[n_end++] = f;
+        if ((r > 0 || r == NLOPT_ROUNDOFF_LIMITED) && f < best) {
+            best = f;
+            for (size_t i = 0; i < nf; i++)
+                c->theta[c->free_idx[i]] = x[i];
+            memcpy(best_theta, c->theta, (d + 2) * sizeof *best_theta);
         }
-    }
-    if (n_end > 0) {
-        const double *e = ends + pick_end(c, ends, fs, n_end) * nf;
-        memcpy(best_theta, start, (d + 2) * sizeof *best_theta); /* fixed entries stay */
-        for (size_t i = 0; i < nf; i++)
-            best_theta[c->free_idx[i]] = e[i];
+        memcpy(c->theta, start, (d + 2) * sizeof *start); /* fixed entries stay put */
     }
     if (opt)
         nlopt_destroy(opt);
@@ -371,9 +326,7 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
     free(lo);
     free(hi);
     free(start);
-    free(ends);
-    free(fs);
-    if (rc == KB_OK && n_end == 0)
+    if (rc == KB_OK && best == HUGE_VAL)
         rc = KB_ENUMERIC;
     return rc;
 }
