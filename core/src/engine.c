@@ -136,15 +136,6 @@ static void setup_fitting(kb_engine *e)
         .fix_variance = kb_config_is_set(cfg, "kernel_variance"),
         .fix_noise = has_lambda && kb_config_is_set(cfg, "lambda"),
     };
-    /* On a finite set the kernel matters only between candidates. A lengthscale well
-     * below the distance between neighbouring candidates makes every candidate an
-     * independent arm to the model, which a handful of observations cannot confirm but
-     * a fit on them may choose for one coordinate (on the 20,000-arm set, whose
-     * candidates are 0.25 apart, runs ended with a lengthscale of 0.02-0.26). So no
-     * fitted lengthscale goes below the candidates' median nearest-neighbour distance
-     * (docs/BENCHMARKS.md, eleventh session). */
-    if (e->fit_on && e->space->finite)
-        e->fit_opts.l_floor = kb__nn_median(e->space->u, e->space->n, e->space->dim);
     size_t d = e->space->dim;
     e->design_n = e->fit_on && !e->space->finite ? (2 * (d + 1) < 40 ? 2 * (d + 1) : 40) : 0;
     if (e->design_n > e->space->n)

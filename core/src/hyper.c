@@ -22,9 +22,6 @@
  *         s2 = 1; a weak prior lets the fit scale it where the data asks).
  * Bounds (log space): l in [1e-3, 1e3] (a lengthscale far above 1 switches a dimension
  * off, which is how inactive parameters are found), s2 in [1e-2, 1e2], sn2 in [1e-6, 2].
- * The caller may raise the lengthscales' lower bound (kb_hyper_opts.l_floor): engine.c
- * does on finite sets, to the candidates' median nearest-neighbour distance
- * (kb__nn_median, O(min(n, 256) n d) once per engine).
  *
  * Optimizer: NLopt's bounded L-BFGS (NLOPT_LD_LBFGS) from the current values (warm
  * start) and from `starts` further points drawn from the priors with the caller's RNG; the
@@ -232,10 +229,10 @@ static double neg_log_post(unsigned nf, const double *x, double *grad, void *ud)
     return -v;
 }
 
-static void bounds_of(size_t d, double l_floor, size_t idx, double *lo, double *hi)
+static void bounds_of(size_t d, size_t idx, double *lo, double *hi)
 {
     if (idx < d) {
-        *lo = log(l_floor > L_LO ? fmin(l_floor, L_HI) : L_LO), *hi = log(L_HI);
+        *lo = log(L_LO), *hi = log(L_HI);
     } else if (idx == d) {
         *lo = log(S2_LO), *hi = log(S2_HI);
     } else {
@@ -244,13 +241,13 @@ static void bounds_of(size_t d, double l_floor, size_t idx, double *lo, double *
 }
 
 /* A start drawn from the priors (normal in theta), clipped to the bounds. */
-static void prior_draw(size_t d, double l_floor, size_t idx, kb_rng *rng, double *x)
+static void prior_draw(size_t d, size_t idx, kb_rng *rng, double *x)
 {
     double mu = idx < d ? l_prior_mu(d) - L_PRIOR_SD * L_PRIOR_SD
                         : idx == d ? S2_MU - S2_SD * S2_SD : SN2_MU - SN2_SD * SN2_SD;
     double sd = idx < d ? L_PRIOR_SD : idx == d ? S2_SD : SN2_SD;
     double lo, hi;
-    bounds_of(d, l_floor, idx, &lo, &hi);
+    bounds_of(d, idx, &lo, &hi);
     *x = fmin(hi, fmax(lo, mu + 0.5 * sd * kb_rng_normal(rng)));
 }
 
@@ -280,35 +277,6 @@ static size_t pick(const double *y, size_t n, size_t max_rows, size_t top, kb_rn
     return max_rows;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double kb__nn_median(const double *U, size_t n, size_t d)
-{
-    size_t m = n < KB_HYPER_ROWS ? n : KB_HYPER_ROWS, k = 0;
-    double nn[KB_HYPER_ROWS];
-    for (size_t s = 0; s < m; s++) {
-        const double *a = U + (s * n / m) * d; /* an even stride: no RNG, same every time */
-        double best = HUGE_VAL;
-        for (size_t j = 0; j < n; j++) {
-            double r2 = 0.0;
-            for (size_t c = 0; c < d; c++)
-                r2 += (a[c] - U[j * d + c]) * (a[c] - U[j * d + c]);
-            if (r2 > 0.0 && r2 < best) /* itself and duplicates are not neighbours */
-                best = r2;
-        }
-        if (best < HUGE_VAL)
-            nn[k++] = sqrt(best);
-    }
-    if (k == 0)
-        return 0.0;
-    qsort(nn, k, sizeof *nn, cmp_double);
-    return nn[k / 2];
-}
-
 size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, size_t *idx)
 {
     return pick(y, n, max_rows, max_rows / 4, rng, idx);
@@ -324,7 +292,7 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
     double best = HUGE_VAL;
     if (rc == KB_OK) {
         for (size_t i = 0; i < nf; i++)
-            bounds_of(d, o->l_floor, c->free_idx[i], &lo[i], &hi[i]);
+            bounds_of(d, c->free_idx[i], &lo[i], &hi[i]);
         nlopt_set_lower_bounds(opt, lo);
         nlopt_set_upper_bounds(opt, hi);
         nlopt_set_min_objective(opt, neg_log_post, c);
@@ -338,7 +306,7 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
             if (s == 0)
                 x[i] = fmin(hi[i], fmax(lo[i], start[c->free_idx[i]]));
             else
-                prior_draw(d, o->l_floor, c->free_idx[i], rng, &x[i]);
+                prior_draw(d, c->free_idx[i], rng, &x[i]);
         }
         double f = HUGE_VAL;
         nlopt_result r = nlopt_optimize(opt, x, &f);

@@ -141,7 +141,6 @@ typedef struct kb_hyper_opts {
     size_t max_rows;  /* observations used by one fit (0: KB_HYPER_ROWS) */
     int starts;       /* random restarts drawn from the priors, besides the warm start */
     int max_evals;    /* objective evaluations per start (0: 80) */
-    double l_floor;   /* lower bound of every fitted lengthscale (<= 1e-3: 1e-3) */
 } kb_hyper_opts;
 
 /* MAP fit of k's lengthscales and variance and of *noise (those not fixed) to (U, y), n
@@ -150,10 +149,6 @@ typedef struct kb_hyper_opts {
  * failure they are unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
 int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
                   const kb_hyper_opts *o, kb_rng *rng, kb_error *err);
-/* The median distance from a candidate to its nearest distinct neighbour, over an evenly
- * strided sample of at most KB_HYPER_ROWS of the n rows of U (n x d) against all of them:
- * a finite set's lengthscale floor (engine.c). 0 when no two rows differ. */
-double kb__nn_median(const double *U, size_t n, size_t d);
 /* Rows a GP posterior is built on when there are many (acq.c): all when n <= max_rows,
  * else the best quarter by y and a uniform sample of the others drawn from rng. Writes
  * the indices to idx (n entries of room), returns how many. */

@@ -399,39 +399,6 @@ static void refits_space_out_once_a_fit_samples(void **state)
     kb_engine_free(e);
 }
 
-/* Issue 12: on a finite set no fitted lengthscale falls below the candidates' spacing. 21
- * candidates 1/20 apart on a line, each told three times a value that alternates from one
- * candidate to the next (the repeats rule out noise; a lengthscale far below 1/20 fits
- * best: 0.015 without the floor); after a refit, gp-ucb's lengthscale is at least 1/20
- * (docs/BENCHMARKS.md, eleventh session). */
-static void finite_fit_keeps_to_the_candidates_spacing(void **state)
-{
-    (void)state;
-    enum { N = 21 };
-    double rows[N];
-    for (size_t i = 0; i < N; i++)
-        rows[i] = (double)i;
-    kb_error err;
-    kb_space *sp = kb_space_new_finite(rows, N, 1, &err);
-    kb_config *cfg = kb_config_new("gp-ucb", &err);
-    assert_non_null(sp);
-    kb_engine *e = kb_engine_create(cfg, sp, &err);
-    assert_non_null(e);
-    kb_space_free(sp);
-    kb_config_free(cfg);
-    for (size_t r = 0; r < 3; r++) /* repeats pin the noise down: it cannot explain them */
-        for (size_t i = 0; i < N; i++) {
-            double y = (i % 2 ? 1.0 : -1.0) + 0.001 * (double)r;
-            assert_int_equal(kb_engine_observe(e, &rows[i], y, &err), KB_OK);
-        }
-    assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
-    kb_hyperparameters h;
-    assert_int_equal(kb_engine_hyperparameters(e, &h), KB_OK);
-    if (h.lengthscales[0] < (1.0 / (N - 1)) * (1.0 - 1e-12))
-        fail_msg("lengthscale %g below the spacing %g", h.lengthscales[0], 1.0 / (N - 1));
-    kb_engine_free(e);
-}
-
 /* Issue 12: the order of a categorical's choices changes nothing. Two engines see the same
  * observations, the second with the choices coded in another order (choice c as
  * PERM[c]); their fitted hyperparameters and posteriors agree at every point (coded each
@@ -961,7 +928,6 @@ int main(void)
         cmocka_unit_test(scaling_survives_extreme_columns),
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
-        cmocka_unit_test(finite_fit_keeps_to_the_candidates_spacing),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }

@@ -7,8 +7,7 @@
  * recovery of known ARD
  * lengthscales and noise from a GP draw, the noise from a bandit-like history that
  * repeats one arm (more rows than a fit uses), a short warm-started refit on a sample
- * against a fit from scratch, fixed parameters held, determinism; a finite set's
- * nearest-neighbour spacing on a grid and the lengthscale floor a fit keeps to.
+ * against a fit from scratch, fixed parameters held, determinism.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -286,52 +285,6 @@ static void fixed_values_held_and_fit_deterministic(void **state)
     kb_kernel_free(lin);
 }
 
-/* kb__nn_median on a 7 x 7 grid of spacing 1/6 with one row repeated: every candidate's
- * nearest distinct neighbour is 1/6 away (the repeat is not a neighbour). */
-static void nn_median_of_a_grid(void **state)
-{
-    (void)state;
-    enum { G = 7, N = G * G + 1 };
-    double U[N * 2];
-    for (size_t i = 0; i < G * G; i++) {
-        U[2 * i] = (double)(i % G) / (G - 1);
-        U[2 * i + 1] = (double)(i / G) / (G - 1);
-    }
-    U[2 * G * G] = U[2 * 10];
-    U[2 * G * G + 1] = U[2 * 10 + 1];
-    assert_true(fabs(kb__nn_median(U, N, 2) - 1.0 / (G - 1)) < 1e-12);
-    assert_true(kb__nn_median(U, 1, 2) == 0.0); /* no neighbour at all */
-}
-
-/* A GP draw with lengthscales 0.05 fits lengthscales below 0.3 without a floor; with
- * l_floor = 0.3 every fitted lengthscale stays at or above it, the rest still fitted. */
-static void fit_stays_above_the_lengthscale_floor(void **state)
-{
-    (void)state;
-    enum { N = 150 };
-    const double true_l[D] = {0.05, 0.05, 0.05};
-    double *U, *y;
-    gp_rows(9, N, true_l, 0.05, &U, &y);
-    double n_free = 0.1, n_floor = 0.1;
-    kb_kernel *free_fit = tu_kernel(KB_KERNEL_MATERN52, D, 1.0),
-              *floored = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
-    kb_hyper_opts o = {.starts = 2}, of = {.starts = 2, .l_floor = 0.3};
-    fit(free_fit, &n_free, U, y, N, &o, 3);
-    fit(floored, &n_floor, U, y, N, &of, 3);
-    double lo_free = HUGE_VAL;
-    for (size_t j = 0; j < D; j++) {
-        lo_free = fmin(lo_free, free_fit->lengthscales[j]);
-        if (floored->lengthscales[j] < 0.3 * (1.0 - 1e-12))
-            fail_msg("lengthscale %zu: %g below the floor 0.3", j, floored->lengthscales[j]);
-    }
-    assert_true(lo_free < 0.3);
-    assert_true(n_floor != 0.1 && floored->variance != 1.0);
-    kb_kernel_free(free_fit);
-    kb_kernel_free(floored);
-    free(U);
-    free(y);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -340,8 +293,6 @@ int main(void)
         cmocka_unit_test(noise_recovered_from_repeats_of_one_arm),
         cmocka_unit_test(warm_refit_on_a_sample_matches_multistart),
         cmocka_unit_test(fixed_values_held_and_fit_deterministic),
-        cmocka_unit_test(nn_median_of_a_grid),
-        cmocka_unit_test(fit_stays_above_the_lengthscale_floor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
