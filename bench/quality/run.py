@@ -6,7 +6,7 @@ daemon over HTTP, as the quality protocol (docs/REFERENCES.md) prescribes.
     bench/quality/run.py [--functions branin,hartmann6] [--engines default,gp-ucb,optuna-tpe]
                          [--seeds 1,2,3 | --set tuning|held-out] [--budgets 4x50,8x125]
                          [--out results.json] [--settings '{"beta_scale": 0.5}']
-                         [--eval-ms 20]
+                         [--eval-ms 20 | --lockstep]
 
 Engine "default" is a study created with nothing but its space (the daemon's default engine
 and settings); other names create that engine with its defaults plus --settings. For each
@@ -20,7 +20,9 @@ and engine. --eval-ms M makes every evaluation take an exponentially distributed
 mean M ms (seeded per worker; instant by default), as real objectives do: the pending
 trials then overlap, and kbandit's runs also record the fraction of worker time spent
 waiting in ask (idle_fraction: an engine that holds workers back until feedback arrives
-shows it here). Nothing is tuned here: functions.py says which functions and seeds are for
+shows it here). --lockstep instead plays kbandit's W workers in turn from one thread (W
+trials always pending, the oldest told first): the daemon sees the same calls on every
+run, so builds can be compared seed by seed; Optuna runs are unchanged by it. Nothing is tuned here: functions.py says which functions and seeds are for
 tuning and which are held out.
 """
 import argparse
@@ -133,16 +135,60 @@ def evaluate(fn, params, delay_rng, eval_ms):
     return fn["f"](params)
 
 
-def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.0):
-    fn = FUNCTIONS[fname]
-    api = Http(port)
+def create_study(api, fname, engine, settings, seed, workers, budget):
     doc = {"name": f"{fname}-{engine}-{seed}-{workers}x{budget}-{time.monotonic_ns()}",
-           "direction": "minimize", "space": {"type": "box", "params": fn["params"]}}
+           "direction": "minimize", "space": {"type": "box", "params": FUNCTIONS[fname]["params"]}}
     if engine != "default":
         doc["engine"] = {"name": engine, "settings": dict(settings, seed=seed)}
     else:
         doc["engine"] = {"settings": {"seed": seed}}
-    sid = api.call("POST", "/v1/studies", doc)["id"]
+    return api.call("POST", "/v1/studies", doc)["id"]
+
+
+def finish_study(port, sid):
+    api = Http(port)  # a fresh connection: an earlier one may have sat idle past the timeout
+    info = api.call("GET", f"/v1/studies/{sid}")
+    api.call("DELETE", f"/v1/studies/{sid}")
+    return info.get("progress", {})
+
+
+def run_lockstep(port, fname, engine, settings, seed, workers, budget):
+    """W workers played in turn by one thread, evaluations instant: keep W trials pending,
+    tell the oldest, and let its worker ask next. The daemon then sees the same call
+    sequence on every run, so a run is a function of (engine, settings, seed) and two
+    builds can be compared seed by seed (threads racing for the daemon make runs whose
+    engine counts pending trials, e.g. bbkb's batch floor, differ run to run). An ask the
+    engine answers empty (waiting for feedback) is counted and the oldest trial told."""
+    fn = FUNCTIONS[fname]
+    api = Http(port)
+    sid = create_study(api, fname, engine, settings, seed, workers, budget)
+    pending, values, claimed, empty = [], [], 0, 0
+    free = list(range(workers))  # workers without a trial, in the order they ask
+    t0 = time.monotonic()
+    while len(values) < budget:
+        if claimed < budget and free:
+            res = api.call("POST", f"/v1/studies/{sid}/ask",
+                           {"worker": f"w{free[0]}", "count": 1, "wait_ms": 0})
+            if res["trials"]:
+                pending.append((free.pop(0), res["trials"][0]))
+                claimed += 1
+                continue
+            empty += 1
+            if not pending:
+                raise RuntimeError(f"{fname} {engine} seed {seed}: empty ask, nothing pending")
+        w, t = pending.pop(0)
+        v = fn["f"](t["params"])
+        api.call("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell", {"value": v})
+        values.append(v)
+        free.append(w)
+    wall = time.monotonic() - t0
+    progress = dict(finish_study(port, sid), idle_fraction=None, empty_asks=empty)
+    return values, wall, progress
+
+
+def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.0):
+    fn = FUNCTIONS[fname]
+    sid = create_study(Http(port), fname, engine, settings, seed, workers, budget)
     lock = threading.Lock()
     state = {"claimed": 0, "values": [], "error": None, "ask_s": 0.0}
 
@@ -181,10 +227,7 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.
     wall = time.monotonic() - t0
     if state["error"]:
         raise RuntimeError(f"{fname} {engine} seed {seed}: {state['error']}")
-    api = Http(port)  # the first connection sat idle through the run: the daemon closed it
-    info = api.call("GET", f"/v1/studies/{sid}")
-    api.call("DELETE", f"/v1/studies/{sid}")
-    progress = dict(info.get("progress", {}), idle_fraction=state["ask_s"] / (workers * wall))
+    progress = dict(finish_study(port, sid), idle_fraction=state["ask_s"] / (workers * wall))
     return state["values"], wall, progress
 
 
@@ -258,7 +301,12 @@ def main():
     ap.add_argument("--out", default=None, help="append one JSON line per run here")
     ap.add_argument("--eval-ms", type=float, default=0.0,
                     help="mean evaluation time (exponential), ms; 0 = instant")
+    ap.add_argument("--lockstep", action="store_true",
+                    help="kbandit runs: one thread plays the W workers in turn (instant "
+                         "evaluations; reproducible seed by seed)")
     args = ap.parse_args()
+    if args.lockstep and args.eval_ms > 0:
+        ap.error("--lockstep evaluates instantly; it cannot be combined with --eval-ms")
     settings = json.loads(args.settings)
     daemon = None
     rows = []
@@ -282,9 +330,13 @@ def main():
                                                       args.eval_ms)
                         else:
                             daemon = daemon or Daemon(args.daemon)
-                            values, wall, progress = run_kbandit(daemon.port, fname, engine,
-                                                                 settings, seed, workers, budget,
-                                                                 args.eval_ms)
+                            if args.lockstep:
+                                values, wall, progress = run_lockstep(
+                                    daemon.port, fname, engine, settings, seed, workers, budget)
+                            else:
+                                values, wall, progress = run_kbandit(
+                                    daemon.port, fname, engine, settings, seed, workers, budget,
+                                    args.eval_ms)
                         row = dict(function=fname, group=group, engine=engine, seed=seed,
                                    workers=workers, budget=budget, trials=len(values),
                                    wall_s=round(wall, 3),
@@ -295,6 +347,8 @@ def main():
                                    dictionary_size=progress.get("dictionary_size"),
                                    eval_ms=args.eval_ms,
                                    idle_fraction=progress.get("idle_fraction"),
+                                   lockstep=args.lockstep and not engine.startswith("optuna-"),
+                                   empty_asks=progress.get("empty_asks"),
                                    **summarize_values(values, fn, fmean))
                         rows.append(row)
                         print(json.dumps(row), flush=True)
