@@ -490,6 +490,64 @@ static void sampled_dictionary_posterior_is_dtc(void **state)
     free(Xc);
 }
 
+/* On a box every epoch redraws the pool, so every dictionary kernel column is computed
+ * afresh at the epoch start (dictionary.c, fill_columns, written straight into the
+ * column cache): the epoch-start variances over the new pool must be those of the DTC
+ * posterior recomputed from scratch (tu_sparse_posterior) with the engine's dictionary
+ * and data, at every epoch, while the dictionary grows and loses points. */
+static void box_columns_match_recomputation(void **state)
+{
+    (void)state;
+    enum { D = 2, A = 96, N = 6, EPOCHS = 12, NMAX = 256 };
+    const double lambda = 0.3;
+    kb_rng rng;
+    kb_rng_seed(&rng, 17);
+    kb_kernel *k = tu_kernel(KB_KERNEL_RBF, D, 0.3);
+    double *X = tu_uniform_matrix(&rng, NMAX, D, 0, 1), y[NMAX];
+    kb_error err;
+    kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, lambda, "q", "1", "seed", "3",
+                               NULL);
+    kb_space *s = kb_space_new_box(D, A, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    assert_non_null(e);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(kb_engine_observe(e, X + i * D, y[i] = objective(X + i * D, D), &err),
+                         0);
+    size_t lost = 0, m_prev = 0;
+    for (int epoch = 0; epoch < EPOCHS; epoch++) {
+        kb_point p;
+        kb_ask_result res;
+        while (ask1(e, &p, &res))
+            ;
+        tell_all_pending(e, D);
+        assert_true(ask1(e, &p, &res)); /* a new epoch and pool; undone, so V is the data's */
+        assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
+        double dm, dsd, *rmean = malloc(A * sizeof *rmean), *rcov = malloc(A * A * sizeof *rcov);
+        size_t m, n = N + told_data(e, D, X + N * D, y + N, &dm, &dsd);
+        double *S = dictionary_copy(e, D, &m), bound;
+        assert_true(n <= NMAX && m >= 1);
+        lost += m < m_prev;
+        m_prev = m;
+        assert_int_equal(tu_sparse_posterior(k, S, m, X, y, n, lambda, e->space->u, A, rmean,
+                                             rcov), 0);
+        const double *vs = kb__bbkb_start_variances(e, &bound);
+        assert_non_null(vs);
+        for (size_t i = 0; i < A; i++) {
+            double v = rcov[i * A + i] / lambda;
+            assert_true(fabs(vs[i] - v) <= bound + 1e-9 * v);
+        }
+        free(S);
+        free(rmean);
+        free(rcov);
+    }
+    assert_true(lost >= 1); /* the sampled dictionary did shrink at some epoch */
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    kb_kernel_free(k);
+    free(X);
+}
+
 /* Bounds lo <= hi on a Binomial(K, p) count with P(X < lo) <= a / 2 and P(X > hi) <=
  * a / 2 (exact tails, pmf summed in logs), so [lo, hi] holds it with probability
  * at least 1 - a. */
@@ -1429,6 +1487,7 @@ int main(void)
         cmocka_unit_test(retained_members_stay),
         cmocka_unit_test(figures_match_a_recount),
         cmocka_unit_test(box_space_runs),
+        cmocka_unit_test(box_columns_match_recomputation),
         cmocka_unit_test(batch_floor_on_boxes),
         cmocka_unit_test(bad_configurations_rejected),
     };

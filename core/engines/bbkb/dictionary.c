@@ -235,16 +235,28 @@ int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds)
 
 /* Kc columns of the slots fresh[0..n): k(x_i, S_slot) for every candidate, as one kernel
  * matrix of the new points against the candidates (n x A row-major: each row is a
- * column of Kc, copied whole). */
+ * column of Kc). When the slots are consecutive (always on a box, whose pool is redrawn
+ * at every epoch: they are 0..m) it is written straight into Kc: a staging matrix of
+ * A x n doubles, newly mapped and zeroed by dgemm at every epoch, was a fifth to two
+ * fifths of a box epoch's CPU (docs/BENCHMARKS.md, eleventh session). Otherwise it is
+ * staged and copied; not computed run by run, since dgemm's rounding depends on the
+ * matrix's shape (d >= 8) and one matrix keeps the columns as they were. */
 static int fill_columns(kb_engine *e, const size_t *fresh, size_t n)
 {
     bbkb *st = e->impl;
     size_t d = e->space->dim, A = st->A;
-    double *U = malloc((n ? n : 1) * d * sizeof *U), *K = malloc(A * (n ? n : 1) * sizeof *K);
+    if (n == 0)
+        return KB_OK;
+    if (fresh[n - 1] - fresh[0] == n - 1) {
+        kb_kernel_matrix(&e->kernel, st->S + fresh[0] * d, n, e->space->u, A,
+                         st->Kc + fresh[0] * A);
+        return KB_OK;
+    }
+    double *U = malloc(n * d * sizeof *U), *K = malloc(A * n * sizeof *K);
     int rc = U && K ? KB_OK : KB_ENOMEM;
     for (size_t k = 0; !rc && k < n; k++)
         memcpy(U + k * d, st->S + fresh[k] * d, d * sizeof *U);
-    if (!rc && n)
+    if (!rc)
         kb_kernel_matrix(&e->kernel, U, n, e->space->u, A, K);
     for (size_t k = 0; !rc && k < n; k++)
         memcpy(st->Kc + fresh[k] * A, K + k * A, A * sizeof *K);
