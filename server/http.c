@@ -7,7 +7,9 @@
  * also refuses long or NUL-holding targets and oversized queries before MHD stores
  * them); the access handler is called once for the headers (we route, authenticate and check the declared size, answering
  * errors at once), once per body chunk (accumulated up to max_body) and once at the end,
- * when the route's handler runs. The request context is freed in the completion callback.
+ * when the route's handler runs. The request context is freed in the completion callback,
+ * or, when libmicrohttpd closes the connection without calling it, by the connection
+ * guard (conn_guard_hold).
  *
  * Long-polls (ask with wait_ms): instead of blocking a pool thread, which would stall
  * every other connection served by that thread, the handler suspends the connection
@@ -689,6 +691,8 @@ static int head_hides_bytes(struct MHD_Connection *c, const char *method)
     return w.bad || (w.next && (w.next != w.end || w.nuls > 4));
 }
 
+static void request_release(void *rq);
+
 static request *request_new(void)
 {
     request *rq = calloc(1, sizeof *rq);
@@ -747,8 +751,9 @@ static const char *query_refusal(const char *q, size_t n)
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
-    (void)conn;
     request *rq = request_new();
+    if (rq)
+        conn_guard_hold(conn, rq, request_release);
     if (!rq || !uri)
         return rq;
     size_t len = target_length(uri);
@@ -898,8 +903,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     request *rq = *con_cls;
     int rc = MHD_YES;
     if (!rq || !rq->conn) { /* first call (the context comes from on_uri, or not yet) */
-        if (!rq && !(rq = request_new()))
-            return MHD_NO;
+        if (!rq) {
+            if (!(rq = request_new()))
+                return MHD_NO;
+            conn_guard_hold(conn, rq, request_release);
+        }
         rq->conn = conn;
         *con_cls = rq;
         conn_guard_progress(conn);
@@ -936,15 +944,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     return (enum MHD_Result)rc;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
+/* Frees a request context: out of the wait and commit lists first, where a connection
+ * closed while suspended would leave it (it cannot happen, but never dangle). */
+static void request_free(request *rq)
 {
-    (void)cls;
-    conn_guard_done(conn);
-    request *rq = *con_cls;
-    if (!rq)
-        return;
-    if (rq->waiting) { /* closed while suspended: cannot happen, but never dangle */
+    if (rq->waiting) {
         pthread_mutex_lock(&waits.lock);
         for (request **p = &waits.head; *p; p = &(*p)->wait_next)
             if (*p == rq) {
@@ -953,7 +957,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             }
         pthread_mutex_unlock(&waits.lock);
     }
-    if (rq->pending.s) { /* closed while waiting for a commit: cannot happen either */
+    if (rq->pending.s) {
         pthread_mutex_lock(&commits.lock);
         for (request **p = &commits.head; *p; p = &(*p)->commit_next)
             if (*p == rq) {
@@ -965,14 +969,29 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             MHD_destroy_response(rq->kept);
         study_put(rq->pending.s);
     }
-    if (rq->conn) /* requests MHD refused before on_access are not counted */
-        metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
-                        mono_sec() - rq->t0);
     if (rq->state_free)
         rq->state_free(rq->state);
     json_decref(rq->json);
     free(rq->body);
     free(rq);
+}
+
+/* conn_guard's release of a context libmicrohttpd dropped without on_completed. */
+static void request_release(void *rq) { request_free(rq); }
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    conn_guard_done(conn);
+    request *rq = *con_cls;
+    if (!rq)
+        return;
+    conn_guard_hold(conn, NULL, NULL);
+    if (rq->conn) /* requests MHD refused before on_access are not counted */
+        metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
+                        mono_sec() - rq->t0);
+    request_free(rq);
     *con_cls = NULL;
 }
 
