@@ -631,3 +631,13 @@ def test_finding14_loop_keeps_memory(daemons):
     grew = rss_kb(d.proc.pid) - before
     assert grew < 4096, f"RSS grew by {grew} kB"
     assert d.client().get("/healthz").status_code == 200
+
+
+def test_error_quoting_bytes_not_utf8_stays_json(daemons):
+    """A 404 quotes the request target, and a target that is not UTF-8 made jansson refuse
+    the message: the answer was a 500 "out of memory". It is the 404, the bytes shown
+    as '?'."""
+    d = daemons()
+    reply = answer_within(d.port, b"GET /a\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert_json_error(first_answer_only(reply), 404, "not_found", "target not UTF-8")
+    assert b"no route /a??" in reply, reply
