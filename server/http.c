@@ -5,11 +5,11 @@
  *
  * Request lifecycle: the request context is created by the URI callback (on_uri, which
  * also refuses long or NUL-holding targets and oversized queries before MHD stores
- * them); the access handler is called once for the headers (we route, authenticate and check the declared size, answering
- * errors at once), once per body chunk (accumulated up to max_body) and once at the end,
- * when the route's handler runs. The request context is freed in the completion callback,
- * or, when libmicrohttpd closes the connection without calling it, by the connection
- * guard (conn_guard_hold).
+ * them); the access handler is called once for the headers (we route, authenticate and
+ * check the declared size, answering errors at once), once per body chunk (accumulated
+ * up to max_body) and once at the end, when the route's handler runs. The request
+ * context is freed in the completion callback, or, when libmicrohttpd closes the
+ * connection without calling it, by the connection guard (conn_guard_hold).
  *
  * Long-polls (ask with wait_ms): instead of blocking a pool thread, which would stall
  * every other connection served by that thread, the handler suspends the connection

@@ -123,8 +123,9 @@ struct MHD_Response *MHD_create_response_from_buffer(size_t size, void *buffer,
 
 void mhd_errors_send_head_too_large(int fd, int target_too_long)
 {
-    const char *status = target_too_long ? "414 URI Too Long" : "431 Request Header Fields Too Large",
-               *body = target_too_long ? TARGET_TOO_LONG : HEAD_TOO_LARGE;
+    const char *status = target_too_long ? "414 URI Too Long"
+                                         : "431 Request Header Fields Too Large";
+    const char *body = target_too_long ? TARGET_TOO_LONG : HEAD_TOO_LARGE;
     char msg[320];
     int n = snprintf(msg, sizeof msg,
                      "HTTP/1.1 %s\r\nConnection: close\r\n"
