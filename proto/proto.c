@@ -62,11 +62,27 @@ int api_fail(api_error *err, api_code code, const char *field, const char *fmt, 
     return -1;
 }
 
+/* A JSON string of s, its non-ASCII bytes made '?' when s is not UTF-8 (a message quoting
+ * a raw request target, or cut inside a character; jansson refuses such a string, and
+ * the error answer then became a 500 "out of memory"). */
+static json_t *json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j || !s)
+        return j;
+    char ascii[API_MESSAGE_MAX];
+    size_t i = 0;
+    for (; s[i] && i + 1 < sizeof ascii; i++)
+        ascii[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
+    ascii[i] = 0;
+    return json_string(ascii);
+}
+
 json_t *api_error_json(const api_error *err)
 {
-    return json_pack("{s:{s:s,s:s,s:o}}", "error", "code", api_code_name(err->code),
-                     "message", err->message, "field",
-                     err->field[0] ? json_string(err->field) : json_null());
+    return json_pack("{s:{s:s,s:o,s:o}}", "error", "code", api_code_name(err->code),
+                     "message", json_text(err->message), "field",
+                     err->field[0] ? json_text(err->field) : json_null());
 }
 
 int api_fail_kb(api_error *err, const kb_error *kerr, const char *field_prefix)

@@ -70,6 +70,10 @@ typedef struct guarded {
      * whether more were waiting unread */
     unsigned long long consumed;
     int unread;
+    /* the current request's context and what frees it (conn_guard_hold); touched only by
+     * the connection's own libmicrohttpd thread, as closed() is */
+    void *held;
+    void (*release)(void *);
 } guarded;
 
 /* How often the sweeper looks for connections past the header timeout (seconds). */
@@ -170,6 +174,8 @@ static void closed(void **socket_context)
     guarded *e = *socket_context;
     if (!e)
         return;
+    if (e->held) /* libmicrohttpd closed it without its request-completed callback */
+        e->release(e->held);
     pthread_mutex_lock(&g.lock);
     unlink_entry(e);
     if (e->where != EVICTED)
@@ -241,6 +247,17 @@ static void move(struct MHD_Connection *c, int to)
 void conn_guard_progress(struct MHD_Connection *c) { move(c, KEEP); }
 void conn_guard_busy(struct MHD_Connection *c) { move(c, BUSY); }
 void conn_guard_done(struct MHD_Connection *c) { move(c, SERVED); }
+
+void conn_guard_hold(struct MHD_Connection *c, void *request, void (*release)(void *))
+{
+    guarded *e = entry_of(c);
+    if (!e)
+        return;
+    if (request && e->held && e->held != request) /* its completion callback never came */
+        e->release(e->held);
+    e->held = request;
+    e->release = release;
+}
 
 /* ------------------------------------------------------------ header timeout */
 

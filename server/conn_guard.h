@@ -27,6 +27,13 @@ void conn_guard_notify(void *cls, struct MHD_Connection *c, void **socket_contex
 void conn_guard_progress(struct MHD_Connection *c);
 void conn_guard_busy(struct MHD_Connection *c);
 void conn_guard_done(struct MHD_Connection *c);
+/* The context of c's current request (NULL: none), which release frees if c closes, or
+ * another is held, before it is let go with NULL. libmicrohttpd 0.9.75 closes a
+ * connection without the request-completed callback when a second error comes after
+ * the first (transmit_error_response_len sets the state to closed directly), which
+ * leaked the context on_uri had made (docs/TESTING.md finding 14). Called only from c's
+ * own thread. */
+void conn_guard_hold(struct MHD_Connection *c, void *request, void (*release)(void *));
 /* Connections evicted since start (a counter for /metrics). */
 unsigned long long conn_guard_evicted(void);
 /* Connections closed by the header timeout since start (a counter for /metrics). */

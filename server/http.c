@@ -4,10 +4,12 @@
  * body accumulator, replies, per-request metrics and the long-poll wait list.
  *
  * Request lifecycle: the request context is created by the URI callback (on_uri, which
- * also refuses oversized queries before MHD stores them); the access handler is called
- * once for the headers (we route, authenticate and check the declared size, answering
- * errors at once), once per body chunk (accumulated up to max_body) and once at the end,
- * when the route's handler runs. The request context is freed in the completion callback.
+ * also refuses long or NUL-holding targets and oversized queries before MHD stores
+ * them); the access handler is called once for the headers (we route, authenticate and
+ * check the declared size, answering errors at once), once per body chunk (accumulated
+ * up to max_body) and once at the end, when the route's handler runs. The request
+ * context is freed in the completion callback, or, when libmicrohttpd closes the
+ * connection without calling it, by the connection guard (conn_guard_hold).
  *
  * Long-polls (ask with wait_ms): instead of blocking a pool thread, which would stall
  * every other connection served by that thread, the handler suspends the connection
@@ -61,6 +63,12 @@
  * on_uri. */
 #define MAX_QUERY_ARGS 16
 #define MAX_QUERY_BYTES 2048
+/* A request target (path and query, KB_MAX_TARGET_BYTES in mhd_errors.h) longer than
+ * this gets a 414 (on_uri, on_headers): no route needs more than its 2 KiB query and
+ * a short path, and a capped line leaves room in CONN_MEMORY for the headers and the
+ * answer. */
+#define MAX_TARGET_BYTES KB_MAX_TARGET_BYTES
+#define TARGET_TOO_LONG "a request target longer than " DECIMAL(MAX_TARGET_BYTES) " bytes"
 /* A request whose head (line, headers, libmicrohttpd's records of them) leaves less than
  * ANSWER_ROOM bytes of the connection's memory gets a 431 (on_headers): libmicrohttpd
  * builds an answer's header lines (at most ~260 bytes for ours) in that memory, and when
@@ -80,10 +88,11 @@ struct request {
     char *body;
     size_t len, cap;
     int too_large, csv, ready;
-    const char *query_refused; /* why on_uri emptied the query (answered 400), or NULL */
+    const char *target_refused; /* why on_uri refused the target (answered 400, or 414
+                                 * when it is too long; its query emptied), or NULL */
     const char *target;      /* the raw request target in MHD's read buffer (on_uri; read
                               * by on_headers only, while MHD holds the request line) */
-    size_t target_len;
+    size_t target_len;       /* its bytes as MHD holds them, NULs included */
     json_t *json;
     int status;              /* of the reply, for metrics */
     double t0;
@@ -682,6 +691,8 @@ static int head_hides_bytes(struct MHD_Connection *c, const char *method)
     return w.bad || (w.next && (w.next != w.end || w.nuls > 4));
 }
 
+static void request_release(void *rq);
+
 static request *request_new(void)
 {
     request *rq = calloc(1, sizeof *rq);
@@ -692,33 +703,69 @@ static request *request_new(void)
     return rq;
 }
 
+/* Whether p, a NUL in libmicrohttpd's copy of the request line, ends the target: MHD
+ * put it in place of the blank before the version, calls on_uri only for a version of
+ * "HTTP/1.d" (8 bytes), and replaced the line's CR and LF by NULs as well. A NUL that
+ * came in the target (the line's bytes lie up to the version, so reading 9 on stays in
+ * it) is followed by the target's next bytes. */
+static int ends_target(const char *p)
+{
+    return memcmp(p + 1, "HTTP/1.", 7) == 0 && p[8] >= '0' && p[8] <= '9' && p[9] == 0;
+}
+
+/* The length of the target at uri as libmicrohttpd holds it. MHD hands it over as a C
+ * string, but searches it for '?' and splits its query with its own length, so bytes
+ * after a NUL in the target were a query on_uri never saw (docs/TESTING.md finding 14:
+ * "\0?&&&..." filled the pool with argument records and got no answer). A target that
+ * itself holds a NUL, then "HTTP/1.d" and a NUL, is read as ending there: see
+ * docs/TESTING.md, "Protocol errors", Limits. */
+static size_t target_length(const char *uri)
+{
+    const char *p = uri + strlen(uri);
+    while (!ends_target(p))
+        p += 1 + strlen(p + 1);
+    return (size_t)(p - uri);
+}
+
+/* Why the query at q (n bytes after the '?', NULs included) is refused, or NULL. */
+static const char *query_refusal(const char *q, size_t n)
+{
+    size_t args = 1;
+    for (size_t i = 0; i < n; i++)
+        args += q[i] == '&';
+    return args > MAX_QUERY_ARGS  ? "more than " DECIMAL(MAX_QUERY_ARGS) " query arguments"
+           : n > MAX_QUERY_BYTES ? "a query longer than " DECIMAL(MAX_QUERY_BYTES) " bytes"
+                                 : NULL;
+}
+
 /* MHD_OPTION_URI_LOG_CALLBACK: creates the request context (*con_cls) from the raw
- * target, which MHD calls just before it splits the query into arguments. A query of more
- * than MAX_QUERY_ARGS arguments or MAX_QUERY_BYTES bytes is emptied in place (the target
- * lies in MHD's own writable read buffer, and MHD reads the query only after this
- * returns), and on_headers answers 400. NULL (out of memory): on_access allocates the
- * context itself. */
+ * target, which MHD calls just before it splits the query into arguments. A target with
+ * a NUL byte, of more than MAX_TARGET_BYTES, or with a query of more than MAX_QUERY_ARGS
+ * arguments or MAX_QUERY_BYTES bytes has its query emptied in place (the target lies in
+ * MHD's own writable read buffer, and MHD reads the query only after this returns), and
+ * on_headers answers 400 (414 for the length). MHD stores each argument in the
+ * connection's pool, and when the pool is full MHD 0.9.75 queues its 431 but goes on
+ * reading the head (parse_initial_message_line ignores the failure): the request then
+ * got no answer, and on a second error MHD closed it without calling on_completed, which
+ * leaked this context. NULL (out of memory): on_access allocates the context itself. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
-    (void)conn;
     request *rq = request_new();
-    if (rq) {
-        rq->target = uri;
-        rq->target_len = strlen(uri);
-    }
-    char *query = strchr(uri, '?');
-    if (!rq || !query)
+    if (rq)
+        conn_guard_hold(conn, rq, request_release);
+    if (!rq || !uri)
         return rq;
-    size_t args = 1;
-    for (const char *p = query; *p; p++)
-        args += *p == '&';
-    rq->query_refused = args > MAX_QUERY_ARGS
-                            ? "more than " DECIMAL(MAX_QUERY_ARGS) " query arguments"
-                        : strlen(query + 1) > MAX_QUERY_BYTES
-                            ? "a query longer than " DECIMAL(MAX_QUERY_BYTES) " bytes"
-                            : NULL;
-    if (rq->query_refused)
+    size_t len = target_length(uri);
+    char *query = memchr(uri, '?', len);
+    rq->target = uri;
+    rq->target_len = len;
+    rq->target_refused =
+        strlen(uri) < len       ? "the request target contains a NUL byte"
+        : len > MAX_TARGET_BYTES ? TARGET_TOO_LONG
+        : query                  ? query_refusal(query + 1, len - (size_t)(query + 1 - uri))
+                                 : NULL;
+    if (rq->target_refused && query)
         query[1] = 0;
     return rq;
 }
@@ -783,13 +830,20 @@ static int head_too_large(request *rq)
 static int on_headers(request *rq, const char *url, const char *method, int *rc)
 {
     char allow[128];
+    int too_long = rq->target_len > MAX_TARGET_BYTES;
     if (head_too_large(rq)) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci)
-            mhd_errors_send_head_too_large(ci->connect_fd);
-        rq->status = 431;
+            mhd_errors_send_head_too_large(ci->connect_fd, too_long);
+        rq->status = too_long ? 414 : 431;
         *rc = MHD_NO;
+        return -1;
+    }
+    if (too_long) { /* before anything else: its query was not parsed */
+        api_error err;
+        api_fail(&err, API_INVALID, NULL, "%s", TARGET_TOO_LONG);
+        *rc = queue(rq, 414, json_response(api_error_json(&err)));
         return -1;
     }
     const char *framing =
@@ -801,8 +855,8 @@ static int on_headers(request *rq, const char *url, const char *method, int *rc)
         *rc = reply_code(rq, API_INVALID, "%s", framing);
         return -1;
     }
-    if (rq->query_refused) {
-        *rc = reply_code(rq, API_INVALID, "%s", rq->query_refused);
+    if (rq->target_refused) {
+        *rc = reply_code(rq, API_INVALID, "%s", rq->target_refused);
         return -1;
     }
     rq->route = route_of(method, url, rq->ids, allow, sizeof allow);
@@ -849,8 +903,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     request *rq = *con_cls;
     int rc = MHD_YES;
     if (!rq || !rq->conn) { /* first call (the context comes from on_uri, or not yet) */
-        if (!rq && !(rq = request_new()))
-            return MHD_NO;
+        if (!rq) {
+            if (!(rq = request_new()))
+                return MHD_NO;
+            conn_guard_hold(conn, rq, request_release);
+        }
         rq->conn = conn;
         *con_cls = rq;
         conn_guard_progress(conn);
@@ -887,15 +944,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     return (enum MHD_Result)rc;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
+/* Frees a request context: out of the wait and commit lists first, where a connection
+ * closed while suspended would leave it (it cannot happen, but never dangle). */
+static void request_free(request *rq)
 {
-    (void)cls;
-    conn_guard_done(conn);
-    request *rq = *con_cls;
-    if (!rq)
-        return;
-    if (rq->waiting) { /* closed while suspended: cannot happen, but never dangle */
+    if (rq->waiting) {
         pthread_mutex_lock(&waits.lock);
         for (request **p = &waits.head; *p; p = &(*p)->wait_next)
             if (*p == rq) {
@@ -904,7 +957,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             }
         pthread_mutex_unlock(&waits.lock);
     }
-    if (rq->pending.s) { /* closed while waiting for a commit: cannot happen either */
+    if (rq->pending.s) {
         pthread_mutex_lock(&commits.lock);
         for (request **p = &commits.head; *p; p = &(*p)->commit_next)
             if (*p == rq) {
@@ -916,14 +969,29 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             MHD_destroy_response(rq->kept);
         study_put(rq->pending.s);
     }
-    if (rq->conn) /* requests MHD refused before on_access are not counted */
-        metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
-                        mono_sec() - rq->t0);
     if (rq->state_free)
         rq->state_free(rq->state);
     json_decref(rq->json);
     free(rq->body);
     free(rq);
+}
+
+/* conn_guard's release of a context libmicrohttpd dropped without on_completed. */
+static void request_release(void *rq) { request_free(rq); }
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    conn_guard_done(conn);
+    request *rq = *con_cls;
+    if (!rq)
+        return;
+    conn_guard_hold(conn, NULL, NULL);
+    if (rq->conn) /* requests MHD refused before on_access are not counted */
+        metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
+                        mono_sec() - rq->t0);
+    request_free(rq);
     *con_cls = NULL;
 }
 

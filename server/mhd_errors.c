@@ -27,9 +27,10 @@
  * fails on the duplicate symbol. A body this table does not know gets the generic
  * message of the last entry.
  *
- * The file also holds the 431 that http.c writes to the socket itself for a request
- * whose head leaves no room in the connection's memory for an answer's header lines
- * (libmicrohttpd would close without a byte: see ANSWER_ROOM in http.c).
+ * The file also holds the 431 (414 for a target over KB_MAX_TARGET_BYTES) that http.c
+ * writes to the socket itself for a request whose head leaves no room in the
+ * connection's memory for an answer's header lines (libmicrohttpd would close without
+ * a byte: see ANSWER_ROOM in http.c).
  *
  * Thread safety: libmicrohttpd's threads call this concurrently; the table and bodies
  * are constant, the library's function is looked up once (pthread_once).
@@ -50,6 +51,10 @@
 
 #define HEAD_TOO_LARGE \
     JSON_ERROR("invalid", "the request line or headers exceed the connection's memory")
+#define STR(x) #x
+#define DECIMAL(x) STR(x)
+#define TARGET_TOO_LONG \
+    JSON_ERROR("invalid", "a request target longer than " DECIMAL(KB_MAX_TARGET_BYTES) " bytes")
 
 /* libmicrohttpd's bodies, told apart by a phrase of their HTML (first match wins), and
  * the JSON body answered instead. NULL: an empty body and no Content-Type, for the two
@@ -116,13 +121,16 @@ struct MHD_Response *MHD_create_response_from_buffer(size_t size, void *buffer,
     return real_create ? real_create(size, buffer, mode) : NULL;
 }
 
-void mhd_errors_send_head_too_large(int fd)
+void mhd_errors_send_head_too_large(int fd, int target_too_long)
 {
-    char msg[256];
+    const char *status = target_too_long ? "414 URI Too Long"
+                                         : "431 Request Header Fields Too Large";
+    const char *body = target_too_long ? TARGET_TOO_LONG : HEAD_TOO_LARGE;
+    char msg[320];
     int n = snprintf(msg, sizeof msg,
-                     "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
+                     "HTTP/1.1 %s\r\nConnection: close\r\n"
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     sizeof HEAD_TOO_LARGE - 1, HEAD_TOO_LARGE);
+                     status, strlen(body), body);
     /* Unanswered anyway if it fails: the socket is closed right after. Its send buffer
      * takes these few bytes at once unless the client stopped reading earlier answers;
      * never wait on the client. */

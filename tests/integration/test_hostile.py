@@ -176,6 +176,12 @@ def build_cases():
                             status=404, codes=("not_found",)))
     for path, query in BAD_QUERIES:
         out.append(case(f"query-{path}-{query[:40]}", "GET", f"{path}?{query}"))
+    for path in ("/v1/studies", "/v1/studies/{S}/trials"):  # docs/TESTING.md finding 14
+        # sent raw: a refusal at the HTTP layer, documented once in openapi.yaml's info
+        out.append(case(f"target-over-4096-{path}", "GET", f"{path}?limit=1&name={'n' * 4100}",
+                        b"", status=414, raw=b""))
+        out.append(case(f"target-nul-{path}", "GET", f"{path}\0?limit=1" + "&a" * 200, b"",
+                        raw=b""))
     for route in ("ask", "tell", "create", "cset"):
         method, path, body = JSON_ROUTES[route]
         for i, auth in enumerate(AUTHORIZATIONS):

@@ -42,6 +42,14 @@ static void error_table_is_complete(void **state)
     j = api_error_json(&e);
     assert_true(json_is_null(json_object_get(json_object_get(j, "error"), "field")));
     json_decref(j);
+    /* a message quoting bytes that are not UTF-8 (a raw request target) keeps its ASCII */
+    api_fail(&e, API_NOT_FOUND, "f\xff", "no route /a\xff\xfe%s", "\xc3");
+    j = api_error_json(&e);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                        "no route /a???");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "field")), "f?");
+    json_decref(j);
 }
 
 typedef enum { P_STUDY, P_PATCH, P_ASK, P_TELL, P_BATCH, P_FAIL, P_HEARTBEAT, P_OBS_BOX, P_OBS_CAND, P_CSET } parser;
