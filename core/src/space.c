@@ -338,10 +338,10 @@ static double reflect_unit(double v)
  * L = 0.4, 0.2, ..., 0.4 / 2^6): point k perturbs its center by N(0, (L w_j / 2)^2) in
  * each dimension, each dimension with probability min(1, 20 / d) (TuRBO's rule for large
  * d; at least one), reflected at the cube's faces. Three points in four are centered on
- * the best observation, the fourth cycles over the next best. A categorical coordinate picked for
- * a move takes a uniformly drawn choice with probability L / 0.8 (a Hamming-distance trust
- * region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021): its choices have no
- * order for a normal step to follow. */
+ * the best observation, the fourth cycles over the next best. A categorical coordinate
+ * picked for a move takes a uniformly drawn choice with probability L / 0.8 (a
+ * Hamming-distance trust region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021):
+ * its choices have no order for a normal step to follow. */
 static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *best,
                          size_t nbest, const double *w)
 {
