@@ -321,16 +321,27 @@ static void relative_scales(const double *ls, size_t d, double *w)
         w[j] = ls ? fmin(8.0, fmax(0.125, exp(log(ls[j]) - lg))) : 1.0;
 }
 
+/* Folds a coordinate back into [0, 1] by reflecting it at the faces as often as needed
+ * (the triangle wave of period 2). Clipping put every step that left the cube exactly on
+ * a face: with relative scales up to 8 the step's sd reaches 1.6, and half of the asks on
+ * Styblinski-Tang-8 had a coordinate on a face, where that function is worst (BENCHMARKS,
+ * tenth session). Reflection keeps the step's density inside the cube with no point mass. */
+static double reflect_unit(double v)
+{
+    double r = fmod(fabs(v), 2.0);
+    return r > 1.0 ? 2.0 - r : r;
+}
+
 /* The local half of a pool, around the best points, as a trust region at several sizes
  * at once (TuRBO grows and shrinks one base length L on successes and failures; a pool
  * redrawn from the data alone, with no state to replay, instead spreads its points over
  * L = 0.4, 0.2, ..., 0.4 / 2^6): point k perturbs its center by N(0, (L w_j / 2)^2) in
  * each dimension, each dimension with probability min(1, 20 / d) (TuRBO's rule for large
- * d; at least one), clipped to the cube. Three points in four are centered on the best
- * observation, the fourth cycles over the next best. A categorical coordinate picked for
- * a move takes a uniformly drawn choice with probability L / 0.8 (a Hamming-distance trust
- * region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021): its choices have no
- * order for a normal step to follow. */
+ * d; at least one), reflected at the cube's faces. Three points in four are centered on
+ * the best observation, the fourth cycles over the next best. A categorical coordinate
+ * picked for a move takes a uniformly drawn choice with probability L / 0.8 (a
+ * Hamming-distance trust region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021):
+ * its choices have no order for a normal step to follow. */
 static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *best,
                          size_t nbest, const double *w)
 {
@@ -344,15 +355,16 @@ static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *b
         double *x = s->rows + i * d;
         size_t forced = (size_t)kb_rng_below(rng, d);
         for (size_t j = 0; j < d; j++) {
-            double v = c[j];
+            /* a library user may tell a box point outside the cube: its clipped copy */
+            double v = c[j] < 0.0 ? 0.0 : c[j] > 1.0 ? 1.0 : c[j];
             int move = j == forced || kb_rng_uniform(rng) < p_dim;
             if (move && s->categorical && s->categorical[j]) {
                 if (kb_rng_uniform(rng) < L / 0.8)
                     v = ((double)kb_rng_below(rng, s->levels[j]) + 0.5) / (double)s->levels[j];
             } else if (move) {
-                v += 0.5 * L * w[j] * kb_rng_normal(rng);
+                v = reflect_unit(v + 0.5 * L * w[j] * kb_rng_normal(rng));
             }
-            x[j] = v < 0.0 ? 0.0 : v > 1.0 ? 1.0 : v;
+            x[j] = v;
         }
     }
 }

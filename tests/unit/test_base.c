@@ -858,6 +858,49 @@ static void pool_is_the_shifted_halton_set(void **state)
     kb_space_free(box);
 }
 
+/* The pool's local half reflects its normal steps at the cube's faces: no coordinate lands
+ * on a face (clipping put half of Styblinski-Tang-8's asks there, BENCHMARKS tenth
+ * session), and a coordinate with a wide step (relative scale 8, sd 4 L) centered near a
+ * face follows the folded normal mixture P(x < a) = sum_n Phi((2n + a - c) / s) -
+ * Phi((2n - a - c) / s), computed here from the definition of the levels L = 0.4 / 2^m. */
+static double normal_cdf(double z)
+{
+    return 0.5 * erfc(-z / sqrt(2.0));
+}
+
+static void pool_local_steps_reflect_at_the_faces(void **state)
+{
+    (void)state;
+    enum { POOL = 8192, LEVELS = 7 };
+    kb_space *box = kb_space_new_box(2, POOL, NULL);
+    assert_non_null(box);
+    kb_rng rng;
+    kb_rng_seed(&rng, 5);
+    const double best[2] = {0.5, 0.02}, ls[2] = {1.0, 64.0}; /* relative scales 1/8, 8 */
+    kb__space_refresh_pool(box, &rng, best, 1, ls);
+    size_t first = POOL / 2, below = 0;
+    const double a = 0.1;
+    double expected = 0.0;
+    for (size_t i = first; i < POOL; i++) {
+        for (size_t j = 0; j < 2; j++) {
+            double v = box->rows[i * 2 + j];
+            if (!(v > 0.0 && v < 1.0))
+                fail_msg("local row %zu coordinate %zu at %.17g: on a face or outside", i, j, v);
+        }
+        below += box->rows[i * 2 + 1] < a;
+        double s = 4.0 * 0.4 / (double)(1u << (((i - first) / 4) % LEVELS));
+        for (int n = -20; n <= 20; n++)
+            expected += normal_cdf((2.0 * n + a - best[1]) / s) -
+                        normal_cdf((2.0 * n - a - best[1]) / s);
+    }
+    double m = (double)(POOL - first), p = expected / m;
+    double got = (double)below / m, tol = 5.0 * sqrt(p * (1.0 - p) / m);
+    if (fabs(got - p) > tol)
+        fail_msg("fraction below %.2f: %.4f, the folded normal gives %.4f (+- %.4f)", a, got,
+                 p, tol);
+    kb_space_free(box);
+}
+
 /* Columns spanning nearly the whole double range scale to finite internal coordinates. */
 static void scaling_survives_extreme_columns(void **state)
 {
@@ -925,6 +968,7 @@ int main(void)
         cmocka_unit_test(engine_figures_by_name),
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
         cmocka_unit_test(pool_is_the_shifted_halton_set),
+        cmocka_unit_test(pool_local_steps_reflect_at_the_faces),
         cmocka_unit_test(scaling_survives_extreme_columns),
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
