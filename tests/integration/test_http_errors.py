@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import ask, create_study, error_of, metrics, tell
+from conftest import SANITIZED, ask, create_study, error_of, metrics, tell
 
 
 def test_exactly_once_tell(api):
@@ -619,8 +619,9 @@ def rss_kb(pid):
 
 def test_finding14_loop_keeps_memory(daemons):
     """2,000 of finding 14's requests in a loop: each answered within 3 s, and the
-    daemon's resident memory grows by less than 4 MB after the first 200 (it leaked
-    on_uri's 216-byte context on some of them before; no answer took 10 s each)."""
+    daemon's resident memory grows by less than 4 MB after the first 200 (under
+    sanitizers LSan's check at exit stands in for it). Before: on_uri's 216-byte context
+    leaked on some of them, and each went 10 s without an answer."""
     d = daemons()
     requests_ = [r for r, _ in finding14_requests().values()]
     for i in range(200):
@@ -629,7 +630,10 @@ def test_finding14_loop_keeps_memory(daemons):
     for i in range(2000):
         assert answer_within(d.port, requests_[i % 3]), i
     grew = rss_kb(d.proc.pid) - before
-    assert grew < 4096, f"RSS grew by {grew} kB"
+    # Under ASan freed memory stays resident in its quarantine (256 MB by default: 60 MB
+    # seen here), so RSS says nothing there; LSan checks the daemon at its exit instead
+    # (conftest fails the test on its report).
+    assert SANITIZED or grew < 4096, f"RSS grew by {grew} kB"
     assert d.client().get("/healthz").status_code == 200
 
 
