@@ -18,6 +18,13 @@
 
 /* ------------------------------------------------------------ operations */
 
+/* Held by study_create from its row's insert to its registry entry, so that a create
+ * losing the name race (the store's UNIQUE name) answers 409 only once the winner is
+ * listed: clients that race to get-or-create a study look it up after a 409, and found
+ * nothing when the winner was between its commit and reg_insert. Creates are rare;
+ * nothing else takes it. */
+static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
+
 study *study_create(study_spec *spec, api_error *err)
 {
     if (atomic_load(&registry.closing)) {
@@ -30,6 +37,7 @@ study *study_create(study_spec *spec, api_error *err)
     kb_engine *e = NULL;
     int64_t id = 0, created = now_ms();
     study *s = NULL;
+    int locked = 0;
     if (reg_name_taken(spec->name)) {
         api_fail(err, API_CONFLICT, "name", "a study named '%s' exists", spec->name);
         goto fail;
@@ -51,6 +59,8 @@ study *study_create(study_spec *spec, api_error *err)
         api_fail(err, API_INTERNAL, NULL, "out of memory");
         goto fail;
     }
+    pthread_mutex_lock(&create_mu);
+    locked = 1;
     int rc = store_begin(registry.cfg.db);
     if (rc == 0)
         rc = store_study_insert(registry.cfg.db, spec->name, text, created, &id);
@@ -77,6 +87,7 @@ study *study_create(study_spec *spec, api_error *err)
         api_fail(err, API_INTERNAL, NULL, "out of memory");
         goto fail;
     }
+    pthread_mutex_unlock(&create_mu);
     reg_count_restore(-1, RESTORED);
     json_decref(cfg);
     free(text);
@@ -85,6 +96,8 @@ study *study_create(study_spec *spec, api_error *err)
                        "engine", s->spec.engine));
     return s;
 fail:
+    if (locked)
+        pthread_mutex_unlock(&create_mu);
     kb_engine_free(e);
     json_decref(cfg);
     free(text);
