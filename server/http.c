@@ -68,7 +68,6 @@
  * a short path, and a capped line leaves room in CONN_MEMORY for the headers and the
  * answer. */
 #define MAX_TARGET_BYTES KB_MAX_TARGET_BYTES
-#define TARGET_TOO_LONG "a request target longer than " DECIMAL(MAX_TARGET_BYTES) " bytes"
 /* A request whose head (line, headers, libmicrohttpd's records of them) leaves less than
  * ANSWER_ROOM bytes of the connection's memory gets a 431 (on_headers): libmicrohttpd
  * builds an answer's header lines (at most ~260 bytes for ours) in that memory, and when
@@ -762,7 +761,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     rq->target_len = len;
     rq->target_refused =
         strlen(uri) < len       ? "the request target contains a NUL byte"
-        : len > MAX_TARGET_BYTES ? TARGET_TOO_LONG
+        : len > MAX_TARGET_BYTES ? KB_TARGET_TOO_LONG
         : query                  ? query_refusal(query + 1, len - (size_t)(query + 1 - uri))
                                  : NULL;
     if (rq->target_refused && query)
@@ -842,7 +841,7 @@ static int on_headers(request *rq, const char *url, const char *method, int *rc)
     }
     if (too_long) { /* before anything else: its query was not parsed */
         api_error err;
-        api_fail(&err, API_INVALID, NULL, "%s", TARGET_TOO_LONG);
+        api_fail(&err, API_INVALID, NULL, "%s", KB_TARGET_TOO_LONG);
         *rc = queue(rq, 414, json_response(api_error_json(&err)));
         return -1;
     }

@@ -51,10 +51,7 @@
 
 #define HEAD_TOO_LARGE \
     JSON_ERROR("invalid", "the request line or headers exceed the connection's memory")
-#define STR(x) #x
-#define DECIMAL(x) STR(x)
-#define TARGET_TOO_LONG \
-    JSON_ERROR("invalid", "a request target longer than " DECIMAL(KB_MAX_TARGET_BYTES) " bytes")
+#define TARGET_TOO_LONG JSON_ERROR("invalid", KB_TARGET_TOO_LONG)
 
 /* libmicrohttpd's bodies, told apart by a phrase of their HTML (first match wins), and
  * the JSON body answered instead. NULL: an empty body and no Content-Type, for the two
