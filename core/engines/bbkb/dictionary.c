@@ -3,12 +3,12 @@
  * resparsification every selected or observed point enters with p_s =
  * min(1, q sigma~^2_start(x_s)), "start" being the start of the epoch that just closed;
  * with dictionary = coupled each candidate keeps one coin across resparsifications (seed
- * 000 section 3's incremental update); members of the previous dictionary that the draw
- * left out stay up to retain x (points drawn). The drawn points are then laid out in
- * slots so that the kernel columns k(., s) over the candidates, cached per slot in Kc,
- * are reused while a point stays, copied back from the Kaway cache when it returns, and
- * computed (A kernel evaluations) only for new points; what the low-rank epoch start
- * needs of the replaced dictionary is saved (Kgone, old_to_new).
+ * 000 section 3's incremental update); on finite sets, members of the previous dictionary
+ * that the draw left out stay up to retain x (points drawn). The drawn points are then
+ * laid out in slots so that the kernel columns k(., s) over the candidates, cached per
+ * slot in Kc, are reused while a point stays, copied back from the Kaway cache when it
+ * returns, and computed (A kernel evaluations) only for new points; what the low-rank
+ * epoch start needs of the replaced dictionary is saved (Kgone, old_to_new).
  *
  * Invariants: slot_of and dcand are inverse maps between the candidates and the slots
  * that hold them; for j < m, column j of Kc is k(., S_j) over the current candidates
@@ -226,9 +226,13 @@ int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds)
     free(rowof);
     if (!rc)
         rc = closing_variances(e, ds);
+    /* Not on a box: there a pool redraw leaves no member on the pool to retain, and
+     * keeping one across epochs (pool_epochs) should not make the dictionary a different
+     * rule: retained members grew it to nearly every point (978 of 1,000 trials with 32
+     * pending, against 573) and doubled the CPU (docs/BENCHMARKS.md, twelfth session). */
     if (!rc) {
         sample_dictionary(e, ds);
-        rc = retain_members(st, ds);
+        rc = e->space->finite ? retain_members(st, ds) : KB_OK;
     }
     return rc;
 }
