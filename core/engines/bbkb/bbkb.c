@@ -260,16 +260,16 @@ static size_t best_observation(const kb_engine *e)
 /* Whether a box's pool is due for a redraw at this epoch start. A pool kept keeps every
  * cached kernel column (only new dictionary points cost A kernel values) and its random
  * draws: with one worker every tell opens an epoch, and the A x m kernel values and the
- * pool draw of a new pool were half of such an epoch's CPU (docs/BENCHMARKS.md, twelfth
+ * draw of a new pool were a third of such an epoch's CPU (docs/BENCHMARKS.md, twelfth
  * session). Redrawn when the kernel was refit (new lengthscales: the local half's
  * scales), when the best observation changed (the local half's centre: a pool kept for
  * n/16 tells regardless lost Hartmann-6, eighth session), and once it has handed out
  * pool_handouts points: the hand-outs use up the candidates nearest the best, and with
  * 32 workers a pool kept for 4 epochs of ~25 hand-outs reached a worse simple regret on
- * every seed tried and a dictionary of nearly every point (twelfth session). So epochs
- * of many hand-outs redraw as before, and the pool is kept where an epoch hands out one
- * or a few; never once it has handed out half its points (a small pool_size would
- * otherwise run out of candidates that may be handed out). */
+ * each of three seeds, with larger dictionaries (twelfth session). So epochs of many
+ * hand-outs redraw as before, and the pool is kept where an epoch hands out one or a
+ * few; never once it has handed out half its points (a small pool_size would otherwise
+ * run out of candidates that may be handed out). */
 static int pool_due(kb_engine *e, int refitted)
 {
     bbkb *st = e->impl;

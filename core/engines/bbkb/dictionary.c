@@ -226,10 +226,11 @@ int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds)
     free(rowof);
     if (!rc)
         rc = closing_variances(e, ds);
-    /* Not on a box: there a pool redraw leaves no member on the pool to retain, and
-     * keeping one across epochs (pool_epochs) should not make the dictionary a different
-     * rule: retained members grew it to nearly every point (978 of 1,000 trials with 32
-     * pending, against 573) and doubled the CPU (docs/BENCHMARKS.md, twelfth session). */
+    /* Not on a box: there a pool redraw leaves no member on the pool to retain, and a
+     * pool kept across epochs (bbkb.c, pool_due) should not change the dictionary's
+     * rule: with one worker, retained members grew it to 299 points after 300 trials
+     * against 211 with redraws (218 kept without them; docs/BENCHMARKS.md, twelfth
+     * session). */
     if (!rc) {
         sample_dictionary(e, ds);
         rc = e->space->finite ? retain_members(st, ds) : KB_OK;
