@@ -10,10 +10,7 @@
  * cumulative timers (kb_engine_stat), and the simple regret so far.
  *
  *   kb-box-ask [--engine bbkb] [--dim 6] [--trials 750] [--pending 32] [--every 250]
- *              [--pool 2048] [--seed 1] [--set NAME=NUMBER]
- *
- * --set sets one numeric engine option (e.g. bbkb's pool_epochs), to compare settings
- * on the same call sequence.
+ *              [--pool 2048] [--seed 1]
  *
  * Run with OPENBLAS_NUM_THREADS=1: CPU time of this thread is then the engine's cost.
  * Engine internals (the fitted noise) come from libkbandit.a, as in the unit tests.
@@ -32,8 +29,7 @@ static struct {
     const char *engine;
     size_t dim, trials, pending, every, pool;
     uint64_t seed;
-    const char *set; /* NAME=NUMBER, or NULL */
-} opt = {"bbkb", 6, 750, 32, 250, 2048, 1, NULL};
+} opt = {"bbkb", 6, 750, 32, 250, 2048, 1};
 
 static double cpu_now(void)
 {
@@ -47,14 +43,7 @@ static kb_engine *make_engine(kb_error *err)
     kb_space *sp = kb_space_new_box(opt.dim, opt.pool, err);
     kb_config *cfg = sp ? kb_config_new(opt.engine, err) : NULL;
     kb_engine *e = NULL;
-    int rc = cfg ? kb_config_set_number(cfg, "seed", (double)opt.seed, err) : KB_EINVAL;
-    if (!rc && opt.set) {
-        const char *eq = strchr(opt.set, '=');
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)(eq - opt.set), opt.set);
-        rc = kb_config_set_number(cfg, name, strtod(eq + 1, NULL), err);
-    }
-    if (!rc)
+    if (cfg && kb_config_set_number(cfg, "seed", (double)opt.seed, err) == KB_OK)
         e = kb_engine_create(cfg, sp, err);
     kb_space_free(sp);
     kb_config_free(cfg);
@@ -63,21 +52,18 @@ static kb_engine *make_engine(kb_error *err)
 
 static void report(const kb_engine *e, size_t told, double cpu_s, size_t empty, double best)
 {
-    double epoch, dict_size, embed, resparsify, ask, pools, low_rank; /* 0: the engine has none */
+    double epoch, dict_size, embed, resparsify, ask; /* each 0 where the engine has none */
     kb_engine_stat(e, "epoch", &epoch, NULL);
     kb_engine_stat(e, "dict_size", &dict_size, NULL);
     kb_engine_stat(e, "sec_embed", &embed, NULL);
     kb_engine_stat(e, "sec_resparsify", &resparsify, NULL);
     kb_engine_stat(e, "sec_ask", &ask, NULL);
-    kb_engine_stat(e, "pools", &pools, NULL);
-    kb_engine_stat(e, "epochs_low_rank", &low_rank, NULL);
     printf("{\"bench\":\"box_ask\",\"engine\":\"%s\",\"dim\":%zu,\"pool\":%zu,\"pending\":%zu,"
            "\"seed\":%llu,\"told\":%zu,\"cpu_ms_per_round_trip\":%.3f,\"epochs\":%llu,"
-           "\"pools\":%llu,\"epochs_low_rank\":%llu,\"dict_size\":%zu,\"noise\":%.3g,\"sec_embed\":%.3f,\"sec_resparsify\":%.3f,"
+           "\"dict_size\":%zu,\"noise\":%.3g,\"sec_embed\":%.3f,\"sec_resparsify\":%.3f,"
            "\"sec_ask\":%.3f,\"empty_asks\":%zu,\"simple_regret\":%.3g}\n",
            opt.engine, opt.dim, opt.pool, opt.pending, (unsigned long long)opt.seed, told,
-           cpu_s * 1e3 / (double)opt.every, (unsigned long long)epoch,
-           (unsigned long long)pools, (unsigned long long)low_rank, (size_t)dict_size,
+           cpu_s * 1e3 / (double)opt.every, (unsigned long long)epoch, (size_t)dict_size,
            e->noise, embed, resparsify, ask, empty, -best);
 }
 
@@ -110,7 +96,6 @@ static int parse(int argc, char **argv)
         else if (!strcmp(k, "--every")) opt.every = u;
         else if (!strcmp(k, "--pool")) opt.pool = u;
         else if (!strcmp(k, "--seed")) opt.seed = u;
-        else if (!strcmp(k, "--set") && strchr(v, '=')) opt.set = v;
         else return -1;
     }
     return opt.dim && opt.dim <= KB_MAX_DIM && opt.pending && opt.pending <= MAX_PENDING &&
@@ -121,8 +106,7 @@ int main(int argc, char **argv)
 {
     if (parse(argc, argv))
         return fprintf(stderr, "usage: kb-box-ask [--engine E] [--dim D] [--trials T] "
-                               "[--pending 1..%d] [--every K] [--pool N] [--seed S] "
-                               "[--set NAME=NUMBER]\n",
+                               "[--pending 1..%d] [--every K] [--pool N] [--seed S]\n",
                        MAX_PENDING), 2;
     kb_error err = {0};
     kb_engine *e = make_engine(&err);

@@ -490,13 +490,11 @@ static void sampled_dictionary_posterior_is_dtc(void **state)
     free(Xc);
 }
 
-/* On a box an epoch start either redraws the pool, so that every dictionary kernel
- * column is computed afresh (dictionary.c, fill_columns, written straight into the
- * column cache), or keeps it (bbkb.c, pool_due) with its cached columns, only new
- * dictionary points computing theirs: the epoch-start variances over the pool must be
- * those of the DTC posterior recomputed from scratch (tu_sparse_posterior) with the
- * engine's dictionary and data, at every epoch, while the dictionary grows and loses
- * points, and both kinds of epoch start occur. */
+/* On a box every epoch redraws the pool, so every dictionary kernel column is computed
+ * afresh at the epoch start (dictionary.c, fill_columns, written straight into the
+ * column cache): the epoch-start variances over the new pool must be those of the DTC
+ * posterior recomputed from scratch (tu_sparse_posterior) with the engine's dictionary
+ * and data, at every epoch, while the dictionary grows and loses points. */
 static void box_columns_match_recomputation(void **state)
 {
     (void)state;
@@ -515,18 +513,15 @@ static void box_columns_match_recomputation(void **state)
     for (size_t i = 0; i < N; i++)
         assert_int_equal(kb_engine_observe(e, X + i * D, y[i] = objective(X + i * D, D), &err),
                          0);
-    size_t lost = 0, m_prev = 0, kept = 0, redrawn = 0;
+    size_t lost = 0, m_prev = 0;
     for (int epoch = 0; epoch < EPOCHS; epoch++) {
         kb_point p;
         kb_ask_result res;
         while (ask1(e, &p, &res))
             ;
         tell_all_pending(e, D);
-        uint64_t gen = e->space->generation;
-        assert_true(ask1(e, &p, &res)); /* a new epoch; undone, so V is the data's */
+        assert_true(ask1(e, &p, &res)); /* a new epoch and pool; undone, so V is the data's */
         assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
-        kept += e->space->generation == gen;
-        redrawn += e->space->generation != gen;
         double dm, dsd, *rmean = malloc(A * sizeof *rmean), *rcov = malloc(A * A * sizeof *rcov);
         size_t m, n = N + told_data(e, D, X + N * D, y + N, &dm, &dsd);
         double *S = dictionary_copy(e, D, &m), bound;
@@ -546,107 +541,11 @@ static void box_columns_match_recomputation(void **state)
         free(rcov);
     }
     assert_true(lost >= 1); /* the sampled dictionary did shrink at some epoch */
-    assert_true(kept >= 1 && redrawn >= 1);
     kb_engine_free(e);
     kb_space_free(s);
     kb_config_free(c);
     kb_kernel_free(k);
     free(X);
-}
-
-/* One worker on a box (C~ = 1: an epoch per hand-out): told values below the best keep
- * the pool (and its generation) until it has handed out pool_handouts points (3), or half
- * of a pool of 6 with pool_handouts 8; a new best redraws it at the next epoch start;
- * pool_handouts = 1 redraws at every one. */
-static void box_pool_redrawn_when_due(void **state)
-{
-    (void)state;
-    enum { D = 2 };
-    const struct {
-        size_t pool;
-        const char *handouts;
-        int every;
-    } cases[] = {{64, "3", 0}, {6, "8", 0}, {64, "1", 1}};
-    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
-        kb_error err;
-        int every = cases[t].every;
-        kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, 0.3, "C", "1", "seed", "5",
-                                   "pool_handouts", cases[t].handouts, NULL);
-        kb_space *s = kb_space_new_box(D, cases[t].pool, &err);
-        kb_engine *e = kb_engine_create(c, s, &err);
-        assert_non_null(e);
-        const double x0[D] = {0.5, 0.5};
-        assert_int_equal(kb_engine_observe(e, x0, 10.0, &err), 0);
-        uint64_t gen = 0;
-        /* told values: below the best (10) but for the fifth, a new best */
-        const double told[] = {0.0, 1.0, 2.0, 3.0, 20.0, 4.0, 5.0};
-        /* whether the ask after each tell finds the pool redrawn (every = 0) */
-        const int redrawn[] = {0, 0, 1, 0, 1, 0, 0};
-        kb_point p;
-        kb_ask_result res;
-        assert_true(ask1(e, &p, &res)); /* the first epoch draws a pool */
-        for (size_t k = 0; k < sizeof told / sizeof told[0]; k++) {
-            gen = e->space->generation;
-            assert_int_equal(kb_engine_tell(e, p.handle, told[k], &err), 0);
-            assert_true(ask1(e, &p, &res));
-            assert_int_equal(e->space->generation != gen, every ? 1 : redrawn[k]);
-        }
-        kb_engine_free(e);
-        kb_space_free(s);
-        kb_config_free(c);
-    }
-}
-
-/* One worker, then the next n points: ask, tell the objective. Fills xs (n x d). */
-static void one_worker(kb_engine *e, size_t n, size_t d, double *xs)
-{
-    for (size_t k = 0; k < n; k++) {
-        kb_point p;
-        kb_ask_result res;
-        kb_error err;
-        assert_true(ask1(e, &p, &res));
-        memcpy(xs + k * d, p.x, d * sizeof *xs);
-        assert_int_equal(kb_engine_tell(e, p.handle, objective(p.x, d), &err), 0);
-    }
-}
-
-/* A box study at defaults (fitted kernel) with one worker keeps pools across epochs; a
- * snapshot taken while a pool is kept restores to the same later asks: the kept pool and
- * its hand-out count are rebuilt by the replay. */
-static void box_kept_pool_restores(void **state)
-{
-    (void)state;
-    enum { D = 3, N1 = 40, N2 = 30 };
-    kb_error err;
-    kb_config *c = kb_config_new("bbkb", &err);
-    assert_int_equal(kb_config_set_number(c, "seed", 9, &err), 0);
-    kb_space *s = kb_space_new_box(D, 256, &err);
-    kb_engine *a = kb_engine_create(c, s, &err);
-    assert_non_null(a);
-    double xa[N1 * D], ya[N2 * D], yb[N2 * D];
-    one_worker(a, N1, D, xa);
-    /* on until an epoch start has just kept the pool */
-    uint64_t gen = 0;
-    for (int k = 0; k < 20 && gen != a->space->generation; k++) {
-        gen = a->space->generation;
-        one_worker(a, 1, D, xa);
-    }
-    assert_int_equal(gen, a->space->generation);
-    assert_true(tu_stat(a, "pools") < tu_stat(a, "epoch"));
-    unsigned char *bytes;
-    size_t len;
-    assert_int_equal(kb_engine_snapshot(a, &bytes, &len, &err), 0);
-    kb_engine *b = kb_engine_restore(bytes, len, &err);
-    assert_non_null(b);
-    free(bytes);
-    one_worker(a, N2, D, ya);
-    one_worker(b, N2, D, yb);
-    assert_memory_equal(ya, yb, sizeof ya);
-    assert_true(tu_stat(a, "pools") == tu_stat(b, "pools"));
-    kb_engine_free(a);
-    kb_engine_free(b);
-    kb_space_free(s);
-    kb_config_free(c);
 }
 
 /* Bounds lo <= hi on a Binomial(K, p) count with P(X < lo) <= a / 2 and P(X > hi) <=
@@ -1589,8 +1488,6 @@ int main(void)
         cmocka_unit_test(figures_match_a_recount),
         cmocka_unit_test(box_space_runs),
         cmocka_unit_test(box_columns_match_recomputation),
-        cmocka_unit_test(box_pool_redrawn_when_due),
-        cmocka_unit_test(box_kept_pool_restores),
         cmocka_unit_test(batch_floor_on_boxes),
         cmocka_unit_test(bad_configurations_rejected),
     };

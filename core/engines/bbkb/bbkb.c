@@ -48,9 +48,7 @@
  *     collapses while the run exploits one arm, which locked runs onto a mediocre arm);
  *     section 4: uncertainty-sampling initialization to parallelism P (argmax sigma~_t
  *     until max sigma~^2_start <= 1/P; such epochs need no feedback, so they resparsify
- *     without waiting), and warm start from observed data; on a box, the pool redrawn at
- *     an epoch start only when due (pool_due: a refit, a new best, pool_handouts
- *     hand-outs), kept with its kernel columns otherwise.
+ *     without waiting), and warm start from observed data.
  *
  * Asynchronous semantics (docs/ARCHITECTURE.md, BBKB with asynchronous workers): a
  * closed epoch answers AWAIT_FEEDBACK until every pending point is told or abandoned (or,
@@ -103,8 +101,7 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
     {"retain", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,                                \
      "members of the previous dictionary that the draw left out stay, up to retain x "      \
      "(points drawn), largest sampling probability first: a superset of the draw is as "    \
-     "accurate, and fewer departures keep epoch starts cheap (finite sets only; 0: "       \
-     "Algorithm 1's draw)"},                                                                  \
+     "accurate, and fewer departures keep epoch starts cheap (0: Algorithm 1's draw)"},     \
     {"epoch_start", KB_OPT_STRING, 0, 0, 0, 0, "auto", start_choices,                          \
      "auto: when few points entered or left the dictionary, update every candidate's "      \
      "epoch-start variance by the low-rank change of the posterior (selections stay "       \
@@ -126,11 +123,6 @@ static const kb_option_spec bbkb_options[] = {
      "rule only once it has handed out as many points as were ever pending at once "
      "(the workers seen; GP-BUCB batches inside the epoch); none: Algorithm 1's rule; "
      "auto: pending on boxes, none on finite sets"},
-    {"pool_handouts", KB_OPT_INTEGER, 1, 1e9, 0, 4, NULL, NULL,
-     "boxes: the pool is redrawn at the first epoch start after it has handed out this "
-     "many points, or after a hyperparameter refit or a new best observation, and kept "
-     "with its kernel columns otherwise (1: redrawn at every epoch start after a "
-     "hand-out)"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
@@ -198,7 +190,6 @@ static void read_options(const kb_engine *e, bbkb *st)
     const char *floor = is_bkb(e) ? "none" : kb_config_string(c, "batch_floor");
     st->batch_floor = strcmp(floor, "pending") == 0 ||
                       (strcmp(floor, "auto") == 0 && !e->space->finite);
-    st->pool_handouts = is_bkb(e) ? 1 : (uint64_t)kb_config_number(c, "pool_handouts");
 }
 
 static int bbkb_create(kb_engine *e, kb_error *err)
@@ -246,49 +237,8 @@ static int bbkb_create(kb_engine *e, kb_error *err)
 
 /* ------------------------------------------------------- resparsification */
 
-/* The first of the best observations (NONE: none yet), the centre of a box pool's local
- * half (kb__refresh_pool). */
-static size_t best_observation(const kb_engine *e)
-{
-    size_t best = NONE;
-    for (size_t i = 0; i < e->n_obs; i++)
-        if (best == NONE || e->obs_y[i] > e->obs_y[best])
-            best = i;
-    return best;
-}
-
-/* Whether a box's pool is due for a redraw at this epoch start. A pool kept keeps every
- * cached kernel column (only new dictionary points cost A kernel values) and its random
- * draws: with one worker every tell opens an epoch, and the A x m kernel values and the
- * draw of a new pool were a third of such an epoch's CPU (docs/BENCHMARKS.md, twelfth
- * session). Redrawn when the kernel was refit (new lengthscales: the local half's
- * scales), when the best observation changed (the local half's centre: a pool kept for
- * n/16 tells regardless lost Hartmann-6, eighth session), and once it has handed out
- * pool_handouts points: the hand-outs use up the candidates nearest the best, and with
- * 32 workers a pool kept for 4 epochs of ~25 hand-outs reached a worse simple regret on
- * each of three seeds, with larger dictionaries (twelfth session). So epochs of many
- * hand-outs redraw as before, and the pool is kept where an epoch hands out one or a
- * few: with pool_handouts 8, 4-worker runs kept pools too and lost Inactive-10, Levy-6
- * and Shekel-4 on the held-out set; 4 leaves them as they were. Never kept once it has
- * handed out half its points (a small pool_size would otherwise run out of candidates
- * that may be handed out). */
-static int pool_due(kb_engine *e, int refitted)
-{
-    bbkb *st = e->impl;
-    size_t best = best_observation(e);
-    st->pool_handed += st->epoch_asks;
-    int due = refitted || !st->have_epoch || best != st->pool_best ||
-              st->pool_handed >= st->pool_handouts || 2 * st->pool_handed >= st->A;
-    if (due) {
-        st->pool_best = best;
-        st->pool_handed = 0;
-        st->pools++;
-    }
-    return due;
-}
-
 /* The kernel refit when due (the kernel changes at epoch starts only) and, for a box, a
- * new pool of candidates when due, which leaves no data row on the pool. */
+ * new pool of candidates, which leaves no data row on the pool. */
 static int refit_kernel(kb_engine *e, dataset *ds)
 {
     bbkb *st = e->impl;
@@ -302,7 +252,7 @@ static int refit_kernel(kb_engine *e, dataset *ds)
     }
     if (rc)
         return rc;
-    if (!e->space->finite && pool_due(e, refitted)) {
+    if (!e->space->finite) {
         kb__refresh_pool(e, 0);
         kb__bbkb_new_pool(e);
         for (size_t j = 0; j < ds->n; j++)
@@ -597,7 +547,6 @@ static const kb__stat bbkb_stats[] = {
     KB__STAT("init_phase", bbkb, init_phase),
     KB__STAT("start_var_max", bbkb, var_max),
     KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),
-    KB__STAT("pools", bbkb, pools),
     KB__STAT("sec_embed", bbkb, sec_embed),
     KB__STAT("sec_resparsify", bbkb, sec_resparsify),
     KB__STAT("sec_fit", bbkb, sec_fit),

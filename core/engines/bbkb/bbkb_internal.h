@@ -37,11 +37,6 @@ typedef struct bbkb {
     double lambda, q, C, F, noise, delta, beta_scale, beta_fixed, partial, retain;
     int beta_mode, local_rule, dict_mode, full_start, batch_floor;
     double P;
-    uint64_t pool_handouts; /* boxes: hand-outs after which the pool is redrawn */
-    /* boxes: points handed out from the pool before the current epoch, and the best
-     * observation it was drawn around (pool_due) */
-    uint64_t pool_handed;
-    size_t pool_best;
     /* dictionary and embedding: z(x) = W^T k_S(x) */
     size_t m, r, cap_m, cap_dc;
     double *S;        /* m x d, internal coordinates, in slot order */
@@ -110,7 +105,6 @@ typedef struct bbkb {
     size_t cap_trial, cap_obs;
     /* statistics */
     uint64_t epoch, epoch_asks, last_batch, epochs_low_rank;
-    uint64_t pools; /* boxes: pools drawn at epoch starts (pool_due) */
     double sec_embed, sec_resparsify, sec_ask, sec_tell, flop_l3;
     double sec_fit; /* the hyperparameter refits, part of sec_resparsify */
 } bbkb;

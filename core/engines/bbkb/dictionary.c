@@ -3,12 +3,12 @@
  * resparsification every selected or observed point enters with p_s =
  * min(1, q sigma~^2_start(x_s)), "start" being the start of the epoch that just closed;
  * with dictionary = coupled each candidate keeps one coin across resparsifications (seed
- * 000 section 3's incremental update); on finite sets, members of the previous dictionary
- * that the draw left out stay up to retain x (points drawn). The drawn points are then
- * laid out in slots so that the kernel columns k(., s) over the candidates, cached per
- * slot in Kc, are reused while a point stays, copied back from the Kaway cache when it
- * returns, and computed (A kernel evaluations) only for new points; what the low-rank
- * epoch start needs of the replaced dictionary is saved (Kgone, old_to_new).
+ * 000 section 3's incremental update); members of the previous dictionary that the draw
+ * left out stay up to retain x (points drawn). The drawn points are then laid out in
+ * slots so that the kernel columns k(., s) over the candidates, cached per slot in Kc,
+ * are reused while a point stays, copied back from the Kaway cache when it returns, and
+ * computed (A kernel evaluations) only for new points; what the low-rank epoch start
+ * needs of the replaced dictionary is saved (Kgone, old_to_new).
  *
  * Invariants: slot_of and dcand are inverse maps between the candidates and the slots
  * that hold them; for j < m, column j of Kc is k(., S_j) over the current candidates
@@ -226,14 +226,9 @@ int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds)
     free(rowof);
     if (!rc)
         rc = closing_variances(e, ds);
-    /* Not on a box: there a pool redraw leaves no member on the pool to retain, and a
-     * pool kept across epochs (bbkb.c, pool_due) should not change the dictionary's
-     * rule: with one worker, retained members grew it to 299 points after 300 trials
-     * against 211 with redraws (218 kept without them; docs/BENCHMARKS.md, twelfth
-     * session). */
     if (!rc) {
         sample_dictionary(e, ds);
-        rc = e->space->finite ? retain_members(st, ds) : KB_OK;
+        rc = retain_members(st, ds);
     }
     return rc;
 }

@@ -153,22 +153,7 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
 {
     size_t m = st->m, mo = st->m_start, r = st->r, u = m + st->n_gone, k = 0;
     *done = 0;
-    /* The rounding level of D's eigenvalues: on the 20,000-arm benchmark the largest
-     * eigenvalue due to rounding stayed ten times below tol and the smallest real one
-     * 1e6 times above it. */
-    double tol = (double)u * DBL_EPSILON * (scale + st->mstart_scale);
-    /* ||k(x)||^2 over the u columns, by |k(x, s)|^2 <= k(x, x) k(s, s) */
-    double knorm = (double)u * st->kdiag_max * fmax(st->kdiag_max, st->kdict_max);
-    double limit = START_ERR_LIMIT * st->kdiag_max / st->lambda;
-    /* The factorization's remainder is at least 2 tol (eig_factor) and measured near it
-     * (ritz_factor: the rounding of D's entries): when even tol would carry the bound
-     * past the limit, the update cannot be accepted, so D is not factored. On a box whose
-     * pool is kept across epochs (bbkb.c, pool_due), with the fitted noise at its floor
-     * (1e-6), an ill-conditioned K_S put tol at 1-3 and knorm tol 100 times above the
-     * limit: every such try failed, at ~9% of a one-worker run's CPU (docs/BENCHMARKS.md,
-     * twelfth session). */
-    if (!st->mstart_valid || !st->lr_ok || r == 0 || mo == 0 ||
-        st->start_err + knorm * tol > limit)
+    if (!st->mstart_valid || !st->lr_ok || r == 0 || mo == 0)
         return KB_OK;
     double *D = calloc(u * u, sizeof *D), *H = malloc(u * (u + 1) * sizeof *H);
     double *sign = malloc(u * sizeof *sign), rest = 0.0;
@@ -180,12 +165,19 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
             size_t i = st->old_to_new[a], j = st->old_to_new[b];
             D[(i > j ? i : j) * u + (i > j ? j : i)] -= st->Mstart[a * mo + b];
         }
+    /* The rounding level of D's eigenvalues: on the 20,000-arm benchmark the largest
+     * eigenvalue due to rounding stayed ten times below tol and the smallest real one
+     * 1e6 times above it. */
+    double tol = (double)u * DBL_EPSILON * (scale + st->mstart_scale);
     size_t p = 2 * st->lr_rank + 8;
     /* no convergence: the full product decides instead */
     int ok = !rc && ((4 * p < u && ritz_factor(D, u, p, tol, H, sign, &k, &rest)) ||
                      eig_factor(D, u, tol, H, sign, &k, &rest));
+    /* ||k(x)||^2 over the u columns, by |k(x, s)|^2 <= k(x, x) k(s, s) */
+    double knorm = (double)u * st->kdiag_max * fmax(st->kdiag_max, st->kdict_max);
     double err = st->start_err + knorm * rest;
-    if (ok && (k + 1) * u <= (r + 1) * m && err <= limit) {
+    if (ok && (k + 1) * u <= (r + 1) * m &&
+        err <= START_ERR_LIMIT * st->kdiag_max / st->lambda) {
         memset(H + k * u, 0, u * sizeof *H);
         cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)r, 1.0, st->W, (int)r, st->w, 1,
                     0.0, H + k * u, 1);
