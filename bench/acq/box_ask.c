@@ -10,7 +10,9 @@
  * cumulative timers (kb_engine_stat), and the simple regret so far.
  *
  *   kb-box-ask [--engine bbkb] [--dim 6] [--trials 750] [--pending 32] [--every 250]
- *              [--pool 2048] [--seed 1]
+ *              [--pool 2048] [--seed 1] [--set NAME=NUMBER]
+ *
+ * --set sets one numeric engine option, to compare settings on the same call sequence.
  *
  * Run with OPENBLAS_NUM_THREADS=1: CPU time of this thread is then the engine's cost.
  * Engine internals (the fitted noise) come from libkbandit.a, as in the unit tests.
@@ -29,7 +31,8 @@ static struct {
     const char *engine;
     size_t dim, trials, pending, every, pool;
     uint64_t seed;
-} opt = {"bbkb", 6, 750, 32, 250, 2048, 1};
+    const char *set; /* NAME=NUMBER, or NULL */
+} opt = {"bbkb", 6, 750, 32, 250, 2048, 1, NULL};
 
 static double cpu_now(void)
 {
@@ -43,7 +46,14 @@ static kb_engine *make_engine(kb_error *err)
     kb_space *sp = kb_space_new_box(opt.dim, opt.pool, err);
     kb_config *cfg = sp ? kb_config_new(opt.engine, err) : NULL;
     kb_engine *e = NULL;
-    if (cfg && kb_config_set_number(cfg, "seed", (double)opt.seed, err) == KB_OK)
+    int rc = cfg ? kb_config_set_number(cfg, "seed", (double)opt.seed, err) : KB_EINVAL;
+    if (!rc && opt.set) {
+        const char *eq = strchr(opt.set, '=');
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - opt.set), opt.set);
+        rc = kb_config_set_number(cfg, name, strtod(eq + 1, NULL), err);
+    }
+    if (!rc)
         e = kb_engine_create(cfg, sp, err);
     kb_space_free(sp);
     kb_config_free(cfg);
@@ -96,6 +106,7 @@ static int parse(int argc, char **argv)
         else if (!strcmp(k, "--every")) opt.every = u;
         else if (!strcmp(k, "--pool")) opt.pool = u;
         else if (!strcmp(k, "--seed")) opt.seed = u;
+        else if (!strcmp(k, "--set") && strchr(v, '=')) opt.set = v;
         else return -1;
     }
     return opt.dim && opt.dim <= KB_MAX_DIM && opt.pending && opt.pending <= MAX_PENDING &&
@@ -106,7 +117,8 @@ int main(int argc, char **argv)
 {
     if (parse(argc, argv))
         return fprintf(stderr, "usage: kb-box-ask [--engine E] [--dim D] [--trials T] "
-                               "[--pending 1..%d] [--every K] [--pool N] [--seed S]\n",
+                               "[--pending 1..%d] [--every K] [--pool N] [--seed S] "
+                               "[--set NAME=NUMBER]\n",
                        MAX_PENDING), 2;
     kb_error err = {0};
     kb_engine *e = make_engine(&err);
