@@ -978,49 +978,25 @@ double kb__output_y(kb_engine *e, double y)
     return (warp_tail(e, y) - mean) / sd;
 }
 
-/* An observation's value and index, ordered best first, ties by arrival (qsort is not
- * stable; the order must be a function of the call sequence). */
-typedef struct {
-    double y;
-    size_t i;
-} ranked;
-
-static int cmp_ranked(const void *a, const void *b)
+/* Indices of up to `k` best observations, best first (insertion into a short list). */
+static size_t best_obs(const kb_engine *e, size_t k, size_t *idx)
 {
-    const ranked *x = a, *y = b;
-    if (x->y != y->y)
-        return x->y < y->y ? 1 : -1;
-    return (x->i > y->i) - (x->i < y->i);
-}
-
-/* Up to k basin centers of the observations (kb__space_basin_centers), best first. Without
- * memory for the ranking, the best observation alone (the pool stays usable). */
-static size_t basin_centers(const kb_engine *e, size_t k, size_t *idx)
-{
-    size_t n = e->n_obs;
-    if (n == 0)
-        return 0;
-    ranked *r = malloc(n * sizeof *r);
-    size_t *order = malloc(n * sizeof *order);
-    if (!r || !order) {
-        free(r);
-        free(order);
-        idx[0] = 0;
-        for (size_t i = 1; i < n; i++)
-            if (e->obs_y[i] > e->obs_y[idx[0]])
-                idx[0] = i;
-        return 1;
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_obs; i++) {
+        size_t p;
+        if (n < k)
+            p = n++;
+        else if (e->obs_y[i] > e->obs_y[idx[k - 1]])
+            p = k - 1;
+        else
+            continue;
+        while (p > 0 && e->obs_y[idx[p - 1]] < e->obs_y[i]) {
+            idx[p] = idx[p - 1];
+            p--;
+        }
+        idx[p] = i;
     }
-    for (size_t i = 0; i < n; i++)
-        r[i] = (ranked){e->obs_y[i], i};
-    qsort(r, n, sizeof *r, cmp_ranked);
-    for (size_t i = 0; i < n; i++)
-        order[i] = r[i].i;
-    size_t m = kb__space_basin_centers(e->obs_u, e->space->dim, order, n,
-                                       e->kernel.lengthscales, k, idx);
-    free(r);
-    free(order);
-    return m;
+    return n;
 }
 
 /* The last rows of a new pool: the best observed points moved uphill on the UCB of the
@@ -1048,7 +1024,7 @@ void kb__refresh_pool(kb_engine *e, int refine)
         return;
     enum { NBEST = 8 };
     size_t idx[NBEST], d = e->space->dim;
-    size_t nb = basin_centers(e, NBEST, idx);
+    size_t nb = best_obs(e, NBEST, idx);
     double best[NBEST * d > 0 ? NBEST * d : 1];
     for (size_t i = 0; i < nb; i++)
         memcpy(best + i * d, e->obs_u + idx[i] * d, d * sizeof(double));

@@ -122,11 +122,6 @@ int kb__space_apply_scaling(kb_space *s, kb_scaling how, kb_error *err);
 /* Maps one input-coordinate point to internal coordinates (may give +-inf for a point far
  * outside the candidates' range; callers check). */
 void kb__space_to_internal(const kb_space *s, const double *x, double *u);
-/* Indices (into U, n_obs x dim) of up to k basin centers among the n observations listed
- * best first in `order`: the first, then each one outside the widest local trust region
- * (scaled by `lengthscales`, NULL: isotropic) of every center before it (space.c). */
-size_t kb__space_basin_centers(const double *U, size_t dim, const size_t *order, size_t n,
-                               const double *lengthscales, size_t k, size_t *centers);
 /* Box only: draws a new pool. Half quasi-random (Halton, randomly shifted), half local
  * perturbations around the `nbest` rows of `best` (internal coordinates, best first) at
  * several trust-region sizes, scaled per dimension by `lengthscales` (NULL: isotropic;
@@ -426,9 +421,9 @@ double kb__width(const kb_engine *e, double theory, double fitted);
  * pool's quasi-random rows in order. Sets *index and returns 1 while it applies. */
 int kb__design_index(const kb_engine *e, size_t *index);
 
-/* Called by box-space engines at resparsification: refreshes the pool around the basin
- * centers of the observations (kb__space_basin_centers) and resets the per-candidate repeat counters for the new pool. With
- * refine (and fitted hyperparameters), the pool's last rows are the first centers moved
+/* Called by box-space engines at resparsification: refreshes the pool around the best
+ * observations and resets the per-candidate repeat counters for the new pool. With
+ * refine (and fitted hyperparameters), the pool's last rows are the best points moved
  * uphill on the fitted GP's UCB (acq.c): gp-ucb / gp-bucb ask for it; on the tuning
  * functions it made bbkb worse (docs/BENCHMARKS.md). */
 void kb__refresh_pool(kb_engine *e, int refine);

@@ -9,10 +9,6 @@
  * `generation` so trials can tell which pool their index refers to. A box's coordinates
  * may take only the centres of a few equal bins (`levels`: integer parameters, and
  * categorical ones, whose values are unordered); every pool point lies on them.
- *
- * The local half of a pool is centered on basin centers (kb__space_basin_centers): the
- * best observation, then the best of each region outside the widest trust region of every
- * center before it, so that one local optimum does not hold every local point.
  */
 #include "internal.h"
 
@@ -325,38 +321,6 @@ static void relative_scales(const double *ls, size_t d, double *w)
         w[j] = ls ? fmin(8.0, fmax(0.125, exp(log(ls[j]) - lg))) : 1.0;
 }
 
-/* The widest trust-region length of the local half; point k of it uses TR_LENGTH / 2^m. */
-#define TR_LENGTH 0.4
-
-/* Basin centers: TuRBO-m keeps several trust regions alive at once so that one stuck in a
- * local optimum does not hold every candidate (Eriksson et al. 2019, sec. 3). A pool redrawn
- * from the data has no regions to keep, so they are read off the observations: walking them
- * best first, one becomes a center when it lies outside the widest trust region of every
- * center before it (the box of half-width TR_LENGTH w_j / 2 around it, TuRBO's box, sec. 2,
- * with the relative scales w_j of relative_scales; one sd of that region's steps). The
- * centers are the best point of each region the local steps do not already reach, where the
- * next best observations are mostly the incumbent's own neighbours, which its steps cover. */
-size_t kb__space_basin_centers(const double *U, size_t dim, const size_t *order, size_t n,
-                               const double *lengthscales, size_t k, size_t *centers)
-{
-    double w[dim];
-    relative_scales(lengthscales, dim, w);
-    size_t m = 0;
-    for (size_t i = 0; i < n && m < k; i++) {
-        const double *x = U + order[i] * dim;
-        int inside = 0;
-        for (size_t c = 0; c < m && !inside; c++) {
-            const double *y = U + centers[c] * dim;
-            inside = 1;
-            for (size_t j = 0; j < dim && inside; j++)
-                inside = fabs(x[j] - y[j]) <= 0.5 * TR_LENGTH * w[j];
-        }
-        if (!inside)
-            centers[m++] = order[i];
-    }
-    return m;
-}
-
 /* Folds a coordinate back into [0, 1] by reflecting it at the faces as often as needed
  * (the triangle wave of period 2). Clipping put every step that left the cube exactly on
  * a face: with relative scales up to 8 the step's sd reaches 1.6, and half of the asks on
@@ -368,13 +332,13 @@ static double reflect_unit(double v)
     return r > 1.0 ? 2.0 - r : r;
 }
 
-/* The local half of a pool, around the basin centers, as a trust region at several sizes
+/* The local half of a pool, around the best points, as a trust region at several sizes
  * at once (TuRBO grows and shrinks one base length L on successes and failures; a pool
  * redrawn from the data alone, with no state to replay, instead spreads its points over
- * L = TR_LENGTH, TR_LENGTH / 2, ..., TR_LENGTH / 2^6): point k perturbs its center by
- * N(0, (L w_j / 2)^2) in each dimension, each dimension with probability min(1, 20 / d)
- * (TuRBO's rule for large d; at least one), reflected at the cube's faces. Three points in
- * four are centered on the best observation, the fourth cycles over the other centers. A categorical coordinate
+ * L = 0.4, 0.2, ..., 0.4 / 2^6): point k perturbs its center by N(0, (L w_j / 2)^2) in
+ * each dimension, each dimension with probability min(1, 20 / d) (TuRBO's rule for large
+ * d; at least one), reflected at the cube's faces. Three points in four are centered on
+ * the best observation, the fourth cycles over the next best. A categorical coordinate
  * picked for a move takes a uniformly drawn choice with probability L / 0.8 (a
  * Hamming-distance trust region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021):
  * its choices have no order for a normal step to follow. */
@@ -387,7 +351,7 @@ static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *b
     for (size_t i = first; i < s->n; i++) {
         size_t k = i - first;
         const double *c = best + (k % 4 == 3 && nbest > 1 ? 1 + (k / 4) % (nbest - 1) : 0) * d;
-        double L = TR_LENGTH / (double)(1u << ((k / 4) % LEVELS));
+        double L = 0.4 / (double)(1u << ((k / 4) % LEVELS));
         double *x = s->rows + i * d;
         size_t forced = (size_t)kb_rng_below(rng, d);
         for (size_t j = 0; j < d; j++) {

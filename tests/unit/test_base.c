@@ -901,73 +901,6 @@ static void pool_local_steps_reflect_at_the_faces(void **state)
     kb_space_free(box);
 }
 
-/* Basin centers: walking the observations best first, one is kept when it is outside the
- * box of half-width 0.2 w_j (the widest local trust region) around every center kept
- * before it. Expected indices worked out by hand from the coordinates below: isotropic
- * (w = 1: half-width 0.2 in both), then with lengthscales (0.5, 2) (w = (0.5, 2):
- * half-widths 0.1 and 0.4), then capped at k. */
-static void basin_centers_skip_the_incumbents_neighbours(void **state)
-{
-    (void)state;
-    const double U[] = {
-        0.15, 0.85, /* 0: inside 3's box (0.05, 0.05) */
-        0.50, 0.75, /* 1: 0.25 from 2 in y: outside at w = 1, inside at w_y = 2 */
-        0.50, 0.50, /* 2: the best */
-        0.10, 0.90, /* 3: far from 2 */
-        0.58, 0.58, /* 4: inside 2's box (0.08, 0.08) */
-        0.90, 0.10, /* 5: far from 2 and 3 */
-    };
-    const size_t order[] = {2, 4, 3, 0, 1, 5};
-    size_t c[6];
-    assert_int_equal(kb__space_basin_centers(U, 2, order, 6, NULL, 6, c), 4);
-    assert_int_equal(c[0], 2);
-    assert_int_equal(c[1], 3);
-    assert_int_equal(c[2], 1);
-    assert_int_equal(c[3], 5);
-    const double ls[2] = {0.5, 2.0};
-    assert_int_equal(kb__space_basin_centers(U, 2, order, 6, ls, 6, c), 3);
-    assert_int_equal(c[0], 2);
-    assert_int_equal(c[1], 3);
-    assert_int_equal(c[2], 5);
-    assert_int_equal(kb__space_basin_centers(U, 2, order, 6, NULL, 2, c), 2);
-    assert_int_equal(c[1], 3);
-}
-
-/* A box engine's pool keeps a second basin alive: eight good observations around (0.2,
- * 0.2) and a worse one at (0.8, 0.8). The local half's fourth points are centered on the
- * far one (before, they cycled over the next best, all near (0.2, 0.2), and no local
- * point came within 0.05 of (0.8, 0.8)). */
-static void pool_centers_on_a_second_basin(void **state)
-{
-    (void)state;
-    enum { POOL = 512 };
-    kb_error err;
-    kb_space *box = kb_space_new_box(2, POOL, &err);
-    kb_config *cfg = kb_config_new("bbkb", &err);
-    assert_non_null(box);
-    assert_non_null(cfg);
-    kb_engine *e = kb_engine_create(cfg, box, &err);
-    assert_non_null(e);
-    for (int i = 0; i < 8; i++) {
-        double x[2] = {0.2 + 0.01 * i, 0.2 - 0.005 * i};
-        assert_int_equal(kb_engine_observe(e, x, 1.0 - 0.01 * i, &err), KB_OK);
-    }
-    double far[2] = {0.8, 0.8};
-    assert_int_equal(kb_engine_observe(e, far, 0.5, &err), KB_OK);
-    kb__refresh_pool(e, 0);
-    const kb_space *s = e->space;
-    size_t near_far = 0, local = POOL / 2;
-    for (size_t i = POOL - local; i < POOL; i++)
-        near_far += fabs(s->rows[i * 2] - 0.8) < 0.05 && fabs(s->rows[i * 2 + 1] - 0.8) < 0.05;
-    /* a quarter of the local half is centered there; at the five smallest of the seven
-     * sizes (sd 0.1 w_j and below) nearly all of those land within 0.05 */
-    if (near_far < local / 8)
-        fail_msg("%zu of %zu local points within 0.05 of the second basin", near_far, local);
-    kb_engine_free(e);
-    kb_config_free(cfg);
-    kb_space_free(box);
-}
-
 /* Columns spanning nearly the whole double range scale to finite internal coordinates. */
 static void scaling_survives_extreme_columns(void **state)
 {
@@ -1036,8 +969,6 @@ int main(void)
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
         cmocka_unit_test(pool_is_the_shifted_halton_set),
         cmocka_unit_test(pool_local_steps_reflect_at_the_faces),
-        cmocka_unit_test(basin_centers_skip_the_incumbents_neighbours),
-        cmocka_unit_test(pool_centers_on_a_second_basin),
         cmocka_unit_test(scaling_survives_extreme_columns),
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
