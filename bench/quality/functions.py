@@ -3,9 +3,10 @@ box of parameters, an objective to MINIMIZE and its known minimum, so that simpl
 best value found minus the minimum. Standard definitions (Surjanovic & Bingham, "Virtual
 Library of Simulation Experiments"); the embedded and mixed variants are built here.
 
-Which functions may be used to choose constants (TUNING) and which are only reported
-(HELD_OUT) is fixed here, as the quality protocol (docs/REFERENCES.md) asks: never tune on
-a held-out one.
+Which functions may be used to choose constants (TUNING, and TUNING2: multi-basin
+functions added in session 12 to design rules for leaving a wrong basin) and which are only
+reported (HELD_OUT) is fixed here, as the quality protocol (docs/REFERENCES.md) asks: never
+tune on a held-out one.
 """
 import math
 
@@ -50,6 +51,30 @@ def levy(xs):
     body = sum((wi - 1) ** 2 * (1 + 10 * math.sin(math.pi * wi + 1) ** 2) for wi in w[:-1])
     return (math.sin(math.pi * w[0]) ** 2 + body
             + (w[-1] - 1) ** 2 * (1 + math.sin(2 * math.pi * w[-1]) ** 2))
+
+
+def ackley(xs):
+    n = len(xs)
+    return (-20.0 * math.exp(-0.2 * math.sqrt(sum(x * x for x in xs) / n))
+            - math.exp(sum(math.cos(2 * math.pi * x) for x in xs) / n) + 20.0 + math.e)
+
+
+def michalewicz(xs, m=10):
+    return -sum(math.sin(x) * math.sin((i + 1) * x * x / math.pi) ** (2 * m)
+                for i, x in enumerate(xs))
+
+
+def rastrigin(xs):
+    return 10.0 * len(xs) + sum(x * x - 10.0 * math.cos(2 * math.pi * x) for x in xs)
+
+
+# max over [-500, 500] of x sin(sqrt|x|), at x = 420.9687488 (the library's 418.9829 is this
+# rounded; with it f at the minimizer would be 5e-5, not 0)
+SCHWEFEL_PEAK = 418.98288727243295
+
+
+def schwefel(xs):
+    return sum(SCHWEFEL_PEAK - x * math.sin(math.sqrt(abs(x))) for x in xs)
 
 
 def floats(names, low, high):
@@ -109,9 +134,22 @@ FUNCTIONS = {
         params=unit(50), f=lambda p: hartmann([p[f"x{i}"] for i in (4, 13, 22, 31, 40, 49)],
                                               HARTMANN6_A, HARTMANN6_P),
         fmin=-3.32236801141551),
+    # Session 12: multi-basin tuning functions (TUNING2), standard domains and minima from
+    # Surjanovic & Bingham; the Michalewicz-5 minimum checked by differential evolution
+    # (scipy, 4 seeds: -4.6876582). Not Shekel / Levy / Hartmann variants: those are
+    # held out.
+    "ackley5": dict(params=floats([f"x{i}" for i in range(5)], -32.768, 32.768),
+                    f=lambda p: ackley(vec(p, 5)), fmin=0.0),
+    "michalewicz5": dict(params=floats([f"x{i}" for i in range(5)], 0.0, math.pi),
+                         f=lambda p: michalewicz(vec(p, 5)), fmin=-4.687658179087901),
+    "rastrigin4": dict(params=floats([f"x{i}" for i in range(4)], -5.12, 5.12),
+                       f=lambda p: rastrigin(vec(p, 4)), fmin=0.0),
+    "schwefel4": dict(params=floats([f"x{i}" for i in range(4)], -500.0, 500.0),
+                      f=lambda p: schwefel(vec(p, 4)), fmin=0.0),
 }
 
 TUNING = ["branin", "hartmann3", "rosenbrock4", "styblinski8"]
+TUNING2 = ["ackley5", "michalewicz5", "rastrigin4", "schwefel4"]
 TUNING_SEEDS = [1, 2, 3, 4, 5]
 HELD_OUT = ["hartmann6", "inactive10", "mixed", "levy6", "shekel4", "hartmann6_in20",
             "hartmann6_in50"]

@@ -4,7 +4,8 @@ Optuna's samplers on the same box functions, budgets and parallelism, through th
 daemon over HTTP, as the quality protocol (docs/REFERENCES.md) prescribes.
 
     bench/quality/run.py [--functions branin,hartmann6] [--engines default,gp-ucb,optuna-tpe]
-                         [--seeds 1,2,3 | --set tuning|held-out] [--budgets 4x50,8x125]
+                         [--seeds 1,2,3 | --set tuning|tuning2|held-out]
+                         [--budgets 4x50,8x125]
                          [--out results.json] [--settings '{"beta_scale": 0.5}']
                          [--eval-ms 20 | --lockstep]
 
@@ -42,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from functions import (FUNCTIONS, HELD_OUT, HELD_OUT_SEEDS, TUNING,  # noqa: E402
-                       TUNING_SEEDS)
+                       TUNING2, TUNING_SEEDS)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -291,10 +292,12 @@ def parse_budgets(text):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--functions", default=",".join(TUNING + HELD_OUT))
+    ap.add_argument("--functions", default=None,
+                    help="comma-separated; default: the functions of --set (tuning2 only "
+                         "when named)")
     ap.add_argument("--engines", default="default,gp-ucb,optuna-tpe,optuna-random")
     ap.add_argument("--seeds", default=None, help="comma-separated; default: per --set")
-    ap.add_argument("--set", choices=["tuning", "held-out", "both"], default="both")
+    ap.add_argument("--set", choices=["tuning", "tuning2", "held-out", "both"], default="both")
     ap.add_argument("--budgets", default="4x50,8x125", help="WORKERSxTRIALS_PER_WORKER,...")
     ap.add_argument("--settings", default="{}", help="JSON engine settings (not 'default')")
     ap.add_argument("--daemon", default=str(ROOT / "build" / "kbanditd"))
@@ -311,16 +314,19 @@ def main():
     daemon = None
     rows = []
     try:
-        for fname in args.functions.split(","):
+        functions = args.functions or ",".join(TUNING2 if args.set == "tuning2"
+                                               else TUNING + HELD_OUT)
+        for fname in functions.split(","):
             fn = FUNCTIONS[fname]
             fmean = mean_f(fn)
-            group = "tuning" if fname in TUNING else "held-out"
+            group = ("tuning" if fname in TUNING else "tuning2" if fname in TUNING2
+                     else "held-out")
             if args.seeds:
                 seeds = [int(s) for s in args.seeds.split(",")]
             elif args.set != "both" and args.set != group:
                 continue
             else:
-                seeds = TUNING_SEEDS if group == "tuning" else HELD_OUT_SEEDS
+                seeds = HELD_OUT_SEEDS if group == "held-out" else TUNING_SEEDS
             for workers, budget in parse_budgets(args.budgets):
                 for engine in args.engines.split(","):
                     for seed in seeds:
