@@ -94,6 +94,17 @@ static int fill(kb_engine *e, uint64_t *out, size_t *n, size_t *empty, kb_error 
     return 0;
 }
 
+/* NAME=NUMBER with a whole number after the '=' (strtod's syntax) */
+static int is_setting(const char *v)
+{
+    const char *eq = strchr(v, '=');
+    char *end;
+    if (!eq || eq == v)
+        return 0;
+    strtod(eq + 1, &end);
+    return end != eq + 1 && !*end;
+}
+
 static int parse(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -106,7 +117,7 @@ static int parse(int argc, char **argv)
         else if (!strcmp(k, "--every")) opt.every = u;
         else if (!strcmp(k, "--pool")) opt.pool = u;
         else if (!strcmp(k, "--seed")) opt.seed = u;
-        else if (!strcmp(k, "--set") && strchr(v, '=')) opt.set = v;
+        else if (!strcmp(k, "--set") && is_setting(v)) opt.set = v;
         else return -1;
     }
     return opt.dim && opt.dim <= KB_MAX_DIM && opt.pending && opt.pending <= MAX_PENDING &&
