@@ -1018,30 +1018,6 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
     free(y);
 }
 
-/* Observations told since the best value last rose by more than 1e-3 of the values' sd
- * (TuRBO's success threshold, Eriksson et al. 2019, sec. 2), in arrival order: how long
- * the local steps around the incumbent have failed. */
-static size_t stalled_obs(const kb_engine *e)
-{
-    size_t n = e->n_obs;
-    if (n < 2)
-        return 0;
-    double m = 0.0, ss = 0.0;
-    for (size_t i = 0; i < n; i++)
-        m += e->obs_y[i] / (double)n;
-    for (size_t i = 0; i < n; i++)
-        ss += (e->obs_y[i] - m) * (e->obs_y[i] - m);
-    double tol = 1e-3 * sqrt(ss / (double)(n - 1)), best = e->obs_y[0];
-    size_t last = 0;
-    for (size_t i = 1; i < n; i++) {
-        if (e->obs_y[i] > best + tol)
-            last = i;
-        if (e->obs_y[i] > best)
-            best = e->obs_y[i];
-    }
-    return n - 1 - last;
-}
-
 void kb__refresh_pool(kb_engine *e, int refine)
 {
     if (e->space->finite)
@@ -1052,16 +1028,7 @@ void kb__refresh_pool(kb_engine *e, int refine)
     double best[NBEST * d > 0 ? NBEST * d : 1];
     for (size_t i = 0; i < nb; i++)
         memcpy(best + i * d, e->obs_u + idx[i] * d, d * sizeof(double));
-    /* Half the pool is local while the steps improve the best; after s failed observations
-     * the local share is T / (T + s) of that half, the rest space-filling, so a run held
-     * in a wrong basin looks elsewhere more and more (a gradual TuRBO restart, which
-     * redraws a space-filling design once its region has collapsed, sec. 3). T = 7 max(4, d)
-     * observations: TuRBO's time to halve L from 0.8 to its minimum 2^-7, each halving
-     * after max(4, d) failed evaluations. */
-    size_t T = 7 * (d > 4 ? d : 4), half = e->space->n / 2;
-    size_t n_local = (size_t)((double)half * (double)T / (double)(T + stalled_obs(e)));
-    kb__space_refresh_pool(e->space, &e->rng, nb ? best : NULL, nb, e->kernel.lengthscales,
-                           n_local);
+    kb__space_refresh_pool(e->space, &e->rng, nb ? best : NULL, nb, e->kernel.lengthscales);
     if (e->fit_on && refine && nb)
         refine_pool(e, best, nb);
     memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);

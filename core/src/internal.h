@@ -122,13 +122,12 @@ int kb__space_apply_scaling(kb_space *s, kb_scaling how, kb_error *err);
 /* Maps one input-coordinate point to internal coordinates (may give +-inf for a point far
  * outside the candidates' range; callers check). */
 void kb__space_to_internal(const kb_space *s, const double *x, double *u);
-/* Box only: draws a new pool. Its last `n_local` rows (at most n) are local perturbations
- * around the `nbest` rows of `best` (internal coordinates, best first) at several
- * trust-region sizes, scaled per dimension by `lengthscales` (NULL: isotropic; space.c
- * local_points), the others quasi-random (Halton, randomly shifted); all quasi-random
- * when nbest == 0. */
+/* Box only: draws a new pool. Half quasi-random (Halton, randomly shifted), half local
+ * perturbations around the `nbest` rows of `best` (internal coordinates, best first) at
+ * several trust-region sizes, scaled per dimension by `lengthscales` (NULL: isotropic;
+ * space.c local_points); all quasi-random when nbest == 0. */
 void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest,
-                            const double *lengthscales, size_t n_local);
+                            const double *lengthscales);
 /* Moves each of the n rows (internal coordinates) onto the box's levels (no-op without). */
 void kb__space_snap(const kb_space *s, double *rows, size_t n);
 
