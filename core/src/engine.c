@@ -1053,14 +1053,18 @@ static size_t stalled_obs(const kb_engine *e)
  * away there; docs/BENCHMARKS.md); rows inside the region are left out because next to
  * the incumbent the UCB exceeds its value anyway, and the local steps cover them. The
  * stall is T = 7 max(4, d) observations without a rise of the best: TuRBO's time for L to
- * halve from 0.8 to 2^-7, each halving after max(4, d) failed evaluations. A function of
- * the observations and the pool, so replay and restore give the same pools. */
+ * halve from 0.8 to 2^-7, each halving after max(4, d) failed evaluations. The restart
+ * lasts T observations, as long as TuRBO's new region takes to collapse again; then the
+ * local half returns until the best rises (with several global optima, as Branin's, the
+ * model always sees one elsewhere, and a restart without an end never refined any). A
+ * function of the observations and the pool, so replay and restore give the same pools. */
 static int restart_pool(kb_engine *e, const double *incumbent)
 {
     enum { GATE_ROWS = 128 };
     const kb_space *s = e->space;
     size_t d = s->dim, T = 7 * (d > 4 ? d : 4);
-    if (!e->fit_on || stalled_obs(e) < T)
+    size_t stall = stalled_obs(e);
+    if (!e->fit_on || stall < T || stall >= 2 * T)
         return 0;
     size_t rows = s->n / 2 < GATE_ROWS ? s->n / 2 : GATE_ROWS, m = 0;
     double w[d], *P = malloc((rows ? rows : 1) * d * sizeof *P), *y = standardized_y(e);

@@ -889,16 +889,18 @@ static size_t refreshed_halton_rows(kb_engine *e)
     return halton_prefix(e->space, copy);
 }
 
-/* The box pool's restart (engine.c restart_pool): the pool is all Halton only when the
- * best has not risen by 1e-3 of the values' sd for T = 7 max(4, d) = 28 observations AND
- * some space-filling row of the current pool has a UCB (width 2) above the incumbent's
- * value; otherwise half of it (32 of 64 rows) is local. Three cases, d = 2:
- * (a) ten clear rises near the corner (0, 0), then 28 values just below the best: a
- * plateau in one corner, the rest of the square unexplored (prior UCB 2 sd above the mean,
- * the best 0.5 sd above it): all Halton; (b) one more clear rise: local again; (c) a
- * smooth bump sampled on a 7 x 7 grid over the square, its top told first (48 stalled
- * observations) and lengthscale 0.3, so the model knows every Halton row is below the
- * top: the local half stays (a count-only restart would take it away). */
+/* The box pool's restart (engine.c restart_pool): the pool is all Halton only while the
+ * best has not risen by 1e-3 of the values' sd for T to 2 T - 1 observations, T = 7 max(4,
+ * d) = 28, AND some space-filling row of the current pool outside the incumbent's widest
+ * trust region has a UCB (width 2) above the incumbent's value; otherwise half of it (32
+ * of 64 rows) is local. Cases, d = 2: (a) ten clear rises near the corner (0, 0), then 28
+ * values just below the best: a plateau in one corner, the rest of the square unexplored
+ * (prior UCB 2 sd above the mean, the best about 0.5 sd above it): all Halton (27: not
+ * yet); (b) 28 more: the restart's window is over, local again; (c) a clear rise: local;
+ * (d) 28 stalled observations after it: a second restart; (e) a smooth bump sampled on a
+ * 7 x 7 grid over the square, its top told first (48 stalled observations) and
+ * lengthscale 0.3, so the model knows every Halton row is below the top: the local half
+ * stays (a count-only restart would take it away). */
 static void pool_restarts_when_stalled_and_better_is_possible_elsewhere(void **state)
 {
     (void)state;
@@ -915,8 +917,14 @@ static void pool_restarts_when_stalled_and_better_is_possible_elsewhere(void **s
     assert_int_equal(refreshed_halton_rows(e), 32); /* 27 stalled: not yet */
     tell_at(e, 0.12, 0.12, 8.9, 0.1);
     assert_int_equal(refreshed_halton_rows(e), 64); /* (a) */
+    for (int i = 0; i < 28; i++)
+        tell_at(e, 0.06 + 0.005 * (i % 7), 0.14 + 0.005 * (i / 7), 8.9, 0.1);
+    assert_int_equal(refreshed_halton_rows(e), 32); /* (b): 56 stalled = 2 T */
     tell_at(e, 0.12, 0.02, 10.0, 0.1);
-    assert_int_equal(refreshed_halton_rows(e), 32); /* (b) */
+    assert_int_equal(refreshed_halton_rows(e), 32); /* (c) */
+    for (int i = 0; i < 28; i++)
+        tell_at(e, 0.16 + 0.005 * (i % 7), 0.06 + 0.005 * (i / 7), 9.9, 0.1);
+    assert_int_equal(refreshed_halton_rows(e), 64); /* (d) */
     kb_engine_free(e);
 
     e = kb_engine_create(cfg, box, &err);
@@ -928,7 +936,7 @@ static void pool_restarts_when_stalled_and_better_is_possible_elsewhere(void **s
             tell_at(e, x0, x1, 10.0 - 8.0 * ((x0 - 0.5) * (x0 - 0.5) + (x1 - 0.5) * (x1 - 0.5)),
                     0.3);
     }
-    assert_int_equal(refreshed_halton_rows(e), 32); /* (c) */
+    assert_int_equal(refreshed_halton_rows(e), 32); /* (e) */
     kb_engine_free(e);
     kb_config_free(cfg);
     kb_space_free(box);
