@@ -168,23 +168,6 @@ int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const doub
     return rc == KB_ENUMERIC ? KB_OK : rc; /* an unfactorable GP refines nothing */
 }
 
-double kb__acq_max_ucb(const kb_kernel *k, double noise, const double *U, const double *y,
-                       size_t n, double width, const double *P, size_t m)
-{
-    size_t *rows = malloc((n ? n : 1) * sizeof *rows);
-    acq_gp g = {0};
-    double best = NAN;
-    if (rows && acq_build(&g, k, noise, U, y, rows, choose_rows(y, n, rows), width) == KB_OK)
-        for (size_t p = 0; p < m; p++) {
-            double v = acq_eval(&g, P + p * k->dim, NULL);
-            if (!(v <= best)) /* the first, or a larger one */
-                best = v;
-        }
-    free(rows);
-    acq_free(&g);
-    return best;
-}
-
 double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const double *y,
                       size_t n, double width, const double *x, double *grad)
 {

@@ -1018,78 +1018,6 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
     free(y);
 }
 
-/* Observations told since the best value last rose by more than 1e-3 of the values' sd
- * (TuRBO's success threshold, Eriksson et al. 2019, sec. 2), in arrival order: how long
- * the local steps around the incumbent have failed. */
-static size_t stalled_obs(const kb_engine *e)
-{
-    size_t n = e->n_obs;
-    if (n < 2)
-        return 0;
-    double m = 0.0, ss = 0.0;
-    for (size_t i = 0; i < n; i++)
-        m += e->obs_y[i] / (double)n;
-    for (size_t i = 0; i < n; i++)
-        ss += (e->obs_y[i] - m) * (e->obs_y[i] - m);
-    double tol = 1e-3 * sqrt(ss / (double)(n - 1)), best = e->obs_y[0];
-    size_t last = 0;
-    for (size_t i = 1; i < n; i++) {
-        if (e->obs_y[i] > best + tol)
-            last = i;
-        if (e->obs_y[i] > best)
-            best = e->obs_y[i];
-    }
-    return n - 1 - last;
-}
-
-/* Whether the next pool should be all space-filling: TuRBO's restart (Eriksson et al.
- * 2019, sec. 3: once the trust region has collapsed, a fresh space-filling design), with
- * two changes. The observations stay in the GP (TuRBO discards them), and the model is
- * asked first: the restart happens only when some space-filling row of the current pool
- * (its first rows, Halton) outside the incumbent's widest trust region (L = 0.4, the
- * pool's largest level: |x_j - best_j| > 0.2 w_j in some j) has a UCB above the
- * incumbent's value. A stall at the global optimum, where no such point exists, then
- * keeps the local half that refines it (the twelfth session's count-only rules took it
- * away there; docs/BENCHMARKS.md); rows inside the region are left out because next to
- * the incumbent the UCB exceeds its value anyway, and the local steps cover them. The
- * stall is T = 7 max(4, d) observations without a rise of the best: TuRBO's time for L to
- * halve from 0.8 to 2^-7, each halving after max(4, d) failed evaluations. The restart
- * lasts T observations, as long as TuRBO's new region takes to collapse again; then the
- * local half returns until the best rises (with several global optima, as Branin's, the
- * model always sees one elsewhere, and a restart without an end never refined any). A
- * function of the observations and the pool, so replay and restore give the same pools. */
-static int restart_pool(kb_engine *e, const double *incumbent)
-{
-    enum { GATE_ROWS = 128 };
-    const kb_space *s = e->space;
-    size_t d = s->dim, T = 7 * (d > 4 ? d : 4);
-    size_t stall = stalled_obs(e);
-    if (!e->fit_on || stall < T || stall >= 2 * T)
-        return 0;
-    size_t rows = s->n / 2 < GATE_ROWS ? s->n / 2 : GATE_ROWS, m = 0;
-    double w[d], *P = malloc((rows ? rows : 1) * d * sizeof *P), *y = standardized_y(e);
-    kb__space_relative_scales(e->kernel.lengthscales, d, w);
-    for (size_t i = 0; P && i < rows; i++) {
-        const double *x = s->u + i * d;
-        int outside = 0;
-        for (size_t j = 0; j < d; j++)
-            outside |= fabs(x[j] - incumbent[j]) > 0.2 * w[j];
-        if (outside)
-            memcpy(P + m++ * d, x, d * sizeof *P);
-    }
-    int restart = 0;
-    if (P && y && m) {
-        double top = y[0];
-        for (size_t i = 1; i < e->n_obs; i++)
-            top = y[i] > top ? y[i] : top;
-        restart = kb__acq_max_ucb(&e->kernel, e->noise, e->obs_u, y, e->n_obs, KB_WIDTH_UCB,
-                                  P, m) > top;
-    }
-    free(P);
-    free(y);
-    return restart;
-}
-
 void kb__refresh_pool(kb_engine *e, int refine)
 {
     if (e->space->finite)
@@ -1100,9 +1028,7 @@ void kb__refresh_pool(kb_engine *e, int refine)
     double best[NBEST * d > 0 ? NBEST * d : 1];
     for (size_t i = 0; i < nb; i++)
         memcpy(best + i * d, e->obs_u + idx[i] * d, d * sizeof(double));
-    size_t centers = nb && restart_pool(e, best) ? 0 : nb; /* the refined rows stay local */
-    kb__space_refresh_pool(e->space, &e->rng, centers ? best : NULL, centers,
-                           e->kernel.lengthscales);
+    kb__space_refresh_pool(e->space, &e->rng, nb ? best : NULL, nb, e->kernel.lengthscales);
     if (e->fit_on && refine && nb)
         refine_pool(e, best, nb);
     memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);

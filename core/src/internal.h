@@ -128,11 +128,6 @@ void kb__space_to_internal(const kb_space *s, const double *x, double *u);
  * space.c local_points); all quasi-random when nbest == 0. */
 void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest,
                             const double *lengthscales);
-/* Relative per-dimension scales w (d entries) of the pool's local steps: lengthscales
- * divided by their geometric mean (TuRBO's weights, Eriksson et al. 2019, sec. 2),
- * clipped to [1/8, 8]; all 1 when ls is NULL. The trust region of base length L around
- * a center c is |x_j - c_j| <= L w_j / 2. */
-void kb__space_relative_scales(const double *ls, size_t d, double *w);
 /* Moves each of the n rows (internal coordinates) onto the box's levels (no-op without). */
 void kb__space_snap(const kb_space *s, double *rows, size_t n);
 
@@ -168,10 +163,6 @@ size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, si
  * where it was. Deterministic. KB_ENOMEM, or KB_OK. */
 int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const double *y,
                    size_t n, double width, double *P, size_t m);
-/* The largest UCB mean + width sd over the m points P (m x dim) of the GP that
- * kb__acq_refine builds (the same rows); NAN when it cannot be built or m == 0. */
-double kb__acq_max_ucb(const kb_kernel *k, double noise, const double *U, const double *y,
-                       size_t n, double width, const double *P, size_t m);
 /* The UCB and its gradient (dim entries, when not NULL) at x of the GP above built on all
  * n rows; for tests. */
 double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const double *y,

@@ -309,9 +309,10 @@ static unsigned next_prime(unsigned p)
     }
 }
 
-/* Clipped to [1/8, 8] so that a dimension the fit switched off (huge lengthscale) is
- * still moved now and then. */
-void kb__space_relative_scales(const double *ls, size_t d, double *w)
+/* Relative per-dimension scales: lengthscales divided by their geometric mean (TuRBO's
+ * weights, Eriksson et al. 2019, sec. 2), clipped to [1/8, 8] so that a dimension the fit
+ * switched off (huge lengthscale) is still moved now and then; all 1 without lengthscales. */
+static void relative_scales(const double *ls, size_t d, double *w)
 {
     double lg = 0.0;
     for (size_t j = 0; ls && j < d; j++)
@@ -384,7 +385,7 @@ void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t
     }
     if (n_local) {
         double w[s->dim];
-        kb__space_relative_scales(lengthscales, s->dim, w);
+        relative_scales(lengthscales, s->dim, w);
         local_points(s, rng, n_qmc, best, nbest, w);
     }
     kb__space_snap(s, s->rows, s->n);

@@ -5,8 +5,7 @@
  * (RBF and the three Materns with ARD lengthscales, the same with a categorical
  * coordinate, which is checked through an explicit one-hot embedding, and the linear
  * kernel, which refinement leaves alone); refinement that stays in the unit cube, never
- * lowers the UCB and is deterministic; the largest UCB over a set of points (the box
- * pool's restart gate) against the dense posterior; and, inside an engine, refined pool rows that lie
+ * lowers the UCB and is deterministic; and, inside an engine, refined pool rows that lie
  * on the levels of integer and categorical parameters, and engines that refine which
  * replay bit for bit, from the start and from a snapshot.
  */
@@ -136,30 +135,6 @@ static void gradient_matches_differences_with_a_categorical(void **state)
         kb_kernel ref = {.kind = STATIONARY[t], .dim = E, .variance = 1.3,
                          .lengthscales = ref_ls};
         check_gradient(&k, &ref, U, R, y, 1, &rng);
-    }
-}
-
-/* kb__acq_max_ucb (the box pool's restart gate, engine.c) is the largest UCB over the
- * points of the dense posterior, for each stationary kernel: with N <= 256 rows its GP is
- * built on all of them. Checked against the maximum of dense_ucb over 20 random points. */
-static void max_ucb_is_the_dense_maximum(void **state)
-{
-    (void)state;
-    enum { M = 20 };
-    kb_rng rng;
-    kb_rng_seed(&rng, 8);
-    double U[N * D], y[N], ls[D] = {0.3, 0.6, 1.7}, P[M * D];
-    data(&rng, 0, U, y);
-    for (size_t i = 0; i < M * D; i++)
-        P[i] = kb_rng_uniform(&rng);
-    for (size_t t = 0; t < sizeof STATIONARY / sizeof STATIONARY[0]; t++) {
-        kb_kernel k = {.kind = STATIONARY[t], .dim = D, .variance = 1.3, .lengthscales = ls};
-        double want = -HUGE_VAL;
-        for (size_t p = 0; p < M; p++)
-            want = fmax(want, dense_ucb(&k, U, y, P + p * D));
-        double got = kb__acq_max_ucb(&k, NOISE, U, y, N, WIDTH, P, M);
-        if (fabs(got - want) > 1e-9)
-            fail_msg("kernel %d: max UCB %.12g, dense %.12g", k.kind, got, want);
     }
 }
 
@@ -346,7 +321,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gradient_matches_differences_for_each_stationary_kernel),
         cmocka_unit_test(gradient_matches_differences_with_a_categorical),
-        cmocka_unit_test(max_ucb_is_the_dense_maximum),
         cmocka_unit_test(linear_kernel_is_not_refined),
         cmocka_unit_test(refinement_climbs_inside_the_cube),
         cmocka_unit_test(refined_rows_lie_on_levels),
