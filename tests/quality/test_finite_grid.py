@@ -1,6 +1,7 @@
 """bench/finite_grid.py's two tables on made-up runs whose answers are known by hand: a
 setting that wins on half the seeds and loses on the rest is the pick of that half in table
-(b), but not table (a)'s pick, and (b) judges each pick on the other half only."""
+(b), but not table (a)'s pick, and (b) judges each pick on the other half only, in its own
+row and in the row over all seeds."""
 import json
 import sys
 from pathlib import Path
@@ -30,4 +31,6 @@ def test_issue_table_picks_on_all_seeds():
 def test_held_out_table_judges_each_pick_on_the_other_half():
     rows = list(finite_grid.held_out_rows(cells()))
     assert rows == [("e", "p", [1, 2], [3, 4], "lucky", (0.25, 0.25), (0.5, 0.5)),
-                    ("e", "p", [3, 4], [1, 2], "steady", (0.125, 0.125), (0.09375, 0.09375))]
+                    ("e", "p", [3, 4], [1, 2], "steady", (0.125, 0.125), (0.09375, 0.09375)),
+                    ("e", "p", [1, 2, 3, 4], [1, 2, 3, 4], "lucky / steady", (0.1875, 0.25),
+                     ((0.09375 + 0.5) / 2, 0.5))]
