@@ -2,7 +2,7 @@
 # This file runs issue 12's finite-set comparison: each engine at its defaults (fitted
 # hyperparameters) against a hand-tuning grid of fixed lengthscale x width, by regret
 # ratio, in-process (kb-bench, synchronous, T = 300). One JSON line per run on stdout;
-# bench/finite_grid.py turns them into the table of docs/BENCHMARKS.md.
+# bench/finite_grid.py turns them into the tables of docs/BENCHMARKS.md.
 #   bench/finite_grid.sh [BUILD_DIR] > results.jsonl
 # ENGINES, PROBLEMS (space-separated; "abalone" gets its --data) and SEEDS narrow the run,
 # e.g. the tuning problems only: PROBLEMS="hartmann3 branin rkhs" SEEDS="1 2 3 4 5".
