@@ -4,7 +4,7 @@ Optuna's samplers on the same box functions, budgets and parallelism, through th
 daemon over HTTP, as the quality protocol (docs/REFERENCES.md) prescribes.
 
     bench/quality/run.py [--functions branin,hartmann6] [--engines default,gp-ucb,optuna-tpe]
-                         [--seeds 1,2,3 | --set tuning|tuning2|held-out]
+                         [--seeds 1,2,3 | --set tuning|tuning2|held-out|held-out2]
                          [--budgets 4x50,8x125]
                          [--out results.json] [--settings '{"beta_scale": 0.5}']
                          [--eval-ms 20 | --lockstep]
@@ -23,8 +23,10 @@ trials then overlap, and kbandit's runs also record the fraction of worker time 
 waiting in ask (idle_fraction: an engine that holds workers back until feedback arrives
 shows it here). --lockstep instead plays kbandit's W workers in turn from one thread (W
 trials always pending, the oldest told first): the daemon sees the same calls on every
-run, so builds can be compared seed by seed; Optuna runs are unchanged by it. Nothing is tuned here: functions.py says which functions and seeds are for
-tuning and which are held out.
+run, so builds can be compared seed by seed; Optuna runs are unchanged by it. Nothing is
+tuned here: functions.py says which functions and seeds are for tuning and which are held
+out (--set held-out2 is the fresh held-out set of session 13, seeds 201-210; like tuning2
+it is run only when named).
 """
 import argparse
 import http.client
@@ -42,8 +44,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from functions import (FUNCTIONS, HELD_OUT, HELD_OUT_SEEDS, TUNING,  # noqa: E402
-                       TUNING2, TUNING_SEEDS)
+from functions import (FUNCTIONS, HELD_OUT, HELD_OUT2, HELD_OUT2_SEEDS,  # noqa: E402
+                       HELD_OUT_SEEDS, TUNING, TUNING2, TUNING_SEEDS)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,9 +113,14 @@ def mean_f(fn, n=20000):
 
 
 def uniform_point(params, rng):
+    """A point drawn as random search draws it: log parameters uniform in log scale."""
     p = {}
     for q in params:
-        if q["type"] == "float":
+        if q.get("log"):
+            x = math.exp(rng.uniform(math.log(q["low"]), math.log(q["high"])))
+            p[q["name"]] = (x if q["type"] == "float"
+                            else min(q["high"], max(q["low"], round(x))))
+        elif q["type"] == "float":
             p[q["name"]] = rng.uniform(q["low"], q["high"])
         elif q["type"] == "int":
             p[q["name"]] = rng.randint(q["low"], q["high"])
@@ -236,9 +243,11 @@ def optuna_suggest(trial, params):
     p = {}
     for q in params:
         if q["type"] == "float":
-            p[q["name"]] = trial.suggest_float(q["name"], q["low"], q["high"])
+            p[q["name"]] = trial.suggest_float(q["name"], q["low"], q["high"],
+                                               log=q.get("log", False))
         elif q["type"] == "int":
-            p[q["name"]] = trial.suggest_int(q["name"], q["low"], q["high"])
+            p[q["name"]] = trial.suggest_int(q["name"], q["low"], q["high"],
+                                             log=q.get("log", False))
         else:
             p[q["name"]] = trial.suggest_categorical(q["name"], q["choices"])
     return p
@@ -293,11 +302,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--functions", default=None,
-                    help="comma-separated; default: the functions of --set (tuning2 only "
-                         "when named)")
+                    help="comma-separated; default: the functions of --set (tuning2 and "
+                         "held-out2 only when named)")
     ap.add_argument("--engines", default="default,gp-ucb,optuna-tpe,optuna-random")
     ap.add_argument("--seeds", default=None, help="comma-separated; default: per --set")
-    ap.add_argument("--set", choices=["tuning", "tuning2", "held-out", "both"], default="both")
+    ap.add_argument("--set", choices=["tuning", "tuning2", "held-out", "held-out2", "both"], default="both")
     ap.add_argument("--budgets", default="4x50,8x125", help="WORKERSxTRIALS_PER_WORKER,...")
     ap.add_argument("--settings", default="{}", help="JSON engine settings (not 'default')")
     ap.add_argument("--daemon", default=str(ROOT / "build" / "kbanditd"))
@@ -314,19 +323,20 @@ def main():
     daemon = None
     rows = []
     try:
-        functions = args.functions or ",".join(TUNING2 if args.set == "tuning2"
-                                               else TUNING + HELD_OUT)
+        functions = args.functions or ",".join(
+            {"tuning2": TUNING2, "held-out2": HELD_OUT2}.get(args.set, TUNING + HELD_OUT))
         for fname in functions.split(","):
             fn = FUNCTIONS[fname]
             fmean = mean_f(fn)
             group = ("tuning" if fname in TUNING else "tuning2" if fname in TUNING2
-                     else "held-out")
+                     else "held-out2" if fname in HELD_OUT2 else "held-out")
             if args.seeds:
                 seeds = [int(s) for s in args.seeds.split(",")]
             elif args.set != "both" and args.set != group:
                 continue
             else:
-                seeds = HELD_OUT_SEEDS if group == "held-out" else TUNING_SEEDS
+                seeds = {"held-out": HELD_OUT_SEEDS,
+                         "held-out2": HELD_OUT2_SEEDS}.get(group, TUNING_SEEDS)
             for workers, budget in parse_budgets(args.budgets):
                 for engine in args.engines.split(","):
                     for seed in seeds:
