@@ -253,13 +253,21 @@ def optuna_suggest(trial, params):
     return p
 
 
+def optuna_storage(url):
+    """The shared SQLite storage, waiting up to 120 s for its lock: with SQLite's default 5 s
+    a worker of a run on a loaded machine (load average 10 on 2 cores) died with "database
+    is locked" and took its run with it."""
+    import optuna
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+
+
 def optuna_worker(url, name, fname, sampler, seed, n_trials, eval_ms):
     import optuna
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     fn = FUNCTIONS[fname]
     s = (optuna.samplers.TPESampler(constant_liar=True, seed=seed) if sampler == "tpe"
          else optuna.samplers.RandomSampler(seed=seed))
-    study = optuna.load_study(study_name=name, storage=url, sampler=s)
+    study = optuna.load_study(study_name=name, storage=optuna_storage(url), sampler=s)
     delay_rng = random.Random(seed)
     study.optimize(lambda t: evaluate(fn, optuna_suggest(t, fn["params"]), delay_rng, eval_ms),
                    n_trials=n_trials)
@@ -270,7 +278,7 @@ def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0):
     with tempfile.TemporaryDirectory(prefix="kb-optuna-") as tmp:
         url = f"sqlite:///{tmp}/o.db"
         name = f"{fname}-{seed}"
-        optuna.create_study(study_name=name, storage=url, direction="minimize")
+        optuna.create_study(study_name=name, storage=optuna_storage(url), direction="minimize")
         per = [budget // workers + (1 if w < budget % workers else 0) for w in range(workers)]
         t0 = time.monotonic()
         procs = [mp.Process(target=optuna_worker,
@@ -283,7 +291,7 @@ def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0):
         wall = time.monotonic() - t0
         if any(p.exitcode for p in procs):
             raise RuntimeError(f"optuna worker failed on {fname} seed {seed}")
-        study = optuna.load_study(study_name=name, storage=url)
+        study = optuna.load_study(study_name=name, storage=optuna_storage(url))
         values = [t.value for t in study.trials if t.value is not None]
     return values, wall
 
