@@ -5,8 +5,9 @@ Library of Simulation Experiments"); the embedded and mixed variants are built h
 
 Which functions may be used to choose constants (TUNING, and TUNING2: multi-basin
 functions added in session 12 to design rules for leaving a wrong basin) and which are only
-reported (HELD_OUT) is fixed here, as the quality protocol (docs/REFERENCES.md) asks: never
-tune on a held-out one.
+reported (HELD_OUT, and HELD_OUT2: a fresh set added in session 13, with its own seeds,
+because HELD_OUT had been looked at in every session since the sixth) is fixed here, as the
+quality protocol (docs/REFERENCES.md) asks: never tune on a held-out one.
 """
 import math
 
@@ -75,6 +76,63 @@ SCHWEFEL_PEAK = 418.98288727243295
 
 def schwefel(xs):
     return sum(SCHWEFEL_PEAK - x * math.sin(math.sqrt(abs(x))) for x in xs)
+
+
+def goldstein_price(x1, x2):
+    a = 1 + (x1 + x2 + 1) ** 2 * (19 - 14 * x1 + 3 * x1 ** 2 - 14 * x2 + 6 * x1 * x2
+                                  + 3 * x2 ** 2)
+    b = 30 + (2 * x1 - 3 * x2) ** 2 * (18 - 32 * x1 + 12 * x1 ** 2 + 48 * x2 - 36 * x1 * x2
+                                       + 27 * x2 ** 2)
+    return a * b
+
+
+def powell(xs):
+    return sum((xs[i] + 10 * xs[i + 1]) ** 2 + 5 * (xs[i + 2] - xs[i + 3]) ** 2
+               + (xs[i + 1] - 2 * xs[i + 2]) ** 4 + 10 * (xs[i] - xs[i + 3]) ** 4
+               for i in range(0, len(xs), 4))
+
+
+def dixon_price(xs):
+    return (xs[0] - 1) ** 2 + sum((i + 1) * (2 * xs[i] ** 2 - xs[i - 1]) ** 2
+                                  for i in range(1, len(xs)))
+
+
+def colville(x1, x2, x3, x4):
+    return (100 * (x1 ** 2 - x2) ** 2 + (x1 - 1) ** 2 + (x3 - 1) ** 2 + 90 * (x3 ** 2 - x4) ** 2
+            + 10.1 * ((x2 - 1) ** 2 + (x4 - 1) ** 2) + 19.8 * (x2 - 1) * (x4 - 1))
+
+
+def six_hump_camel(x1, x2):
+    return (4 - 2.1 * x1 ** 2 + x1 ** 4 / 3) * x1 ** 2 + x1 * x2 + (-4 + 4 * x2 ** 2) * x2 ** 2
+
+
+# The two tuning-like functions of HELD_OUT2 are built here, not taken from the library: a
+# sum of squares in the log-scaled and integer parameters plus a nonnegative offset per
+# categorical choice, the offset 0 for one choice only, so the minimum is 0 by construction.
+# Interactions make them non-separable, as real tuning surfaces are: the best learning rate
+# depends on the optimizer and the depth, the best dropout on the depth, the best number of
+# trees on the learning rate (a valley along lr * n = 10) and the best depth on the booster.
+TRAIN_OPTIMIZERS = {"adam": (-3.0, 0.0), "sgd": (-1.5, 0.15), "rmsprop": (-3.5, 0.1),
+                    "adagrad": (-2.0, 0.3)}  # (best log10 lr at 4 layers, loss offset)
+
+
+def train_loss(p):
+    best_lr, offset = TRAIN_OPTIMIZERS[p["optimizer"]]
+    layers = p["layers"]
+    return (offset + 0.5 * (math.log10(p["lr"]) - best_lr + 0.1 * (layers - 4)) ** 2
+            + 0.02 * (layers - 4) ** 2 + 4.0 * (p["dropout"] - 0.05 * layers) ** 2
+            + 0.05 * (math.log10(p["weight_decay"]) + 4.0) ** 2)
+
+
+BOOSTERS = {"gbtree": (6, 0.0), "dart": (4, 0.05), "linear": (None, 0.4)}  # (best depth, offset)
+
+
+def boosting_loss(p):
+    best_depth, offset = BOOSTERS[p["booster"]]
+    log_lr, log_n = math.log10(p["learning_rate"]), math.log10(p["n_trees"])
+    depth = 0.0 if best_depth is None else 0.01 * (p["max_depth"] - best_depth) ** 2
+    return (offset + (log_lr + log_n - 1.0) ** 2 + 0.1 * (log_n - 2.0) ** 2 + depth
+            + 2.0 * (p["subsample"] - 0.8) ** 2)
 
 
 def floats(names, low, high):
@@ -146,6 +204,54 @@ FUNCTIONS = {
                        f=lambda p: rastrigin(vec(p, 4)), fmin=0.0),
     "schwefel4": dict(params=floats([f"x{i}" for i in range(4)], -500.0, 500.0),
                       f=lambda p: schwefel(vec(p, 4)), fmin=0.0),
+    # Session 13: HELD_OUT2, a fresh held-out set (nothing tuned on it; see the module
+    # docstring). Domains and minima from Surjanovic & Bingham's Virtual Library of
+    # Simulation Experiments (sfu.ca/~ssurjano), one page per function:
+    # Goldstein-Price (goldpr), x in [-2, 2]^2, f(0, -1) = 3.
+    "goldstein_price": dict(params=floats(["x1", "x2"], -2.0, 2.0),
+                            f=lambda p: goldstein_price(p["x1"], p["x2"]), fmin=3.0),
+    # Powell (powell), d = 8, x in [-4, 5]^d, f(0) = 0.
+    "powell8": dict(params=floats([f"x{i}" for i in range(8)], -4.0, 5.0),
+                    f=lambda p: powell(vec(p, 8)), fmin=0.0),
+    # Dixon-Price (dixonpr), d = 6, x in [-10, 10]^d, f = 0 at x_i = 2^-((2^i - 2) / 2^i),
+    # i = 1..d.
+    "dixon_price6": dict(params=floats([f"x{i}" for i in range(6)], -10.0, 10.0),
+                         f=lambda p: dixon_price(vec(p, 6)), fmin=0.0),
+    # Colville (colville), x in [-10, 10]^4, f(1, 1, 1, 1) = 0.
+    "colville4": dict(params=floats([f"x{i}" for i in range(4)], -10.0, 10.0),
+                      f=lambda p: colville(*vec(p, 4)), fmin=0.0),
+    # Six-hump camel (camel6), x1 in [-3, 3], x2 in [-2, 2], two global minima
+    # f(+-0.0898, -+0.7126) = -1.0316 (fmin here to full precision, checked by BFGS and
+    # Nelder-Mead from scipy), embedded as x3 and x10 of 16 parameters; the 14 others are
+    # inactive, in [-2, 2].
+    "camel_in16": dict(
+        params=[q if q["name"] != "x3" else dict(q, low=-3.0, high=3.0)
+                for q in floats([f"x{i}" for i in range(16)], -2.0, 2.0)],
+        f=lambda p: six_hump_camel(p["x3"], p["x10"]), fmin=-1.0316284534898774),
+    # A network-training-like space: log-scaled learning rate and weight decay, an int
+    # depth, a float dropout and a 4-choice optimizer. Minimum 0 at adam, lr 1e-3, 4 layers,
+    # dropout 0.2, weight decay 1e-4 (construction above).
+    "train_mixed": dict(
+        params=[{"name": "lr", "type": "float", "low": 1e-5, "high": 1e-1, "log": True},
+                {"name": "weight_decay", "type": "float", "low": 1e-6, "high": 1e-2,
+                 "log": True},
+                {"name": "layers", "type": "int", "low": 1, "high": 8},
+                {"name": "dropout", "type": "float", "low": 0.0, "high": 0.6},
+                {"name": "optimizer", "type": "categorical",
+                 "choices": ["sgd", "adam", "rmsprop", "adagrad"]}],
+        f=train_loss, fmin=0.0),
+    # A gradient-boosting-like space: log-scaled learning rate, a log-scaled int number of
+    # trees, an int depth, a float subsample and a 3-choice booster. Minimum 0 at gbtree,
+    # learning rate 0.1, 100 trees, depth 6, subsample 0.8 (construction above).
+    "boosting_mixed": dict(
+        params=[{"name": "learning_rate", "type": "float", "low": 1e-3, "high": 0.5,
+                 "log": True},
+                {"name": "n_trees", "type": "int", "low": 10, "high": 1000, "log": True},
+                {"name": "max_depth", "type": "int", "low": 1, "high": 12},
+                {"name": "subsample", "type": "float", "low": 0.4, "high": 1.0},
+                {"name": "booster", "type": "categorical",
+                 "choices": ["dart", "linear", "gbtree"]}],
+        f=boosting_loss, fmin=0.0),
 }
 
 TUNING = ["branin", "hartmann3", "rosenbrock4", "styblinski8"]
@@ -154,3 +260,6 @@ TUNING_SEEDS = [1, 2, 3, 4, 5]
 HELD_OUT = ["hartmann6", "inactive10", "mixed", "levy6", "shekel4", "hartmann6_in20",
             "hartmann6_in50"]
 HELD_OUT_SEEDS = [101, 102, 103, 104, 105]
+HELD_OUT2 = ["goldstein_price", "powell8", "dixon_price6", "colville4", "camel_in16",
+             "train_mixed", "boosting_mixed"]
+HELD_OUT2_SEEDS = list(range(201, 211))

@@ -4,7 +4,7 @@ Optuna's samplers on the same box functions, budgets and parallelism, through th
 daemon over HTTP, as the quality protocol (docs/REFERENCES.md) prescribes.
 
     bench/quality/run.py [--functions branin,hartmann6] [--engines default,gp-ucb,optuna-tpe]
-                         [--seeds 1,2,3 | --set tuning|tuning2|held-out]
+                         [--seeds 1,2,3 | --set tuning|tuning2|held-out|held-out2]
                          [--budgets 4x50,8x125]
                          [--out results.json] [--settings '{"beta_scale": 0.5}']
                          [--eval-ms 20 | --lockstep]
@@ -23,8 +23,10 @@ trials then overlap, and kbandit's runs also record the fraction of worker time 
 waiting in ask (idle_fraction: an engine that holds workers back until feedback arrives
 shows it here). --lockstep instead plays kbandit's W workers in turn from one thread (W
 trials always pending, the oldest told first): the daemon sees the same calls on every
-run, so builds can be compared seed by seed; Optuna runs are unchanged by it. Nothing is tuned here: functions.py says which functions and seeds are for
-tuning and which are held out.
+run, so builds can be compared seed by seed; Optuna runs are unchanged by it. Nothing is
+tuned here: functions.py says which functions and seeds are for tuning and which are held
+out (--set held-out2 is the fresh held-out set of session 13, seeds 201-210; like tuning2
+it is run only when named).
 """
 import argparse
 import http.client
@@ -42,8 +44,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from functions import (FUNCTIONS, HELD_OUT, HELD_OUT_SEEDS, TUNING,  # noqa: E402
-                       TUNING2, TUNING_SEEDS)
+from functions import (FUNCTIONS, HELD_OUT, HELD_OUT2, HELD_OUT2_SEEDS,  # noqa: E402
+                       HELD_OUT_SEEDS, TUNING, TUNING2, TUNING_SEEDS)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,9 +113,14 @@ def mean_f(fn, n=20000):
 
 
 def uniform_point(params, rng):
+    """A point drawn as random search draws it: log parameters uniform in log scale."""
     p = {}
     for q in params:
-        if q["type"] == "float":
+        if q.get("log"):
+            x = math.exp(rng.uniform(math.log(q["low"]), math.log(q["high"])))
+            p[q["name"]] = (x if q["type"] == "float"
+                            else min(q["high"], max(q["low"], round(x))))
+        elif q["type"] == "float":
             p[q["name"]] = rng.uniform(q["low"], q["high"])
         elif q["type"] == "int":
             p[q["name"]] = rng.randint(q["low"], q["high"])
@@ -236,12 +243,22 @@ def optuna_suggest(trial, params):
     p = {}
     for q in params:
         if q["type"] == "float":
-            p[q["name"]] = trial.suggest_float(q["name"], q["low"], q["high"])
+            p[q["name"]] = trial.suggest_float(q["name"], q["low"], q["high"],
+                                               log=q.get("log", False))
         elif q["type"] == "int":
-            p[q["name"]] = trial.suggest_int(q["name"], q["low"], q["high"])
+            p[q["name"]] = trial.suggest_int(q["name"], q["low"], q["high"],
+                                             log=q.get("log", False))
         else:
             p[q["name"]] = trial.suggest_categorical(q["name"], q["choices"])
     return p
+
+
+def optuna_storage(url):
+    """The shared SQLite storage, waiting up to 120 s for its lock: with SQLite's default 5 s
+    a worker of a run on a loaded machine (load average 10 on 2 cores) died with "database
+    is locked" and took its run with it."""
+    import optuna
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
 
 
 def optuna_worker(url, name, fname, sampler, seed, n_trials, eval_ms):
@@ -250,7 +267,7 @@ def optuna_worker(url, name, fname, sampler, seed, n_trials, eval_ms):
     fn = FUNCTIONS[fname]
     s = (optuna.samplers.TPESampler(constant_liar=True, seed=seed) if sampler == "tpe"
          else optuna.samplers.RandomSampler(seed=seed))
-    study = optuna.load_study(study_name=name, storage=url, sampler=s)
+    study = optuna.load_study(study_name=name, storage=optuna_storage(url), sampler=s)
     delay_rng = random.Random(seed)
     study.optimize(lambda t: evaluate(fn, optuna_suggest(t, fn["params"]), delay_rng, eval_ms),
                    n_trials=n_trials)
@@ -261,7 +278,7 @@ def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0):
     with tempfile.TemporaryDirectory(prefix="kb-optuna-") as tmp:
         url = f"sqlite:///{tmp}/o.db"
         name = f"{fname}-{seed}"
-        optuna.create_study(study_name=name, storage=url, direction="minimize")
+        optuna.create_study(study_name=name, storage=optuna_storage(url), direction="minimize")
         per = [budget // workers + (1 if w < budget % workers else 0) for w in range(workers)]
         t0 = time.monotonic()
         procs = [mp.Process(target=optuna_worker,
@@ -274,7 +291,7 @@ def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0):
         wall = time.monotonic() - t0
         if any(p.exitcode for p in procs):
             raise RuntimeError(f"optuna worker failed on {fname} seed {seed}")
-        study = optuna.load_study(study_name=name, storage=url)
+        study = optuna.load_study(study_name=name, storage=optuna_storage(url))
         values = [t.value for t in study.trials if t.value is not None]
     return values, wall
 
@@ -293,11 +310,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--functions", default=None,
-                    help="comma-separated; default: the functions of --set (tuning2 only "
-                         "when named)")
+                    help="comma-separated; default: the functions of --set (tuning2 and "
+                         "held-out2 only when named)")
     ap.add_argument("--engines", default="default,gp-ucb,optuna-tpe,optuna-random")
     ap.add_argument("--seeds", default=None, help="comma-separated; default: per --set")
-    ap.add_argument("--set", choices=["tuning", "tuning2", "held-out", "both"], default="both")
+    ap.add_argument("--set", choices=["tuning", "tuning2", "held-out", "held-out2", "both"], default="both")
     ap.add_argument("--budgets", default="4x50,8x125", help="WORKERSxTRIALS_PER_WORKER,...")
     ap.add_argument("--settings", default="{}", help="JSON engine settings (not 'default')")
     ap.add_argument("--daemon", default=str(ROOT / "build" / "kbanditd"))
@@ -314,19 +331,20 @@ def main():
     daemon = None
     rows = []
     try:
-        functions = args.functions or ",".join(TUNING2 if args.set == "tuning2"
-                                               else TUNING + HELD_OUT)
+        functions = args.functions or ",".join(
+            {"tuning2": TUNING2, "held-out2": HELD_OUT2}.get(args.set, TUNING + HELD_OUT))
         for fname in functions.split(","):
             fn = FUNCTIONS[fname]
             fmean = mean_f(fn)
             group = ("tuning" if fname in TUNING else "tuning2" if fname in TUNING2
-                     else "held-out")
+                     else "held-out2" if fname in HELD_OUT2 else "held-out")
             if args.seeds:
                 seeds = [int(s) for s in args.seeds.split(",")]
             elif args.set != "both" and args.set != group:
                 continue
             else:
-                seeds = HELD_OUT_SEEDS if group == "held-out" else TUNING_SEEDS
+                seeds = {"held-out": HELD_OUT_SEEDS,
+                         "held-out2": HELD_OUT2_SEEDS}.get(group, TUNING_SEEDS)
             for workers, budget in parse_budgets(args.budgets):
                 for engine in args.engines.split(","):
                     for seed in seeds:
