@@ -334,17 +334,18 @@ def main():
         functions = args.functions or ",".join(
             {"tuning2": TUNING2, "held-out2": HELD_OUT2}.get(args.set, TUNING + HELD_OUT))
         for fname in functions.split(","):
-            fn = FUNCTIONS[fname]
-            fmean = mean_f(fn)
             group = ("tuning" if fname in TUNING else "tuning2" if fname in TUNING2
                      else "held-out2" if fname in HELD_OUT2 else "held-out")
+            # --set filters the functions even when --seeds replaces the set's seeds.
+            if args.set != "both" and args.set != group:
+                continue
             if args.seeds:
                 seeds = [int(s) for s in args.seeds.split(",")]
-            elif args.set != "both" and args.set != group:
-                continue
             else:
                 seeds = {"held-out": HELD_OUT_SEEDS,
                          "held-out2": HELD_OUT2_SEEDS}.get(group, TUNING_SEEDS)
+            fn = FUNCTIONS[fname]
+            fmean = mean_f(fn)
             for workers, budget in parse_budgets(args.budgets):
                 for engine in args.engines.split(","):
                     for seed in seeds:
