@@ -314,7 +314,8 @@ def main():
                          "held-out2 only when named)")
     ap.add_argument("--engines", default="default,gp-ucb,optuna-tpe,optuna-random")
     ap.add_argument("--seeds", default=None, help="comma-separated; default: per --set")
-    ap.add_argument("--set", choices=["tuning", "tuning2", "held-out", "held-out2", "both"], default="both")
+    ap.add_argument("--set", choices=["tuning", "tuning2", "held-out", "held-out2", "both"],
+                    default="both")
     ap.add_argument("--budgets", default="4x50,8x125", help="WORKERSxTRIALS_PER_WORKER,...")
     ap.add_argument("--settings", default="{}", help="JSON engine settings (not 'default')")
     ap.add_argument("--daemon", default=str(ROOT / "build" / "kbanditd"))
