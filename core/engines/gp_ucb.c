@@ -472,7 +472,7 @@ static int bucb_gate(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait)
         rc = refresh_alpha(e, s);
     if (rc)
         return rc;
-    s->alpha_ucb = kb__width_ucb(e, s->C * beta_now(e, s));
+    s->alpha_ucb = kb__width(e, s->C * beta_now(e, s), KB_WIDTH_UCB);
     s->last_batch = s->batch_asks;
     s->batch_asks = 0;
     s->batches++;
@@ -502,7 +502,7 @@ static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
             rc = refresh_pool(e, s);
         if (!rc && s->alpha_stale)
             rc = refresh_alpha(e, s);
-        *width = kb__width_ucb(e, beta_now(e, s));
+        *width = kb__width(e, beta_now(e, s), KB_WIDTH_UCB);
     }
     return rc || *wait ? rc : refresh_candidates(s);
 }

@@ -978,42 +978,6 @@ double kb__output_y(kb_engine *e, double y)
     return (warp_tail(e, y) - mean) / sd;
 }
 
-/* The UCB engines' width with fitted hyperparameters on a finite set: at least
- * KB_WIDTH_UCB, and at least b = y_max / sqrt(s2), y_max the best distinct point's
- * standardized value and s2 the fitted kernel amplitude. Two reasons give the same b:
- * - IGP-UCB's width is beta_t = B + R sqrt(2 (gamma_{t-1} + 1 + ln(1/delta))) with B a
- *   bound on ||f||_k (Chowdhury & Gopalan, ICML 2017, seed 003, Theorem 2 / Algorithm 1).
- *   By the reproducing property and Cauchy-Schwarz, |f(x)| = |<f, k(x, .)>| <=
- *   ||f||_k sqrt(k(x, x)) = ||f||_k sqrt(s2), so the data say B >= b: b is the smallest
- *   B the observations allow, the theorem's first term without a guess.
- * - A candidate the data have not touched has the prior's mean 0 and sd sqrt(s2); its UCB
- *   reaches the incumbent's value only if width >= b. Below b every such candidate looks
- *   worse than the incumbent, and a run that has found a local maximum b prior sds above
- *   the mean repeats it (docs/BENCHMARKS.md, twelfth session: gp-ucb, Hartmann-3, seed 6,
- *   b = 2.2 against the width 2).
- * On the 20,000-arm benchmark (d = 8) b is 4-4.5 once a good arm is found; at T = 300 it
- * is mostly below 2 on branin, hartmann3 and rkhs, but 3.1-3.6 on abalone and matern-rkhs
- * (docs/BENCHMARKS.md, fourteenth session). Boxes keep
- * KB_WIDTH_UCB: their pools are rebuilt around the incumbents (kb__refresh_pool), so the
- * untouched-candidate argument does not hold there, and the rule was measured on finite
- * sets only. O(distinct points) per call. */
-static double unlock_width(kb_engine *e)
-{
-    if (!e->fit_on || !e->space->finite || e->n_groups < 2)
-        return KB_WIDTH_UCB;
-    double best = e->groups[0].ymean;
-    for (size_t g = 1; g < e->n_groups; g++)
-        best = e->groups[g].ymean > best ? e->groups[g].ymean : best;
-    /* kb__output_y is increasing in y, so this is the largest standardized group value */
-    double b = kb__output_y(e, best) / sqrt(e->kernel.variance);
-    return b > KB_WIDTH_UCB ? b : KB_WIDTH_UCB;
-}
-
-double kb__width_ucb(kb_engine *e, double theory)
-{
-    return kb__width(e, theory, unlock_width(e));
-}
-
 /* Indices of up to `k` best observations, best first (insertion into a short list). */
 static size_t best_obs(const kb_engine *e, size_t k, size_t *idx)
 {

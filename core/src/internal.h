@@ -416,10 +416,6 @@ int kb__hyper_refit(kb_engine *e, kb_error *err);
  * theoretical width `theory` (the paper's, converted to that meaning by the engine). */
 double kb__width(const kb_engine *e, double theory, double fitted);
 #define KB_WIDTH_UCB 2.0
-/* kb__width for the UCB engines bbkb, gp-ucb and gp-bucb: with fitted hyperparameters on
- * a finite set, `fitted` is max(KB_WIDTH_UCB, y_max / sqrt(s2)) (IGP-UCB's B taken at the
- * smallest RKHS norm the data allow; engine.c, unlock_width); else KB_WIDTH_UCB. */
-double kb__width_ucb(kb_engine *e, double theory);
 
 /* Box spaces with fitting on: the initial design (before the first fit) hands out the
  * pool's quasi-random rows in order. Sets *index and returns 1 while it applies. */

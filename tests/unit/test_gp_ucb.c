@@ -3,8 +3,7 @@
  * posterior and incrementally maintained candidate variances against an independent
  * dense GP (tu_exact_posterior) after random mixes of asks, tells, abandons and observes
  * on every kernel; gamma against a direct log-determinant; determinism and
- * snapshot/restore; the product batch rule; rejected configurations; the finite-set
- * width rule (kb__width_ucb) against a direct computation.
+ * snapshot/restore; the product batch rule; rejected configurations.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -556,72 +555,6 @@ static void box_space_refreshes_pool(void **state)
     }
 }
 
-/* A finite gp-ucb engine (fitted hyperparameters, kernel_variance held at s2) that has
- * observed candidate i with y[i], i < n, and candidate 0 once more with y[0]. */
-static kb_engine *width_engine(const double *cand, const double *y, size_t n, double s2,
-                               const char *opt, double value)
-{
-    kb_error err;
-    kb_space *sp = kb_space_new_finite(cand, A, D, &err);
-    kb_config *cfg = kb_config_new("gp-ucb", &err);
-    assert_int_equal(kb_config_set_number(cfg, "kernel_variance", s2, &err), 0);
-    if (opt)
-        assert_int_equal(kb_config_set_number(cfg, opt, value, &err), 0);
-    kb_engine *e = kb_engine_create(cfg, sp, &err);
-    assert_non_null(e);
-    for (size_t i = 0; i <= n; i++)
-        assert_int_equal(kb_engine_observe(e, cand + (i % n) * D, y[i % n], &err), 0);
-    kb_config_free(cfg);
-    kb_space_free(sp);
-    return e;
-}
-
-/* kb__width_ucb against a direct computation: max(2, y_max / sqrt(s2)) with y_max the best
- * distinct point standardized by the mean and sample sd of the distinct points' values (a
- * repeat of one point must not move them); 2 below that; the width option and the
- * theoretical width (hyperparameters=fixed) as before; 2 on a box. */
-static void width_rises_to_the_best_over_the_prior_sd(void **state)
-{
-    (void)state;
-    kb_rng rng;
-    kb_rng_seed(&rng, 5);
-    double *cand = tu_uniform_matrix(&rng, A, D, 0, 1);
-    double y[10] = {0};
-    y[9] = 10.0; /* mean 1, sample sd sqrt(10): y_max standardized 9 / sqrt(10) */
-    double ymax = 9.0 / sqrt(10.0);
-    kb_engine *e = width_engine(cand, y, 10, 0.5, NULL, 0.0);
-    assert_true(fabs(kb__width_ucb(e, 123.0) - ymax / sqrt(0.5)) < 1e-12);
-    kb_engine_free(e);
-    e = width_engine(cand, y, 10, 4.0, NULL, 0.0); /* 9 / sqrt(10) / 2 < 2 */
-    assert_true(kb__width_ucb(e, 123.0) == KB_WIDTH_UCB);
-    kb_engine_free(e);
-    e = width_engine(cand, y, 10, 0.5, "width", 0.7);
-    assert_true(kb__width_ucb(e, 123.0) == 0.7);
-    kb_engine_free(e);
-    kb_error err;
-    kb_space *sp = kb_space_new_finite(cand, A, D, &err);
-    kb_config *cfg = kb_config_new("gp-ucb", &err);
-    assert_int_equal(kb_config_set_string(cfg, "hyperparameters", "fixed", &err), 0);
-    e = kb_engine_create(cfg, sp, &err);
-    for (size_t i = 0; i < 10; i++)
-        assert_int_equal(kb_engine_observe(e, cand + i * D, y[i], &err), 0);
-    assert_true(kb__width_ucb(e, 123.0) == 123.0);
-    kb_engine_free(e);
-    kb_space_free(sp);
-    kb_space *box = kb_space_new_box(D, 64, &err);
-    kb_config_free(cfg);
-    cfg = kb_config_new("gp-ucb", &err);
-    assert_int_equal(kb_config_set_number(cfg, "kernel_variance", 0.5, &err), 0);
-    e = kb_engine_create(cfg, box, &err);
-    for (size_t i = 0; i < 10; i++)
-        assert_int_equal(kb_engine_observe(e, cand + i * D, y[i], &err), 0);
-    assert_true(kb__width_ucb(e, 123.0) == KB_WIDTH_UCB);
-    kb_engine_free(e);
-    kb_config_free(cfg);
-    kb_space_free(box);
-    free(cand);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -633,7 +566,6 @@ int main(void)
         cmocka_unit_test(failed_rebuild_is_never_computed_on),
         cmocka_unit_test(bad_configs_name_the_field),
         cmocka_unit_test(box_space_refreshes_pool),
-        cmocka_unit_test(width_rises_to_the_best_over_the_prior_sd),
     };
     return cmocka_run_group_tests_name("gp_ucb", tests, NULL, NULL);
 }

@@ -181,7 +181,7 @@ int kb__bbkb_place_dictionary(kb_engine *e, const dataset *ds);
 /* ------------------------------------------------------------ selection.c */
 
 /* alpha = C~ beta~ (Theorem 2, or the beta option's form) for the coming epoch. */
-void kb__bbkb_update_alpha(kb_engine *e, bbkb *st);
+void kb__bbkb_update_alpha(const kb_engine *e, bbkb *st);
 /* Every candidate back in the heap, keyed from var[] (exact: var[] is the current
  * sigma~^2, else an upper bound to re-evaluate before use). */
 void kb__bbkb_heap_rebuild(bbkb *st, int exact);

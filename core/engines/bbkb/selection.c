@@ -29,7 +29,7 @@
  * standardization (kb__output_stats) they gave ratios 0.11-0.14 on seeds 1-40, and a
  * larger second-half than first-half batch mean on seeds 1-12. At lambda = 0.01,
  * beta_scale 0.2 and 0.7 each lock onto a mediocre arm on some seeds (0.33-0.43). */
-void kb__bbkb_update_alpha(kb_engine *e, bbkb *st)
+void kb__bbkb_update_alpha(const kb_engine *e, bbkb *st)
 {
     double theory = 2.0 * st->noise * sqrt(st->logdet_sum + log(1.0 / st->delta)) +
                     (1.0 + sqrt(2.0)) * sqrt(st->lambda) * st->F;
@@ -37,7 +37,7 @@ void kb__bbkb_update_alpha(kb_engine *e, bbkb *st)
                   : st->beta_mode == 1 ? st->beta_scale * theory
                                        : st->beta_fixed;
     /* sigma~ = sd / sqrt(lambda): the common width (a multiplier of sd) times sqrt(lambda) */
-    st->alpha = sqrt(st->lambda) * kb__width_ucb(e, st->C * beta / sqrt(st->lambda));
+    st->alpha = sqrt(st->lambda) * kb__width(e, st->C * beta / sqrt(st->lambda), KB_WIDTH_UCB);
 }
 
 static int heap_above(const bbkb *st, size_t a, size_t b)
