@@ -234,6 +234,70 @@ double tu_output_y(const double *X, const double *y, size_t n, size_t d, int war
     return out;
 }
 
+/* z_g = 1 + (max avg - avg_g) / sd of the k distinct averages; 0 when undefined. */
+static double *power_z(const double *X, const double *y, size_t n, size_t d, size_t *k)
+{
+    double *avg = distinct_averages(X, y, n, d, k), mean, sd, best = -INFINITY;
+    if (*k < 3) {
+        free(avg);
+        return NULL;
+    }
+    mean_sd(avg, *k, &mean, &sd);
+    for (size_t g = 0; g < *k; g++)
+        best = fmax(best, avg[g]);
+    for (size_t g = 0; g < *k; g++)
+        avg[g] = 1.0 + (best - avg[g]) / sd;
+    return avg;
+}
+
+static double box_cox_ref(double z, double lambda)
+{
+    return lambda == 0.0 ? log(z) : (pow(z, lambda) - 1.0) / lambda;
+}
+
+double tu_power_lambda(const double *X, const double *y, size_t n, size_t d)
+{
+    size_t k;
+    double *z = power_z(X, y, n, d, &k), best_ll = -INFINITY, best_lambda = 1.0;
+    for (int i = 0; z && i <= 10000; i++) {
+        double lambda = i * 1e-4, m = 0.0, s2 = 0.0, slog = 0.0;
+        for (size_t g = 0; g < k; g++)
+            m += box_cox_ref(z[g], lambda) / (double)k;
+        for (size_t g = 0; g < k; g++) {
+            double t = box_cox_ref(z[g], lambda) - m;
+            s2 += t * t;
+            slog += log(z[g]);
+        }
+        double ll = -0.5 * (double)k * log(s2 / (double)k) + (lambda - 1.0) * slog;
+        if (ll > best_ll) {
+            best_ll = ll;
+            best_lambda = lambda;
+        }
+    }
+    free(z);
+    return best_lambda;
+}
+
+double tu_output_y_power(const double *X, const double *y, size_t n, size_t d, double lambda,
+                         double v)
+{
+    size_t k;
+    double *avg = distinct_averages(X, y, n, d, &k), mean, sd, best = -INFINITY;
+    double *w = malloc((k ? k : 1) * sizeof *w);
+    mean_sd(avg, k, &mean, &sd);
+    for (size_t g = 0; g < k; g++)
+        best = fmax(best, avg[g]);
+    for (size_t g = 0; g < k; g++)
+        w[g] = k < 3 ? avg[g] : -box_cox_ref(1.0 + (best - avg[g]) / sd, lambda);
+    double wv = k < 3       ? v
+                : v >= best ? (v - best) / sd
+                            : -box_cox_ref(1.0 + (best - v) / sd, lambda);
+    mean_sd(w, k, &mean, &sd);
+    free(w);
+    free(avg);
+    return (wv - mean) / sd;
+}
+
 double tu_max_rel_err(const double *a, const double *b, size_t n, double floor)
 {
     double worst = 0.0;
