@@ -649,8 +649,7 @@ static int check_config(kb_engine *e, kb_error *err)
                         "cover is built from the smoothness nu");
     if (kb_config_number(e->cfg, "delta") >= 1.0)
         return kb__fail(err, KB_ERANGE, "delta", "'delta' must be < 1");
-    const char *out = kb_config_string(e->cfg, "output_scaling");
-    if (strcmp(out, "warp") == 0 || strcmp(out, "power") == 0)
+    if (strcmp(kb_config_string(e->cfg, "output_scaling"), "warp") == 0)
         return kb__fail(err, KB_EINVAL, "output_scaling",
                         "pi-gp-ucb's leaf solves are affine in y: output_scaling must be "
                         "auto, standardize or none");

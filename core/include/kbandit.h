@@ -192,11 +192,9 @@ KB_API size_t kb_space_size(const kb_space *space);
  *   seed (int, 0), kernel ("rbf"), lengthscale (>0, 1.0), lengthscales (vector, one per
  *   dimension; overrides lengthscale), kernel_variance (>0, 1.0),
  *   input_scaling ("unit" | "standardize" | "none"; "unit"),
- *   output_scaling ("auto" | "power" | "warp" | "standardize" | "none"; "auto": "power"
- *   on boxes, "standardize" on finite sets; where hyperparameters are fitted, "power"
- *   first compresses the values below the best by a power law whose exponent is fitted
- *   (between a log and the identity), "warp" the tail of the worse half by rank; both
- *   then standardize),
+ *   output_scaling ("auto" | "warp" | "standardize" | "none"; "auto": "warp" on boxes,
+ *   "standardize" on finite sets; "warp": standardize, and where hyperparameters are
+ *   fitted also compress the tail of the worse half of the values),
  *   repeats ("allow" | "no_pending" | "never"; "allow"),
  *   pool_size (box spaces only, >= 1; 2048).
  * Engine-specific options are listed by kb_engine_options(). */

@@ -16,8 +16,8 @@
 static const char *const kernel_choices[] = {"rbf", "gaussian", "matern12", "matern32",
                                              "matern52", "linear", NULL};
 static const char *const input_scaling_choices[] = {"unit", "standardize", "none", NULL};
-static const char *const output_scaling_choices[] = {"auto", "warp", "power",
-                                                     "standardize", "none", NULL};
+static const char *const output_scaling_choices[] = {"auto", "warp", "standardize", "none",
+                                                     NULL};
 static const char *const repeats_choices[] = {"allow", "no_pending", "never", NULL};
 static const char *const hyper_choices[] = {"fit", "fixed", NULL};
 
@@ -34,10 +34,9 @@ static const kb_option_spec common_options[] = {
     {"input_scaling", KB_OPT_STRING, 0, 0, 0, 0, "unit", input_scaling_choices,
      "map of finite candidate columns before the kernel"},
     {"output_scaling", KB_OPT_STRING, 0, 0, 0, 0, "auto", output_scaling_choices,
-     "standardize observed values inside the engine; where hyperparameters are fitted, "
-     "power also compresses the distance below the best by a fitted power law, warp the "
-     "worse half's tail by rank (kb__output_y); auto: power on boxes, standardize on "
-     "finite sets"},
+     "standardize observed values inside the engine; warp (where hyperparameters are "
+     "fitted) also compresses the worse half's tail (kb__output_y); auto: warp on boxes, "
+     "standardize on finite sets"},
     {"repeats", KB_OPT_STRING, 0, 0, 0, 0, "allow", repeats_choices,
      "whether a candidate may be handed out again while pending (no_pending) or after "
      "evaluation (never); unset on a box, a pool point is handed out once (never)"},

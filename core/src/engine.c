@@ -288,11 +288,8 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
     /* Warping trades cumulative regret for simple regret (docs/BENCHMARKS.md, session 7):
      * a box study wants the best point found; a finite catalogue is judged by regret. */
     const char *out = kb_config_string(cfg, "output_scaling");
-    e->warp = !e->fit_on                    ? KB_WARP_NONE
-              : strcmp(out, "warp") == 0      ? KB_WARP_HALF_RANK
-              : strcmp(out, "power") == 0 ||
-                (strcmp(out, "auto") == 0 && !space->finite) ? KB_WARP_POWER
-                                                            : KB_WARP_NONE;
+    e->warp = e->fit_on && (strcmp(out, "warp") == 0 ||
+                            (strcmp(out, "auto") == 0 && !space->finite));
     if (e->ops->create(e, err))
         goto fail;
     return e;
@@ -914,7 +911,7 @@ static size_t rank_of(const double *v, size_t n, double y, int upto)
  * by hand, docs/BENCHMARKS.md). No warp below three distinct points. */
 static double warp_tail(const kb_engine *e, double y)
 {
-    if (e->warp != KB_WARP_HALF_RANK || !(y < e->out_median) || !(e->out_spread > 0.0))
+    if (!e->warp || !(y < e->out_median) || !(e->out_spread > 0.0))
         return y;
     size_t n = e->n_groups;
     size_t r = rank_of(e->out_sorted, n, y, 0) + rank_of(e->out_sorted, n, y, 1);
@@ -929,7 +926,7 @@ static void fit_warp(kb_engine *e)
     size_t n = e->n_groups;
     e->out_median = 0.0;
     e->out_spread = 0.0;
-    if (e->warp != KB_WARP_HALF_RANK || n < 3)
+    if (!e->warp || n < 3)
         return;
     double *v = e->out_sorted;
     for (size_t g = 0; g < n; g++)
@@ -947,130 +944,21 @@ static void fit_warp(kb_engine *e)
     e->out_spread = k ? big * sqrt(s2 / (double)k) : 0.0;
 }
 
-/* Box-Cox transform (Box & Cox 1964, eq. 1) of z >= 1 given log z: (z^lambda - 1) /
- * lambda, log z at lambda = 0. */
-static double box_cox_of_log(double log_z, double lambda)
-{
-    return fabs(lambda) < 1e-9 ? log_z : expm1(lambda * log_z) / lambda;
-}
-
-/* Power output warping, after HEBO (Cowen-Rivers et al. 2022, "HEBO: Pushing the Limits
- * of Sample-Efficient Hyperparameter Optimisation", JAIR 74: a Box-Cox / Yeo-Johnson
- * power transform of the outputs, its exponent fitted by maximum likelihood). The
- * distance below the best group mean b, in units u of the group means' sd, is transformed
- * as z = 1 + (b - y) / u >= 1 and
- *     y' = -box_cox(z, lambda) (box_cox_of_log),
- * so the best point maps to 0, values near it move by about (b - y) / u, and worse values
- * are compressed smoothly (logarithmically at lambda = 0). Above b (a value not among the
- * group means) the tangent at b continues it. Monotone and C^1 in y. Why not the half-
- * rank warp: on a curved valley (Rosenbrock-4) the worse half set to a near-constant floor
- * leaves a kink the GP fits with short lengthscales (0.15-0.5 against 0.6-3 standardized:
- * docs/BENCHMARKS.md, fourteenth session), so the model does not carry the valley's trend;
- * a power law keeps the whole surface smooth. Identity (then standardized) below three
- * distinct points or when all group means are equal. */
-static double warp_power(const kb_engine *e, double y)
-{
-    if (e->warp != KB_WARP_POWER || !(e->out_unit > 0.0))
-        return y;
-    if (y >= e->out_best) /* beyond the data: the tangent at the best (slope 1 / u) */
-        return (y - e->out_best) / e->out_unit;
-    return -box_cox_of_log(log(1.0 + (e->out_best - y) / e->out_unit), e->out_lambda);
-}
-
-/* Box-Cox profile log-likelihood of the group means' z (out_sorted holds log z) at lambda
- * (Box & Cox 1964, sec. 3: -n/2 log sigma^2(lambda) + (lambda - 1) sum log z, sigma^2
- * the maximum-likelihood variance of the transformed values; Welford's update). */
-static double power_loglik(const kb_engine *e, double lambda, double sum_log)
-{
-    size_t n = e->n_groups;
-    double m = 0.0, s2 = 0.0;
-    for (size_t g = 0; g < n; g++) {
-        double t = box_cox_of_log(e->out_sorted[g], lambda), d = t - m;
-        m += d / (double)(g + 1);
-        s2 += d * (t - m);
-    }
-    return -0.5 * (double)n * log(fmax(s2 / (double)n, 1e-300)) + (lambda - 1.0) * sum_log;
-}
-
-/* The power warp's best value, unit and exponent. lambda maximizes power_loglik over
- * [0, 1] by golden-section search (to 1e-3; a local maximum should the profile not be
- * unimodal, which was not checked): from the log transform (lambda = 0; Styblinski-Tang-8 with its
- * objective log-transformed by hand, docs/BENCHMARKS.md seventh session) to the identity.
- * Negative exponents, which HEBO allows, bound the warped values, so all far values land
- * near one plateau: [-2, 2] lost Rosenbrock-4 and Styblinski-Tang-8 at 4 workers x 50,
- * [-1, 1] Rosenbrock-4, Branin and three TUNING2 functions at 8 workers x 125
- * (docs/BENCHMARKS.md, fourteenth session). */
-static void fit_power(kb_engine *e)
-{
-    size_t n = e->n_groups;
-    e->out_unit = 0.0;
-    e->out_lambda = 1.0;
-    if (e->warp != KB_WARP_POWER || n < 3)
-        return;
-    double best = -INFINITY, m = 0.0, s2 = 0.0, big = 0.0;
-    for (size_t g = 0; g < n; g++)
-        big = fmax(big, fabs(e->groups[g].ymean));
-    if (!(big > 0.0))
-        return;
-    for (size_t g = 0; g < n; g++) {
-        double y = e->groups[g].ymean / big, d = y - m;
-        best = fmax(best, e->groups[g].ymean);
-        m += d / (double)(g + 1);
-        s2 += d * (y - m);
-    }
-    double unit = big * sqrt(s2 / (double)(n - 1));
-    if (!(unit > 0.0) || !isfinite(unit))
-        return;
-    e->out_best = best;
-    e->out_unit = unit;
-    double sum_log = 0.0;
-    for (size_t g = 0; g < n; g++) {
-        e->out_sorted[g] = log1p((best - e->groups[g].ymean) / unit);
-        sum_log += e->out_sorted[g];
-    }
-    const double phi = (sqrt(5.0) - 1.0) / 2.0;
-    double a = 0.0, b = 1.0, c = b - phi * (b - a), d = a + phi * (b - a);
-    double fc = power_loglik(e, c, sum_log), fd = power_loglik(e, d, sum_log);
-    while (b - a > 1e-3) {
-        if (fc > fd) {
-            b = d;
-            d = c;
-            fd = fc;
-            c = b - phi * (b - a);
-            fc = power_loglik(e, c, sum_log);
-        } else {
-            a = c;
-            c = d;
-            fc = fd;
-            d = a + phi * (b - a);
-            fd = power_loglik(e, d, sum_log);
-        }
-    }
-    e->out_lambda = (a + b) / 2.0;
-}
-
-/* The value y after the configured warp (half-rank, power or none), before standardizing. */
-static double warp_value(const kb_engine *e, double y)
-{
-    return e->warp == KB_WARP_POWER ? warp_power(e, y) : warp_tail(e, y);
-}
-
 /* Two passes over the distinct points; terms are divided by the count or by max |y| so
  * that finite y near DBL_MAX do not overflow into inf / NaN. */
 void kb__output_stats(kb_engine *e, double *mean, double *sd)
 {
     if (!e->out_valid) {
         fit_warp(e);
-        fit_power(e);
         double m = 0.0, n = 0.0, big = 0.0, s2 = 0.0, s = 1.0;
         for (size_t g = 0; e->standardize && g < e->n_groups; g++) {
-            double y = warp_value(e, e->groups[g].ymean);
+            double y = warp_tail(e, e->groups[g].ymean);
             n += 1.0;
             m += y / n - m / n;
             big = fmax(big, fabs(y));
         }
         for (size_t g = 0; n > 1.0 && big > 0.0 && g < e->n_groups; g++) {
-            double dev = warp_value(e, e->groups[g].ymean) / big - m / big;
+            double dev = warp_tail(e, e->groups[g].ymean) / big - m / big;
             s2 += dev * dev;
         }
         if (n > 1.0)
@@ -1087,7 +975,7 @@ double kb__output_y(kb_engine *e, double y)
 {
     double mean, sd;
     kb__output_stats(e, &mean, &sd);
-    return (warp_value(e, y) - mean) / sd;
+    return (warp_tail(e, y) - mean) / sd;
 }
 
 /* Indices of up to `k` best observations, best first (insertion into a short list). */

@@ -251,13 +251,6 @@ typedef struct kb_trial {
 /* One figure an engine offers by name: a field of its state (e->impl), read where it
  * lives, so a figure cannot drift from what the engine computes. The type is taken from
  * the field by KB__STAT; a field of any other type does not compile. */
-/* Output warps of the GP engines (engine.c, kb__output_y). */
-typedef enum kb__warp {
-    KB_WARP_NONE = 0,
-    KB_WARP_HALF_RANK, /* output_scaling "warp": warp_tail */
-    KB_WARP_POWER,     /* output_scaling "power", and "auto" on boxes: warp_power */
-} kb__warp;
-
 typedef enum kb__stat_type {
     KB__STAT_DOUBLE,
     KB__STAT_INT,
@@ -340,14 +333,12 @@ struct kb_engine {
     size_t n_heads;
     double undo_ymean;   /* the last observation's group mean before it joined */
     int standardize;     /* output_scaling != "none" */
-    kb__warp warp;       /* where hyperparameters are fitted: "warp" -> half-rank, "power"
-                          * (and "auto" on boxes) -> power; else none */
+    int warp;            /* output_scaling == "warp" and hyperparameters fitted */
     int out_valid;       /* the out_ fields below describe the current data */
     double out_mean, out_sd;     /* of the (warped) group means */
-    double *out_sorted;  /* n_groups: group means ascending (half-rank), log z (power) */
+    double *out_sorted;  /* n_groups group means, ascending (warp only) */
     size_t cap_sorted;
     double out_median, out_spread; /* the warp's centre and the better half's spread */
-    double out_best, out_unit, out_lambda; /* the power warp's best, unit and exponent */
 
     int repeats;         /* 0 allow, 1 no_pending, 2 never */
     uint32_t *cand_pending;  /* per candidate: pending trials on it */
@@ -403,10 +394,9 @@ static inline int kb__excluded(const kb_engine *e, size_t i)
  * standardized gaps to the other arms and locks the run onto that arm (bbkb/dictionary.c, on
  * abalone). O(distinct points) after a new observation, O(1) otherwise (cached). */
 void kb__output_stats(kb_engine *e, double *mean, double *sd);
-/* The value y as a GP engine models it: standardized as above, after the half-rank or
- * power warp that e->warp names (engine.c, warp_tail / warp_power). Engines whose model
- * is affine in y and that never warp (pi-gp-ucb: fits_hyper = 0) may use
- * kb__output_stats instead. */
+/* The value y as a GP engine models it: standardized as above, after the half-rank warp
+ * when e->warp (engine.c, warp_tail). Engines whose model is affine in y and that never
+ * warp (pi-gp-ucb: fits_hyper = 0) may use kb__output_stats instead. */
 double kb__output_y(kb_engine *e, double y);
 
 /* Whether a hyperparameter refit is due (fitting on and enough new observations). */

@@ -351,60 +351,6 @@ static void output_warp_matches_reference(void **state)
     kb_engine_free(e);
 }
 
-/* kb__output_y with the power warp (the box default where hyperparameters are fitted)
- * against tu_output_y_power: the fitted exponent within 2e-3 of a fine grid's maximum
- * likelihood, every observation and probes between, below and above them transformed as
- * the reference does at that exponent, monotone in y. Two tails: a heavy lower one
- * (y = -exp(2 z), lambda at the bound 0, the log) and a light one (y = -z^2 / 10 + z,
- * lambda inside (0, 1)), so both the bound and an interior optimum are checked. */
-static void output_power_matches_reference(void **state)
-{
-    (void)state;
-    enum { N = 60, STEPS = 120 };
-    kb_error err;
-    for (int tail = 0; tail < 2; tail++) {
-        kb_rng drv;
-        kb_rng_seed(&drv, 21 + tail);
-        kb_engine *e = random_engine(N, "allow", 6);
-        e->warp = KB_WARP_POWER; /* the random engine never fits: the warp tested alone */
-        double X[STEPS * 2], y[STEPS];
-        size_t n = 0;
-        int interior = 0;
-        for (int s = 0; s < STEPS; s++) {
-            kb_point p;
-            kb_ask_result res;
-            assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
-            memcpy(X + 2 * n, p.x, 2 * sizeof *X);
-            double z = kb_rng_normal(&drv);
-            y[n] = tail == 0 ? -exp(2.0 * z) : -z * z / 10.0 + z;
-            assert_int_equal(kb_engine_tell(e, p.handle, y[n++], &err), KB_OK);
-            if (s < 2 || s % 29 != 28)
-                continue;
-            double m, sd;
-            kb__output_stats(e, &m, &sd);
-            double lambda = e->out_lambda;
-            assert_true(fabs(lambda - tu_power_lambda(X, y, n, 2)) < 2e-3);
-            interior += lambda > 0.01 && lambda < 0.99;
-            double prev = -INFINITY, lo = 0.0, hi = 0.0;
-            for (size_t i = 0; i < n; i++) {
-                double got = kb__output_y(e, y[i]);
-                assert_true(fabs(got - tu_output_y_power(X, y, n, 2, lambda, y[i])) < 1e-9);
-                lo = fmin(lo, y[i]);
-                hi = fmax(hi, y[i]);
-            }
-            for (int k = 0; k <= 200; k++) {
-                double v = lo - 10.0 + (hi - lo + 20.0) * k / 200.0;
-                double got = kb__output_y(e, v);
-                assert_true(fabs(got - tu_output_y_power(X, y, n, 2, lambda, v)) < 1e-9);
-                assert_true(got >= prev);
-                prev = got;
-            }
-        }
-        assert_true(tail == 0 || interior > 0);
-        kb_engine_free(e);
-    }
-}
-
 /* A box with a float, an integer of 5 values and a categorical of 4 choices, on gp-ucb
  * (fitted). */
 static kb_engine *levels_engine(void)
@@ -1016,7 +962,6 @@ int main(void)
         cmocka_unit_test(snapshot_restore_continues_identically),
         cmocka_unit_test(output_stats_count_distinct_points),
         cmocka_unit_test(output_warp_matches_reference),
-        cmocka_unit_test(output_power_matches_reference),
         cmocka_unit_test(categorical_order_does_not_matter),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),

@@ -48,17 +48,6 @@ void tu_distinct_stats(const double *X, const double *y, size_t n, size_t d, dou
  * three averages; then standardized with the mean and sd of the warped averages. */
 double tu_output_y(const double *X, const double *y, size_t n, size_t d, int warp, double v);
 
-/* The power warp computed independently (engine.c, warp_power): over the k >= 3 distinct
- * averages, z = 1 + (max average - average) / sd; tu_power_lambda is the lambda on a grid
- * of step 1e-4 over [0, 1] maximizing the Box-Cox profile log-likelihood
- * -k/2 log var(box_cox(z, lambda)) + (lambda - 1) sum log z (two-pass variance, pow());
- * tu_output_y_power is v warped to -box_cox(z(v), lambda) (to (v - max) / sd above the
- * maximum) and standardized with the mean and sd of the warped averages (only
- * standardized below three averages). */
-double tu_power_lambda(const double *X, const double *y, size_t n, size_t d);
-double tu_output_y_power(const double *X, const double *y, size_t n, size_t d, double lambda,
-                         double v);
-
 /* max_i |a_i - b_i| / max(|b_i|, floor) */
 double tu_max_rel_err(const double *a, const double *b, size_t n, double floor);
 
