@@ -390,3 +390,57 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
         return kb__fail(err, rc, NULL, "hyperparameter fit failed from every start");
     return KB_OK;
 }
+
+/* ------------------------------------------------ leave-one-out ranking */
+
+int kb__loo_means(const kb_kernel *k, double noise, const double *U, const double *y,
+                  size_t n, double *mu)
+{
+    if (n == 0)
+        return KB_OK;
+    double *A = malloc(n * n * sizeof *A), *a = malloc(n * sizeof *a);
+    int rc = A && a ? KB_OK : KB_ENOMEM;
+    if (rc == KB_OK) {
+        kb_kernel_matrix(k, U, n, U, n, A);
+        for (size_t i = 0; i < n; i++)
+            A[i * n + i] += noise;
+        memcpy(a, y, n * sizeof *a);
+        /* A is symmetric, so its row-major storage is its column-major one. */
+        if (LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'U', (int)n, A, (int)n) != 0 ||
+            LAPACKE_dpotrs_work(LAPACK_COL_MAJOR, 'U', (int)n, 1, A, (int)n, a, (int)n) != 0 ||
+            LAPACKE_dpotri_work(LAPACK_COL_MAJOR, 'U', (int)n, A, (int)n) != 0)
+            rc = KB_ENUMERIC;
+    }
+    for (size_t i = 0; rc == KB_OK && i < n; i++) /* R&W eq. 5.12 */
+        mu[i] = y[i] - a[i] / A[i * n + i];
+    free(A);
+    free(a);
+    return rc;
+}
+
+static int cmp_double_asc(const void *pa, const void *pb)
+{
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
+
+double kb__top_concordance(const double *y, const double *mu, size_t n)
+{
+    double *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return -1.0;
+    memcpy(v, y, n * sizeof *v);
+    qsort(v, n, sizeof *v, cmp_double_asc);
+    double med = n ? (n % 2 ? v[n / 2] : v[n / 2 - 1] / 2.0 + v[n / 2] / 2.0) : 0.0;
+    free(v);
+    double agree = 0.0, pairs = 0.0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < i; j++) {
+            if (y[i] == y[j] || !(y[i] > med || y[j] > med))
+                continue;
+            double s = (mu[i] - mu[j]) * (y[i] - y[j]);
+            agree += s > 0.0 ? 1.0 : s == 0.0 ? 0.5 : 0.0;
+            pairs += 1.0;
+        }
+    return pairs > 0.0 ? agree / pairs : 0.5;
+}
