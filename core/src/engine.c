@@ -172,60 +172,12 @@ static double *standardized_y(kb_engine *e)
     return y;
 }
 
-/* How well the current model (e->kernel, e->noise, the outputs under e->warp as in y)
- * orders the observed points out of sample: kb__top_concordance of the leave-one-out
- * means against the raw values, on all n rows or, above KB_HYPER_ROWS, on that many at an
- * even stride (a function of n alone, so a replay ranks the same rows). -1 when the GP
- * is not positive definite. KB_ENOMEM or KB_OK. */
-static int loo_score(const kb_engine *e, const double *y, double *score)
-{
-    size_t n = e->n_obs, d = e->kernel.dim, m = n < KB_HYPER_ROWS ? n : KB_HYPER_ROWS;
-    double *U = malloc((m ? m : 1) * d * sizeof *U), *ym = malloc((m ? m : 1) * sizeof *ym),
-           *raw = malloc((m ? m : 1) * sizeof *raw), *mu = malloc((m ? m : 1) * sizeof *mu);
-    int rc = U && ym && raw && mu ? KB_OK : KB_ENOMEM;
-    for (size_t i = 0; rc == KB_OK && i < m; i++) {
-        size_t r = i * n / m;
-        memcpy(U + i * d, e->obs_u + r * d, d * sizeof *U);
-        ym[i] = y[r];
-        raw[i] = e->obs_y[r];
-    }
-    if (rc == KB_OK) {
-        rc = kb__loo_means(&e->kernel, e->noise, U, ym, m, mu);
-        *score = rc == KB_OK ? kb__top_concordance(raw, mu, m) : -1.0;
-        if (*score < 0.0 && rc == KB_OK)
-            rc = KB_ENOMEM;
-        if (rc == KB_ENUMERIC)
-            rc = KB_OK;
-    }
-    free(U);
-    free(ym);
-    free(raw);
-    free(mu);
-    return rc;
-}
-
-/* One fit with the outputs under the half-rank warp or not; sets *fitted when the fit
- * succeeded and, when score is not NULL, scores the result (loo_score). KB_ENOMEM or
- * KB_OK (a failed fit leaves the kernel and the noise as they were). */
-static int fit_under(kb_engine *e, int warp, double *score, int *fitted)
-{
-    e->warp = warp;
-    e->out_valid = 0;
-    double *y = standardized_y(e);
-    if (!y)
-        return KB_ENOMEM;
-    kb_error ferr;
-    int rc = kb__hyper_fit(&e->kernel, &e->noise, e->obs_u, y, e->n_obs, &e->fit_opts,
-                           &e->fit_rng, &ferr);
-    *fitted |= rc == KB_OK;
-    rc = rc == KB_ENOMEM ? rc : score ? loo_score(e, y, score) : KB_OK;
-    free(y);
-    return rc;
-}
-
 int kb__hyper_refit(kb_engine *e, kb_error *err)
 {
-    size_t n = e->n_obs, d = e->kernel.dim;
+    size_t n = e->n_obs;
+    double *y = standardized_y(e);
+    if (!y)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     /* Restarts from the priors while the posterior is still broad; later the previous
      * fit is a good start and one run from it suffices. */
     e->fit_opts.starts = n < 64 ? 2 : 0;
@@ -233,53 +185,19 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
      * its tenth evaluation (docs/BENCHMARKS.md, tenth session): less than the sample's
      * own noise, for a third of the cost. */
     e->fit_opts.max_evals = n > KB_HYPER_ROWS ? 10 : 0;
-    int fitted = 0, rc, warp0 = e->warp;
-    double l0[d], v0 = e->kernel.variance, sn0 = e->noise;
-    memcpy(l0, e->kernel.lengthscales, d * sizeof *l0);
-    if (!e->warp_choose) {
-        rc = fit_under(e, e->warp, NULL, &fitted);
-    } else {
-        /* No output map suits every box: the half-rank warp keeps a heavy tail of bad
-         * values from setting the scale (Styblinski-Tang), plain standardization lets a
-         * curved valley's trend through (Rosenbrock; docs/BENCHMARKS.md, fourteenth
-         * session). Both are fitted from the same start and the one whose leave-one-out
-         * means order the better half's pairs better is kept. The marginal likelihoods
-         * cannot decide: the warp has no Jacobian, so they are densities of different
-         * data; a rank criterion is invariant to both maps. Ties keep the warp. Cost: a
-         * second fit and two O(rows^3) inverses per refit. */
-        double lw[d], vw, snw, sw = -1.0, ss = -1.0;
-        rc = fit_under(e, 1, &sw, &fitted);
-        memcpy(lw, e->kernel.lengthscales, d * sizeof *lw);
-        vw = e->kernel.variance;
-        snw = e->noise;
-        memcpy(e->kernel.lengthscales, l0, d * sizeof *l0);
-        e->kernel.variance = v0;
-        e->noise = sn0;
-        if (rc == KB_OK)
-            rc = fit_under(e, 0, &ss, &fitted);
-        if (rc == KB_OK && !(ss > sw)) {
-            memcpy(e->kernel.lengthscales, lw, d * sizeof *lw);
-            e->kernel.variance = vw;
-            e->noise = snw;
-            e->warp = 1;
-            e->out_valid = 0;
-        }
-    }
+    kb_error ferr;
+    int rc = kb__hyper_fit(&e->kernel, &e->noise, e->obs_u, y, n, &e->fit_opts, &e->fit_rng,
+                           &ferr);
+    free(y);
     /* Every 20% more tells while a fit sees them all; once it sees a sample of
      * KB_HYPER_ROWS, the data a fit weighs no longer grow, and the next waits for n to
      * double (a refit there costs ~2 ms per evaluation at d = 8 and was 40-50% of the
      * 20,000-arm benchmark's CPU at the 20% step; docs/BENCHMARKS.md, tenth session). */
     e->fit_next = n + (n > KB_HYPER_ROWS ? n : n / 5 > 1 ? n / 5 : 1);
-    if (rc == KB_ENOMEM) { /* as before the call */
-        memcpy(e->kernel.lengthscales, l0, d * sizeof *l0);
-        e->kernel.variance = v0;
-        e->noise = sn0;
-        e->warp = warp0;
-        e->out_valid = 0;
-        return kb__fail(err, rc, NULL, "out of memory");
-    }
-    if (fitted)
+    if (rc == KB_OK)
         e->n_fits++;
+    if (rc == KB_ENOMEM)
+        return kb__fail(err, rc, NULL, "out of memory");
     return KB_OK; /* a numerical failure keeps the previous values */
 }
 
@@ -370,8 +288,8 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
     /* Warping trades cumulative regret for simple regret (docs/BENCHMARKS.md, session 7):
      * a box study wants the best point found; a finite catalogue is judged by regret. */
     const char *out = kb_config_string(cfg, "output_scaling");
-    e->warp_choose = e->fit_on && strcmp(out, "auto") == 0 && !space->finite;
-    e->warp = e->warp_choose || (e->fit_on && strcmp(out, "warp") == 0);
+    e->warp = e->fit_on && (strcmp(out, "warp") == 0 ||
+                            (strcmp(out, "auto") == 0 && !space->finite));
     if (e->ops->create(e, err))
         goto fail;
     return e;

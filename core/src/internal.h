@@ -153,19 +153,6 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
  * else the best quarter by y and a uniform sample of the others drawn from rng. Writes
  * the indices to idx (n entries of room), returns how many. */
 size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, size_t *idx);
-/* Leave-one-out posterior means of the GP with kernel k and noise variance `noise` on
- * (U, y), n rows: mu[i] = the mean at U_i of the posterior on the other n - 1 rows, in
- * closed form from one inverse (Rasmussen & Williams 2006, sec. 5.4.2, eq. 5.12):
- *     mu_-i = y_i - [Ky^-1 y]_i / [Ky^-1]_ii,  Ky = K + noise I.
- * O(n^3). KB_ENOMEM, KB_ENUMERIC when Ky is not positive definite in floating point,
- * or KB_OK. */
-int kb__loo_means(const kb_kernel *k, double noise, const double *U, const double *y,
-                  size_t n, double *mu);
-/* How well mu orders y where an optimizer looks: the fraction of concordant pairs
- * (Kendall's, ties in mu counting one half) among the pairs with distinct y of which at
- * least one lies above the median of y. 0.5 when there is no such pair, -1 when out of
- * memory. Invariant to any increasing map of y or of mu. O(n^2). */
-double kb__top_concordance(const double *y, const double *mu, size_t n);
 
 /* ------------------------------------------------ acquisition refinement (acq.c) */
 
@@ -346,11 +333,7 @@ struct kb_engine {
     size_t n_heads;
     double undo_ymean;   /* the last observation's group mean before it joined */
     int standardize;     /* output_scaling != "none" */
-    int warp;            /* the half-rank warp applies (warp_tail): output_scaling "warp",
-                          * or "auto" on a box (chosen per fit, warp_choose), and
-                          * hyperparameters fitted */
-    int warp_choose;     /* output_scaling "auto" on a box with fitting on: each
-                          * kb__hyper_refit sets warp by leave-one-out ranking */
+    int warp;            /* output_scaling == "warp" and hyperparameters fitted */
     int out_valid;       /* the out_ fields below describe the current data */
     double out_mean, out_sd;     /* of the (warped) group means */
     double *out_sorted;  /* n_groups group means, ascending (warp only) */

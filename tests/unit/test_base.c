@@ -1,8 +1,7 @@
 /*
  * test_base.c - unit tests of the library's common layer: RNG, kernels, configuration
  * validation, spaces, the engine base (trials, repeats policy, errors) through the
- * random engine, and snapshot/restore by replay; the hyperparameter refit schedule, and
- * the output map a refit chooses on a box by leave-one-out ranking.
+ * random engine, and snapshot/restore by replay; the hyperparameter refit schedule.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -950,75 +949,6 @@ static void observe_refuses_unscalable_coordinates(void **state)
     kb_space_free(sp);
 }
 
-
-/* A bbkb engine on the unit square with output_scaling `out` (NULL: the default), after
- * N observations of f at points drawn from seed 9, and one refit (the first: every
- * engine starts it from the same kernel, and at N >= 64 it draws no restarts). */
-enum { CHOICE_N = 80 };
-static kb_engine *refit_engine(const char *out, double (*f)(const double *))
-{
-    kb_error err;
-    kb_space *sp = kb_space_new_box(2, 64, &err);
-    kb_config *cfg = kb_config_new("bbkb", &err);
-    if (out)
-        assert_int_equal(kb_config_set_string(cfg, "output_scaling", out, &err), KB_OK);
-    kb_engine *e = kb_engine_create(cfg, sp, &err);
-    assert_non_null(e);
-    kb_space_free(sp);
-    kb_config_free(cfg);
-    kb_rng drv;
-    kb_rng_seed(&drv, 9);
-    for (size_t i = 0; i < CHOICE_N; i++) {
-        double x[2] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv)};
-        assert_int_equal(kb_engine_observe(e, x, f(x), &err), KB_OK);
-    }
-    assert_int_equal(e->n_fits, 0);
-    assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
-    return e;
-}
-
-/* The leave-one-out rank score of a fitted engine's model, from its parts. */
-static double loo_rank(kb_engine *e)
-{
-    double y[CHOICE_N], mu[CHOICE_N];
-    for (size_t i = 0; i < CHOICE_N; i++)
-        y[i] = kb__output_y(e, e->obs_y[i]);
-    assert_int_equal(kb__loo_means(&e->kernel, e->noise, e->obs_u, y, CHOICE_N, mu), KB_OK);
-    return kb__top_concordance(e->obs_y, mu, CHOICE_N);
-}
-
-static double heavy_tail(const double *x) { return -exp(8.0 * (x[0] + x[1])); }
-static double banana(const double *x)
-{
-    double a = 4.0 * x[0] - 2.0, b = 4.0 * x[1] - 2.0;
-    return -(100.0 * (b - a * a) * (b - a * a) + (1.0 - a) * (1.0 - a));
-}
-
-/* output_scaling "auto" on a box: a refit keeps the output map ("warp" or "standardize")
- * whose model ranks the observations better out of sample, with that map's fitted
- * hyperparameters, ties to the warp. On these made-up functions the scores are 0.96 /
- * 0.86 (a heavy tail: the warp) and 0.97 / 1.00 (a curved valley: standardization). */
-static void output_map_chosen_by_leave_one_out_rank(void **state)
-{
-    (void)state;
-    double (*const fs[2])(const double *) = {heavy_tail, banana};
-    for (int t = 0; t < 2; t++) {
-        kb_engine *a = refit_engine(NULL, fs[t]), *w = refit_engine("warp", fs[t]),
-                  *s = refit_engine("standardize", fs[t]);
-        double sw = loo_rank(w), ss = loo_rank(s);
-        kb_engine *won = ss > sw ? s : w;
-        assert_int_equal(a->warp, won == w);
-        assert_true(a->noise == won->noise && a->kernel.variance == won->kernel.variance);
-        for (size_t j = 0; j < 2; j++)
-            assert_true(a->kernel.lengthscales[j] == won->kernel.lengthscales[j]);
-        assert_int_equal(a->n_fits, 1);
-        assert_int_equal(a->warp, t == 0);
-        kb_engine_free(a);
-        kb_engine_free(w);
-        kb_engine_free(s);
-    }
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1042,7 +972,6 @@ int main(void)
         cmocka_unit_test(scaling_survives_extreme_columns),
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
-        cmocka_unit_test(output_map_chosen_by_leave_one_out_rank),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }

@@ -7,8 +7,7 @@
  * recovery of known ARD
  * lengthscales and noise from a GP draw, the noise from a bandit-like history that
  * repeats one arm (more rows than a fit uses), a short warm-started refit on a sample
- * against a fit from scratch, fixed parameters held, determinism; leave-one-out means
- * against a direct solve without each row, and the rank criterion on them by hand.
+ * against a fit from scratch, fixed parameters held, determinism.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -286,63 +285,6 @@ static void fixed_values_held_and_fit_deterministic(void **state)
     kb_kernel_free(lin);
 }
 
-
-/* Leave-one-out means (kb__loo_means, R&W eq. 5.12) against the posterior mean at each
- * row from a direct solve (LU) on the other n - 1 rows, at a moderate noise and at the
- * fit's noise floor. */
-static void loo_means_match_posteriors_without_each_row(void **state)
-{
-    (void)state;
-    enum { N = 30 };
-    static const double LS[D] = {0.3, 0.5, 1.2}, NOISE[2] = {0.01, 1e-6};
-    kb_rng rng;
-    kb_rng_seed(&rng, 41);
-    double U[N * D], y[N], mu[N], Ur[(N - 1) * D], b[N - 1], A[(N - 1) * (N - 1)], ks[N - 1];
-    lapack_int piv[N - 1];
-    gp_draw(&rng, N, LS, 0.05, U, y);
-    kb_kernel *k = tu_kernel_with(KB_KERNEL_MATERN52, D, 1.3, LS);
-    for (int t = 0; t < 2; t++) {
-        assert_int_equal(kb__loo_means(k, NOISE[t], U, y, N, mu), KB_OK);
-        for (size_t i = 0; i < N; i++) {
-            for (size_t j = 0, r = 0; j < N; j++)
-                if (j != i) {
-                    memcpy(Ur + r * D, U + j * D, D * sizeof *Ur);
-                    b[r++] = y[j];
-                }
-            kb_kernel_matrix(k, Ur, N - 1, Ur, N - 1, A);
-            for (size_t r = 0; r < N - 1; r++)
-                A[r * (N - 1) + r] += NOISE[t];
-            assert_int_equal(LAPACKE_dgesv(LAPACK_ROW_MAJOR, N - 1, 1, A, N - 1, piv, b, 1), 0);
-            kb_kernel_matrix(k, U + i * D, 1, Ur, N - 1, ks);
-            double direct = 0.0;
-            for (size_t r = 0; r < N - 1; r++)
-                direct += ks[r] * b[r];
-            assert_true(fabs(mu[i] - direct) <= 1e-7 * (1.0 + fabs(direct)));
-        }
-    }
-    kb_kernel_free(k);
-}
-
-/* kb__top_concordance by hand: pairs with one value above the median count, pairs of the
- * worse half do not, a tie in mu is half a pair, increasing maps change nothing. */
-static void top_concordance_by_hand(void **state)
-{
-    (void)state;
-    const double y[4] = {1, 2, 3, 4}, swap_top[4] = {1, 2, 4, 3}, swap_bottom[4] = {2, 1, 3, 4},
-                 tie[4] = {1, 2, 3, 3};
-    /* pairs counted: (3,1) (3,2) (4,1) (4,2) (4,3); the median is 2.5 */
-    assert_true(fabs(kb__top_concordance(y, swap_top, 4) - 0.8) < 1e-15);
-    assert_true(kb__top_concordance(y, swap_bottom, 4) == 1.0);
-    assert_true(fabs(kb__top_concordance(y, tie, 4) - 0.9) < 1e-15);
-    double ey[4], cube[4];
-    for (int i = 0; i < 4; i++) {
-        ey[i] = exp(y[i]);
-        cube[i] = swap_top[i] * swap_top[i] * swap_top[i];
-    }
-    assert_true(fabs(kb__top_concordance(ey, cube, 4) - 0.8) < 1e-15);
-    assert_true(kb__top_concordance(y, y, 1) == 0.5); /* no pair */
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,8 +293,6 @@ int main(void)
         cmocka_unit_test(noise_recovered_from_repeats_of_one_arm),
         cmocka_unit_test(warm_refit_on_a_sample_matches_multistart),
         cmocka_unit_test(fixed_values_held_and_fit_deterministic),
-        cmocka_unit_test(loo_means_match_posteriors_without_each_row),
-        cmocka_unit_test(top_concordance_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
