@@ -263,3 +263,7 @@ HELD_OUT_SEEDS = [101, 102, 103, 104, 105]
 HELD_OUT2 = ["goldstein_price", "powell8", "dixon_price6", "colville4", "camel_in16",
              "train_mixed", "boosting_mixed"]
 HELD_OUT2_SEEDS = list(range(201, 211))
+
+# Every set with its seeds, by the name run.py's --set takes. Each function is in one set.
+SETS = {"tuning": (TUNING, TUNING_SEEDS), "tuning2": (TUNING2, TUNING_SEEDS),
+        "held-out": (HELD_OUT, HELD_OUT_SEEDS), "held-out2": (HELD_OUT2, HELD_OUT2_SEEDS)}

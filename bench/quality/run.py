@@ -33,7 +33,6 @@ import http.client
 import json
 import math
 import multiprocessing as mp
-import os
 import random
 import statistics
 import subprocess
@@ -44,8 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from functions import (FUNCTIONS, HELD_OUT, HELD_OUT2, HELD_OUT2_SEEDS,  # noqa: E402
-                       HELD_OUT_SEEDS, TUNING, TUNING2, TUNING_SEEDS)
+from functions import FUNCTIONS, HELD_OUT, SETS, TUNING  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -306,6 +304,23 @@ def parse_budgets(text):
     return out
 
 
+def plan(functions, set_name, seeds):
+    """(function, its set, seeds) for each function to run. The functions are --functions
+    or, by default, those of --set ("both": tuning and held-out; tuning2 and held-out2 run
+    only when named); --set filters them even when --seeds replaces the set's seeds."""
+    names = functions.split(",") if functions else (
+        TUNING + HELD_OUT if set_name == "both" else SETS[set_name][0])
+    out = []
+    for fname in names:
+        if fname not in FUNCTIONS:
+            raise SystemExit(f"unknown function {fname!r}; known: {', '.join(FUNCTIONS)}")
+        group = next(g for g, (members, _) in SETS.items() if fname in members)
+        if set_name in ("both", group):
+            out.append((fname, group,
+                        [int(s) for s in seeds.split(",")] if seeds else SETS[group][1]))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -314,8 +329,7 @@ def main():
                          "held-out2 only when named)")
     ap.add_argument("--engines", default="default,gp-ucb,optuna-tpe,optuna-random")
     ap.add_argument("--seeds", default=None, help="comma-separated; default: per --set")
-    ap.add_argument("--set", choices=["tuning", "tuning2", "held-out", "held-out2", "both"],
-                    default="both")
+    ap.add_argument("--set", choices=[*SETS, "both"], default="both")
     ap.add_argument("--budgets", default="4x50,8x125", help="WORKERSxTRIALS_PER_WORKER,...")
     ap.add_argument("--settings", default="{}", help="JSON engine settings (not 'default')")
     ap.add_argument("--daemon", default=str(ROOT / "build" / "kbanditd"))
@@ -332,19 +346,7 @@ def main():
     daemon = None
     rows = []
     try:
-        functions = args.functions or ",".join(
-            {"tuning2": TUNING2, "held-out2": HELD_OUT2}.get(args.set, TUNING + HELD_OUT))
-        for fname in functions.split(","):
-            group = ("tuning" if fname in TUNING else "tuning2" if fname in TUNING2
-                     else "held-out2" if fname in HELD_OUT2 else "held-out")
-            # --set filters the functions even when --seeds replaces the set's seeds.
-            if args.set != "both" and args.set != group:
-                continue
-            if args.seeds:
-                seeds = [int(s) for s in args.seeds.split(",")]
-            else:
-                seeds = {"held-out": HELD_OUT_SEEDS,
-                         "held-out2": HELD_OUT2_SEEDS}.get(group, TUNING_SEEDS)
+        for fname, group, seeds in plan(args.functions, args.set, args.seeds):
             fn = FUNCTIONS[fname]
             fmean = mean_f(fn)
             for workers, budget in parse_budgets(args.budgets):
