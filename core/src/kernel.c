@@ -14,6 +14,9 @@
 #include "internal.h"
 
 #include <cblas.h>
+#if defined __x86_64__ && defined __GLIBC__
+#include <emmintrin.h>
+#endif
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,19 +50,77 @@ const char *kb_kernel_kind_name(kb_kernel_kind kind)
     return "unknown";
 }
 
-/* base(r^2) for the stationary kernels. */
+/* Every stationary kernel here is base(r^2) = (1 + a r + b r^2 / 3) exp(-c r - h r^2),
+ * evaluated in that order for each kind (zero terms add exact zeros, so each kind rounds
+ * as its textbook formula), so that kb_kernel_matrix can compute a row two entries at a
+ * time without branching on the kind. a and c are sqrt 3 and sqrt 5 correctly rounded. */
+static const struct {
+    double a, b, c, h;
+} shape[] = {
+    [KB_KERNEL_RBF] = {0.0, 0.0, 0.0, 0.5},
+    [KB_KERNEL_MATERN12] = {0.0, 0.0, 1.0, 0.0},
+    [KB_KERNEL_MATERN32] = {1.7320508075688772, 0.0, 1.7320508075688772, 0.0},
+    [KB_KERNEL_MATERN52] = {2.2360679774997896, 5.0, 2.2360679774997896, 0.0},
+};
+
+static double exp_arg(kb_kernel_kind kind, double r2)
+{
+    return -(shape[kind].c * sqrt(r2)) - shape[kind].h * r2;
+}
+
+static double poly(kb_kernel_kind kind, double r2)
+{
+    return 1.0 + shape[kind].a * sqrt(r2) + shape[kind].b * r2 / 3.0;
+}
+
+/* base(r^2) for the stationary kernels (not linear). */
 static double stationary(kb_kernel_kind kind, double r2)
 {
-    double r = sqrt(r2);
-    switch (kind) {
-    case KB_KERNEL_RBF: return exp(-0.5 * r2);
-    case KB_KERNEL_MATERN12: return exp(-r);
-    case KB_KERNEL_MATERN32: return (1.0 + sqrt(3.0) * r) * exp(-sqrt(3.0) * r);
-    case KB_KERNEL_MATERN52:
-        return (1.0 + sqrt(5.0) * r + 5.0 * r2 / 3.0) * exp(-sqrt(5.0) * r);
-    default: return 0.0;
+    return poly(kind, r2) * exp(exp_arg(kind, r2));
+}
+
+/* row[j] = variance * base(r2[j]) for j < m, the kernel matrix's hot loop: a box study's
+ * kernel columns spent 12-19% of the daemon's CPU in scalar exp (docs/BENCHMARKS.md,
+ * eleventh and twelfth sessions). */
+#if defined __x86_64__ && defined __GLIBC__
+/* glibc's vector exp from libmvec (GLIBC_2.22, linked as needed through -lm), by its
+ * x86-64 Vector Function ABI name: 'b' SSE2 (baseline x86-64, so no dispatch here; glibc
+ * picks its SSE4.1 code at load time where the CPU has it), 'N' unmasked, 2 lanes, 'v' a
+ * vector argument. glibc tests these to 4 ulp maximum relative error in round-to-nearest
+ * and hands special values (underflow to 0 here) to the scalar exp
+ * (sourceware.org/glibc/wiki/libmvec); the kernel's own rounding is ~1e-16 anyway. */
+__m128d _ZGVbN2v_exp(__m128d x);
+
+/* stationary() two entries at a time, the same operations in the same order (so only
+ * exp's rounding differs from kb_kernel_eval); an odd last entry goes through the same
+ * vector function beside r^2 = 0, so an entry does not depend on its column. */
+static void stationary_row(const kb_kernel *k, const double *r2, size_t m, double *row)
+{
+    const __m128d a = _mm_set1_pd(shape[k->kind].a), b = _mm_set1_pd(shape[k->kind].b),
+                  c = _mm_set1_pd(shape[k->kind].c), h = _mm_set1_pd(shape[k->kind].h),
+                  one = _mm_set1_pd(1.0), three = _mm_set1_pd(3.0),
+                  variance = _mm_set1_pd(k->variance);
+    for (size_t j = 0; j < m; j += 2) {
+        __m128d q = j + 1 < m ? _mm_loadu_pd(r2 + j) : _mm_set_sd(r2[j]);
+        __m128d r = _mm_sqrt_pd(q);
+        __m128d arg = _mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(), _mm_mul_pd(c, r)),
+                                 _mm_mul_pd(h, q));
+        __m128d poly = _mm_add_pd(_mm_add_pd(one, _mm_mul_pd(a, r)),
+                                  _mm_div_pd(_mm_mul_pd(b, q), three));
+        __m128d v = _mm_mul_pd(variance, _mm_mul_pd(poly, _ZGVbN2v_exp(arg)));
+        if (j + 1 < m)
+            _mm_storeu_pd(row + j, v);
+        else
+            row[j] = _mm_cvtsd_f64(v);
     }
 }
+#else
+static void stationary_row(const kb_kernel *k, const double *r2, size_t m, double *row)
+{
+    for (size_t j = 0; j < m; j++)
+        row[j] = k->variance * stationary(k->kind, r2[j]);
+}
+#endif
 
 double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2)
 {
@@ -148,7 +209,8 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
     double *SX = kb__kernel_embed(k, X, n, 1);
     double *SY = kb__kernel_embed(k, Y, m, 1);
     double *nx = malloc(n * sizeof *nx), *ny = malloc(m * sizeof *ny);
-    if (!SX || !SY || !nx || !ny) {
+    double *r2 = malloc(m * sizeof *r2);
+    if (!SX || !SY || !nx || !ny || !r2) {
         /* Allocation failed: fall back to the pairwise formula (no extra memory). */
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < m; j++)
@@ -161,21 +223,24 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
     if (!linear) {
         sq_norms(SX, n, e, nx);
         sq_norms(SY, m, e, ny);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
+            double *row = out + i * m;
             for (size_t j = 0; j < m; j++) {
                 /* Cancellation leaves ~eps (|a|^2 + |b|^2) for a == b, which Matern 1/2's
                  * sqrt(r2) would turn into a 1e-8 error: below that noise level r2 is 0. */
-                double r2 = out[i * m + j] + nx[i] + ny[j];
-                if (r2 < 8.0 * DBL_EPSILON * (nx[i] + ny[j]))
-                    r2 = 0.0;
-                out[i * m + j] = k->variance * stationary(k->kind, r2);
+                r2[j] = row[j] + nx[i] + ny[j];
+                if (r2[j] < 8.0 * DBL_EPSILON * (nx[i] + ny[j]))
+                    r2[j] = 0.0;
             }
+            stationary_row(k, r2, m, row);
+        }
     }
 done:
     free(SX);
     free(SY);
     free(nx);
     free(ny);
+    free(r2);
 }
 
 /* ------------------------------------------------ construction and setters */

@@ -85,6 +85,52 @@ static void kernel_matrix_matches_pairwise(void **state)
     }
 }
 
+/* The textbook base(r) of each stationary kind, with libm's scalar exp. */
+static double textbook_base(kb_kernel_kind kind, double r)
+{
+    switch (kind) {
+    case KB_KERNEL_RBF: return exp(-0.5 * r * r);
+    case KB_KERNEL_MATERN12: return exp(-r);
+    case KB_KERNEL_MATERN32: return (1 + sqrt(3) * r) * exp(-sqrt(3) * r);
+    case KB_KERNEL_MATERN52: return (1 + sqrt(5) * r + 5 * r * r / 3) * exp(-sqrt(5) * r);
+    default: return NAN;
+    }
+}
+
+/* kb_kernel_matrix takes a row's exponentials through glibc's vector exp (4 ulp) on
+ * x86-64: on points whose scaled distances are exact (quarter grid, lengthscales 1 and
+ * 1/2) every entry is the textbook formula to 1e-14 relative, for every row width, so odd
+ * tails included; r = 0 gives the variance, r > 1000 underflows to exactly 0. */
+static void kernel_matrix_is_textbook_to_rounding(void **state)
+{
+    (void)state;
+    kb_kernel_kind kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN12, KB_KERNEL_MATERN32,
+                              KB_KERNEL_MATERN52};
+    double ls[2] = {1.0, 0.5}, X[9 * 2], Y[9 * 2], K[9 * 9];
+    for (size_t i = 0; i < 9; i++) {
+        X[2 * i] = 0.25 * (double)i;
+        X[2 * i + 1] = 0.25 * (double)((5 * i) % 9);
+        Y[2 * i] = 0.25 * (double)((2 * i) % 9); /* Y[0] = X[0], Y[2] = X[4]... */
+        Y[2 * i + 1] = 0.25 * (double)((10 * i) % 9);
+    }
+    Y[2 * 8] = 1024.0; /* r > 1000 from every X: exp underflows */
+    for (size_t t = 0; t < sizeof kinds / sizeof kinds[0]; t++) {
+        kb_kernel *k = tu_kernel_with(kinds[t], 2, 1.5, ls);
+        for (size_t m = 1; m <= 9; m++) {
+            kb_kernel_matrix(k, X, 9, Y, m, K);
+            for (size_t i = 0; i < 9; i++)
+                for (size_t j = 0; j < m; j++) {
+                    double dx = X[2 * i] - Y[2 * j], dy = (X[2 * i + 1] - Y[2 * j + 1]) / 0.5;
+                    double want = 1.5 * textbook_base(kinds[t], sqrt(dx * dx + dy * dy));
+                    assert_true(fabs(K[i * m + j] - want) <= 1e-14 * want);
+                }
+        }
+        assert_true(K[0] == 1.5 * textbook_base(kinds[t], 0.0)); /* X[0] = Y[0] */
+        assert_true(K[8] == 0.0);                                /* X[0], Y[8] */
+        kb_kernel_free(k);
+    }
+}
+
 /* Expects `rc` to be `code` with err.field equal to `field`. */
 static void expect_error(int rc, const kb_error *err, int code, const char *field)
 {
@@ -954,6 +1000,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rng_is_deterministic_and_uniform),
         cmocka_unit_test(kernel_matrix_matches_pairwise),
+        cmocka_unit_test(kernel_matrix_is_textbook_to_rounding),
         cmocka_unit_test(config_rejects_bad_options),
         cmocka_unit_test(kernel_create_and_setters_validate),
         cmocka_unit_test(space_rejects_bad_candidates),
