@@ -79,9 +79,15 @@ static double stationary(kb_kernel_kind kind, double r2)
     return poly(kind, r2) * exp(exp_arg(kind, r2));
 }
 
-/* row[j] = variance * base(r2[j]) for j < m, the kernel matrix's hot loop: a box study's
- * kernel columns spent 12-19% of the daemon's CPU in scalar exp (docs/BENCHMARKS.md,
- * eleventh and twelfth sessions). */
+/* Cancellation in |a|^2 + |b|^2 - 2 a.b leaves ~eps (|a|^2 + |b|^2) for a == b, which
+ * Matern 1/2's sqrt(r2) would turn into a 1e-8 error: below that noise level r2 is 0.
+ * CANCELLATION is that level over |a|^2 + |b|^2. */
+#define CANCELLATION (8.0 * DBL_EPSILON)
+
+/* row[j] = variance * base(r^2) for j < m, where row[j] holds -2 a.b on entry, nx = |a|^2
+ * and ny[j] = |b|^2: the kernel matrix's hot loop (a box study's kernel columns spent
+ * 12-19% of the daemon's CPU in scalar exp: docs/BENCHMARKS.md, eleventh and twelfth
+ * sessions). */
 #if defined __x86_64__ && defined __GLIBC__
 /* glibc's vector exp from libmvec (GLIBC_2.22, linked as needed through -lm), by its
  * x86-64 Vector Function ABI name: 'b' SSE2 (baseline x86-64, so no dispatch here; glibc
@@ -91,34 +97,43 @@ static double stationary(kb_kernel_kind kind, double r2)
  * (sourceware.org/glibc/wiki/libmvec); the kernel's own rounding is ~1e-16 anyway. */
 __m128d _ZGVbN2v_exp(__m128d x);
 
-/* stationary() two entries at a time, the same operations in the same order (so only
- * exp's rounding differs from kb_kernel_eval); an odd last entry goes through the same
- * vector function beside r^2 = 0, so an entry does not depend on its column. */
-static void stationary_row(const kb_kernel *k, const double *r2, size_t m, double *row)
+/* Two entries at a time, the scalar path's operations in the same order (so only exp's
+ * rounding differs from kb_kernel_eval); an odd last entry goes through the same vector
+ * function beside a dummy lane, so an entry does not depend on its column. */
+static void stationary_row(const kb_kernel *k, double nx, const double *ny, size_t m,
+                           double *row)
 {
     const __m128d a = _mm_set1_pd(shape[k->kind].a), b = _mm_set1_pd(shape[k->kind].b),
                   c = _mm_set1_pd(shape[k->kind].c), h = _mm_set1_pd(shape[k->kind].h),
                   one = _mm_set1_pd(1.0), three = _mm_set1_pd(3.0),
-                  variance = _mm_set1_pd(k->variance);
+                  variance = _mm_set1_pd(k->variance), na = _mm_set1_pd(nx),
+                  noise = _mm_set1_pd(CANCELLATION);
     for (size_t j = 0; j < m; j += 2) {
-        __m128d q = j + 1 < m ? _mm_loadu_pd(r2 + j) : _mm_set_sd(r2[j]);
+        int pair = j + 1 < m;
+        __m128d nb = pair ? _mm_loadu_pd(ny + j) : _mm_set_sd(ny[j]);
+        __m128d q = _mm_add_pd(_mm_add_pd(pair ? _mm_loadu_pd(row + j) : _mm_set_sd(row[j]),
+                                          na), nb);
+        q = _mm_andnot_pd(_mm_cmplt_pd(q, _mm_mul_pd(noise, _mm_add_pd(na, nb))), q);
         __m128d r = _mm_sqrt_pd(q);
         __m128d arg = _mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(), _mm_mul_pd(c, r)),
                                  _mm_mul_pd(h, q));
         __m128d poly = _mm_add_pd(_mm_add_pd(one, _mm_mul_pd(a, r)),
                                   _mm_div_pd(_mm_mul_pd(b, q), three));
         __m128d v = _mm_mul_pd(variance, _mm_mul_pd(poly, _ZGVbN2v_exp(arg)));
-        if (j + 1 < m)
+        if (pair)
             _mm_storeu_pd(row + j, v);
         else
             row[j] = _mm_cvtsd_f64(v);
     }
 }
 #else
-static void stationary_row(const kb_kernel *k, const double *r2, size_t m, double *row)
+static void stationary_row(const kb_kernel *k, double nx, const double *ny, size_t m,
+                           double *row)
 {
-    for (size_t j = 0; j < m; j++)
-        row[j] = k->variance * stationary(k->kind, r2[j]);
+    for (size_t j = 0; j < m; j++) {
+        double r2 = row[j] + nx + ny[j];
+        row[j] = k->variance * stationary(k->kind, r2 < CANCELLATION * (nx + ny[j]) ? 0.0 : r2);
+    }
 }
 #endif
 
@@ -209,8 +224,7 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
     double *SX = kb__kernel_embed(k, X, n, 1);
     double *SY = kb__kernel_embed(k, Y, m, 1);
     double *nx = malloc(n * sizeof *nx), *ny = malloc(m * sizeof *ny);
-    double *r2 = malloc(m * sizeof *r2);
-    if (!SX || !SY || !nx || !ny || !r2) {
+    if (!SX || !SY || !nx || !ny) {
         /* Allocation failed: fall back to the pairwise formula (no extra memory). */
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < m; j++)
@@ -223,24 +237,14 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
     if (!linear) {
         sq_norms(SX, n, e, nx);
         sq_norms(SY, m, e, ny);
-        for (size_t i = 0; i < n; i++) {
-            double *row = out + i * m;
-            for (size_t j = 0; j < m; j++) {
-                /* Cancellation leaves ~eps (|a|^2 + |b|^2) for a == b, which Matern 1/2's
-                 * sqrt(r2) would turn into a 1e-8 error: below that noise level r2 is 0. */
-                r2[j] = row[j] + nx[i] + ny[j];
-                if (r2[j] < 8.0 * DBL_EPSILON * (nx[i] + ny[j]))
-                    r2[j] = 0.0;
-            }
-            stationary_row(k, r2, m, row);
-        }
+        for (size_t i = 0; i < n; i++)
+            stationary_row(k, nx[i], ny, m, out + i * m);
     }
 done:
     free(SX);
     free(SY);
     free(nx);
     free(ny);
-    free(r2);
 }
 
 /* ------------------------------------------------ construction and setters */
