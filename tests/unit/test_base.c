@@ -131,6 +131,31 @@ static void kernel_matrix_is_textbook_to_rounding(void **state)
     }
 }
 
+/* kb__kernel_profile (one exp for the value and the slope): the value is the textbook
+ * base to 1e-15, the slope d base / d r^2 its central difference to 1e-7 away from 0
+ * (where the Matern bases are not smooth in r^2; Matern 1/2's cusp is reported as 0). */
+static void kernel_profile_is_textbook(void **state)
+{
+    (void)state;
+    kb_kernel_kind kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN12, KB_KERNEL_MATERN32,
+                              KB_KERNEL_MATERN52};
+    double r2s[] = {0.0, 0.25, 1.0, 6.25, 49.0};
+    for (size_t t = 0; t < sizeof kinds / sizeof kinds[0]; t++)
+        for (size_t i = 0; i < sizeof r2s / sizeof r2s[0]; i++) {
+            double r2 = r2s[i], slope, h = 1e-5 * (r2 > 1.0 ? r2 : 1.0);
+            double v = kb__kernel_profile(kinds[t], r2, &slope);
+            double want = textbook_base(kinds[t], sqrt(r2));
+            assert_true(fabs(v - want) <= 1e-15 * want);
+            if (r2 == 0.0) {
+                assert_true(kinds[t] != KB_KERNEL_MATERN12 || slope == 0.0);
+                continue;
+            }
+            double diff = (textbook_base(kinds[t], sqrt(r2 + h)) -
+                           textbook_base(kinds[t], sqrt(r2 - h))) / (2.0 * h);
+            assert_true(fabs(slope - diff) <= 1e-7 * fabs(diff) + 1e-12);
+        }
+}
+
 /* Expects `rc` to be `code` with err.field equal to `field`. */
 static void expect_error(int rc, const kb_error *err, int code, const char *field)
 {
@@ -1001,6 +1026,7 @@ int main(void)
         cmocka_unit_test(rng_is_deterministic_and_uniform),
         cmocka_unit_test(kernel_matrix_matches_pairwise),
         cmocka_unit_test(kernel_matrix_is_textbook_to_rounding),
+        cmocka_unit_test(kernel_profile_is_textbook),
         cmocka_unit_test(config_rejects_bad_options),
         cmocka_unit_test(kernel_create_and_setters_validate),
         cmocka_unit_test(space_rejects_bad_candidates),
