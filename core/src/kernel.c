@@ -118,9 +118,9 @@ static void stationary_row(const kb_kernel *k, double nx, const double *ny, size
         __m128d r = _mm_sqrt_pd(q);
         __m128d arg = _mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(), _mm_mul_pd(c, r)),
                                  _mm_mul_pd(h, q));
-        __m128d poly = _mm_add_pd(_mm_add_pd(one, _mm_mul_pd(a, r)),
-                                  _mm_div_pd(_mm_mul_pd(b, q), three));
-        __m128d v = _mm_mul_pd(variance, _mm_mul_pd(poly, _ZGVbN2v_exp(arg)));
+        __m128d p = _mm_add_pd(_mm_add_pd(one, _mm_mul_pd(a, r)),
+                               _mm_div_pd(_mm_mul_pd(b, q), three));
+        __m128d v = _mm_mul_pd(variance, _mm_mul_pd(p, _ZGVbN2v_exp(arg)));
         if (pair)
             _mm_storeu_pd(row + j, v);
         else
@@ -133,7 +133,9 @@ static void stationary_row(const kb_kernel *k, double nx, const double *ny, size
 {
     for (size_t j = 0; j < m; j++) {
         double r2 = row[j] + nx + ny[j];
-        row[j] = k->variance * stationary(k->kind, r2 < CANCELLATION * (nx + ny[j]) ? 0.0 : r2);
+        if (r2 < CANCELLATION * (nx + ny[j]))
+            r2 = 0.0;
+        row[j] = k->variance * stationary(k->kind, r2);
     }
 }
 #endif
