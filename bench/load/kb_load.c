@@ -5,7 +5,7 @@
  * prints one JSON line: round trips per second and p50/p99 latency of ask and of tell.
  *
  *   kb-load --port P [--host 127.0.0.1] [--clients 32] [--studies 1] [--seconds 10]
- *           [--engine random] [--token T] [--dim 4]
+ *           [--engine random] [--token T] [--dim 4] [--set NAME=NUMBER]
  *   kb-load --port P --create ROWSxDIM      time a CSV upload + study creation
  *   kb-load --port P --get PATH [--clients 32] [--seconds 10]
  *                                           GET PATH in a loop: the HTTP stack's ceiling
@@ -16,7 +16,9 @@
  * constant value makes every fit degenerate and is no workload a user sends). The line
  * reports the simple regret beside the speed (0 minus the best value told; with several
  * studies, the worst over studies of each study's best), so that a speed is read with
- * the quality it was bought at.
+ * the quality it was bought at. --set puts one numeric engine setting into every study it
+ * creates (e.g. --set pool_size=512), as kb-box-ask's --set does in-process; the line then
+ * names it ("settings").
  * Any non-2xx answer or protocol error counts as an error and ends that client; the
  * exit status is 1 when there was one. A round trip's latency is measured per request
  * on the client (CLOCK_MONOTONIC), so it includes the loopback and the parsing.
@@ -39,8 +41,9 @@ static struct {
     const char *host, *token, *engine, *create, *get;
     int port, clients, studies, dim;
     double seconds;
+    char settings[96]; /* the engine's settings object: {} or {"NAME":NUMBER} */
 } opt = {.host = "127.0.0.1", .engine = "random", .clients = 32, .studies = 1, .dim = 4,
-         .seconds = 10};
+         .seconds = 10, .settings = "{}"};
 
 static double now_sec(void)
 {
@@ -277,8 +280,9 @@ static long long create_study(conn *c, const char *space_json, double *sec)
 {
     char body[512];
     static int serial;
-    snprintf(body, sizeof body, "{\"name\":\"kb-load-%ld-%d\",\"engine\":{\"name\":\"%s\"},"
-             "\"space\":%s}", (long)getpid(), serial++, opt.engine, space_json);
+    snprintf(body, sizeof body, "{\"name\":\"kb-load-%ld-%d\",\"engine\":{\"name\":\"%s\","
+             "\"settings\":%s},\"space\":%s}", (long)getpid(), serial++, opt.engine,
+             opt.settings, space_json);
     double t0 = now_sec();
     if (call(c, "POST", "/v1/studies", body))
         return -1;
@@ -370,13 +374,14 @@ static int run_load(conn *c0)
                opt.get, opt.clients, dt, (double)rt / dt, a50, a99, errors);
         opt.studies = 0;
     } else
-    printf("{\"bench\":\"daemon_load\",\"engine\":\"%s\",\"clients\":%d,\"studies\":%d,"
-           "\"dim\":%d,\"seconds\":%.2f,\"round_trips\":%zu,\"round_trips_per_sec\":%.0f,"
+    printf("{\"bench\":\"daemon_load\",\"engine\":\"%s\",\"settings\":%s,\"clients\":%d,"
+           "\"studies\":%d,\"dim\":%d,\"seconds\":%.2f,\"round_trips\":%zu,"
+           "\"round_trips_per_sec\":%.0f,"
            "\"ask_p50_ms\":%.3f,\"ask_p99_ms\":%.3f,\"tell_p50_ms\":%.3f,\"tell_p99_ms\":%.3f,"
            "\"errors\":%d,\"empty_asks\":%zu,\"ops_per_batch\":%.1f,\"tells_per_sync\":%.1f,"
            "\"simple_regret\":%.3g}\n",
-           opt.engine, opt.clients, opt.studies, opt.dim, dt, rt, (double)rt / dt, a50, a99, t50,
-           t99,
+           opt.engine, opt.settings, opt.clients, opt.studies, opt.dim, dt, rt, (double)rt / dt,
+           a50, a99, t50, t99,
            errors, empty, m1[0] > m0[0] ? (m1[1] - m0[1]) / (m1[0] - m0[0]) : 0.0,
            m1[2] > m0[2] ? (double)rt / (m1[2] - m0[2]) : 0.0, studies_regret(ks, best));
     char path[64];
@@ -429,6 +434,18 @@ static int run_create(conn *c)
     return call(c, "DELETE", path, NULL) ? 1 : 0;
 }
 
+/* --set NAME=NUMBER as the JSON object {"NAME":NUMBER}; the name is a setting's
+ * identifier (lower case, digits, '_'), so it needs no escaping. 0 when malformed. */
+static int parse_setting(const char *v)
+{
+    char name[48], tail;
+    double x;
+    if (sscanf(v, "%47[a-z0-9_]=%lf%c", name, &x, &tail) != 2 || !isfinite(x))
+        return 0;
+    snprintf(opt.settings, sizeof opt.settings, "{\"%s\":%.17g}", name, x);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -443,13 +460,14 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--create")) opt.create = v;
         else if (!strcmp(k, "--get")) opt.get = v;
         else if (!strcmp(k, "--dim")) opt.dim = atoi(v);
+        else if (!strcmp(k, "--set") && parse_setting(v)) continue;
         else return fprintf(stderr, "unknown option %s\n", k), 2;
     }
     if (opt.port <= 0 || opt.clients < 1 || opt.studies < 1 || opt.seconds <= 0 ||
         opt.dim < 1 || opt.dim > 64)
         return fprintf(stderr, "usage: kb-load --port P [--clients N] [--studies N] "
                                "[--seconds S] [--engine E] [--token T] [--dim 1..64] "
-                               "[--create RxD]\n"), 2;
+                               "[--set NAME=NUMBER] [--create RxD]\n"), 2;
     conn c0 = {0};
     if (conn_open(&c0))
         return 1;

@@ -1,0 +1,42 @@
+"""This file tests kb-load's --set (bench/load/kb_load.c): the one engine setting it is
+given must reach every study it creates, and a malformed one must be refused before any
+request. The daemon is the proof that the setting arrives: it refuses pool_size 0, so the
+run fails, and pool_size 64 on a 2-d box is a valid study whose asks and tells go through.
+"""
+import json
+import subprocess
+
+from conftest import REPO
+
+KB_LOAD = REPO / "build" / "kb-load"
+
+
+def kb_load(daemon, *args):
+    return subprocess.run([str(KB_LOAD), "--port", str(daemon.port), "--clients", "2",
+                           "--seconds", "0.5", "--engine", "bbkb", "--dim", "2", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_set_reaches_the_study(daemon):
+    r = kb_load(daemon, "--studies", "2", "--set", "pool_size=64")
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout)
+    assert line["settings"] == {"pool_size": 64}
+    assert line["round_trips"] > 0 and line["errors"] == 0
+
+
+def test_without_set_the_settings_are_empty(daemon):
+    r = kb_load(daemon)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["settings"] == {}
+
+
+def test_a_setting_the_daemon_refuses_fails_the_run(daemon):
+    r = kb_load(daemon, "--set", "pool_size=0")
+    assert r.returncode == 1 and r.stdout == ""
+
+
+def test_a_malformed_setting_is_a_usage_error(daemon):
+    for bad in ("pool_size", "pool_size=", "=5", "pool_size=5x", "Pool=5", "a=nan"):
+        r = kb_load(daemon, "--set", bad)
+        assert r.returncode == 2 and "--set" in r.stderr and r.stdout == "", bad
