@@ -91,7 +91,7 @@ $(BUILD)/kb-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 
 # The daemon load generator (bench/load/, outside kb-bench's wildcard): plain sockets.
 $(BUILD)/kb-load: $(BUILD)/bench/load/kb_load.o
-	$(CC) $(SAN) -o $@ $^ -pthread
+	$(CC) $(SAN) -o $@ $^ -pthread -lm
 
 # The cost of box pool refinement and of box round trips in-process (bench/acq/: engine
 # internals, from the static library).

@@ -5,7 +5,7 @@
  * prints one JSON line: round trips per second and p50/p99 latency of ask and of tell.
  *
  *   kb-load --port P [--host 127.0.0.1] [--clients 32] [--studies 1] [--seconds 10]
- *           [--engine random] [--token T] [--dim 4] [--set NAME=NUMBER]
+ *           [--engine random] [--token T] [--dim 4] [--set NAME=NUMBER] [--noise 0]
  *   kb-load --port P --create ROWSxDIM      time a CSV upload + study creation
  *   kb-load --port P --get PATH [--clients 32] [--seconds 10]
  *                                           GET PATH in a loop: the HTTP stack's ceiling
@@ -18,7 +18,11 @@
  * studies, the worst over studies of each study's best), so that a speed is read with
  * the quality it was bought at. --set puts one numeric engine setting into every study it
  * creates (e.g. --set pool_size=512), as kb-box-ask's --set does in-process; the line then
- * names it ("settings").
+ * names it ("settings"). --noise SD adds N(0, SD^2) to every told value (each client its
+ * own seeded stream), as a training run's validation score would carry: the engines then
+ * fit a noise level above their floor. The simple regret stays that of the noiseless
+ * function at the told points (0 minus the best of those), the usual figure for noisy
+ * benchmarks.
  * Any non-2xx answer or protocol error counts as an error and ends that client; the
  * exit status is 1 when there was one. A round trip's latency is measured per request
  * on the client (CLOCK_MONOTONIC), so it includes the loopback and the parsing.
@@ -40,7 +44,7 @@
 static struct {
     const char *host, *token, *engine, *create, *get;
     int port, clients, studies, dim;
-    double seconds;
+    double seconds, noise;
     char settings[96]; /* the engine's settings object: {} or {"NAME":NUMBER} */
 } opt = {.host = "127.0.0.1", .engine = "random", .clients = 32, .studies = 1, .dim = 4,
          .seconds = 10, .settings = "{}"};
@@ -202,8 +206,20 @@ typedef struct client {
     lat ask, tell;
     int error;
     size_t empty; /* asks answered without a trial */
-    double best;  /* the largest value told (its simple regret is -best: the maximum is 0) */
+    double best;  /* the largest noiseless value told (simple regret -best: the max is 0) */
+    unsigned long long rng; /* xorshift64 state of this client's noise */
 } client;
+
+/* A standard normal draw (Box-Muller) from the client's xorshift64 stream. */
+static double client_normal(client *k)
+{
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        k->rng ^= k->rng << 13, k->rng ^= k->rng >> 7, k->rng ^= k->rng << 17;
+        u[i] = ((double)(k->rng >> 11) + 0.5) * 0x1p-53;
+    }
+    return sqrt(-2.0 * log(u[0])) * cos(2.0 * M_PI * u[1]);
+}
 
 static void *client_main(void *arg)
 {
@@ -235,7 +251,8 @@ static void *client_main(void *arg)
         double v = trial_value(&c);
         char body[64];
         snprintf(path, sizeof path, "/v1/studies/%lld/trials/%lld/tell", k->study, id);
-        snprintf(body, sizeof body, "{\"value\":%.17g}", v);
+        snprintf(body, sizeof body, "{\"value\":%.17g}",
+                 opt.noise > 0 ? v + opt.noise * client_normal(k) : v);
         if (isnan(v) || call(&c, "POST", path, body))
             break;
         k->best = v > k->best ? v : k->best;
@@ -352,6 +369,7 @@ static int run_load(conn *c0)
         ks[i].study = sids[i % opt.studies];
         ks[i].deadline = t0 + opt.seconds;
         ks[i].best = -INFINITY;
+        ks[i].rng = 0x9E3779B97F4A7C15ull * (unsigned long long)(i + 1);
         pthread_create(&ks[i].th, NULL, client_main, &ks[i]);
     }
     size_t rt = 0, empty = 0;
@@ -375,12 +393,13 @@ static int run_load(conn *c0)
         opt.studies = 0;
     } else
     printf("{\"bench\":\"daemon_load\",\"engine\":\"%s\",\"settings\":%s,\"clients\":%d,"
-           "\"studies\":%d,\"dim\":%d,\"seconds\":%.2f,\"round_trips\":%zu,"
+           "\"studies\":%d,\"dim\":%d,\"noise\":%g,\"seconds\":%.2f,\"round_trips\":%zu,"
            "\"round_trips_per_sec\":%.0f,"
            "\"ask_p50_ms\":%.3f,\"ask_p99_ms\":%.3f,\"tell_p50_ms\":%.3f,\"tell_p99_ms\":%.3f,"
            "\"errors\":%d,\"empty_asks\":%zu,\"ops_per_batch\":%.1f,\"tells_per_sync\":%.1f,"
            "\"simple_regret\":%.3g}\n",
-           opt.engine, opt.settings, opt.clients, opt.studies, opt.dim, dt, rt, (double)rt / dt,
+           opt.engine, opt.settings, opt.clients, opt.studies, opt.dim, opt.noise, dt, rt,
+           (double)rt / dt,
            a50, a99, t50, t99,
            errors, empty, m1[0] > m0[0] ? (m1[1] - m0[1]) / (m1[0] - m0[0]) : 0.0,
            m1[2] > m0[2] ? (double)rt / (m1[2] - m0[2]) : 0.0, studies_regret(ks, best));
@@ -461,13 +480,14 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--get")) opt.get = v;
         else if (!strcmp(k, "--dim")) opt.dim = atoi(v);
         else if (!strcmp(k, "--set") && parse_setting(v)) continue;
+        else if (!strcmp(k, "--noise")) opt.noise = atof(v);
         else return fprintf(stderr, "unknown option %s\n", k), 2;
     }
     if (opt.port <= 0 || opt.clients < 1 || opt.studies < 1 || opt.seconds <= 0 ||
-        opt.dim < 1 || opt.dim > 64)
+        opt.dim < 1 || opt.dim > 64 || !(opt.noise >= 0))
         return fprintf(stderr, "usage: kb-load --port P [--clients N] [--studies N] "
                                "[--seconds S] [--engine E] [--token T] [--dim 1..64] "
-                               "[--set NAME=NUMBER] [--create RxD]\n"), 2;
+                               "[--set NAME=NUMBER] [--noise SD] [--create RxD]\n"), 2;
     conn c0 = {0};
     if (conn_open(&c0))
         return 1;

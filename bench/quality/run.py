@@ -7,7 +7,7 @@ daemon over HTTP, as the quality protocol (docs/REFERENCES.md) prescribes.
                          [--seeds 1,2,3 | --set tuning|tuning2|held-out|held-out2]
                          [--budgets 4x50,8x125]
                          [--out results.json] [--settings '{"beta_scale": 0.5}']
-                         [--eval-ms 20 | --lockstep]
+                         [--eval-ms 20 | --lockstep] [--noise 0.1]
 
 Engine "default" is a study created with nothing but its space (the daemon's default engine
 and settings); other names create that engine with its defaults plus --settings. For each
@@ -26,7 +26,11 @@ trials always pending, the oldest told first): the daemon sees the same calls on
 run, so builds can be compared seed by seed; Optuna runs are unchanged by it. Nothing is
 tuned here: functions.py says which functions and seeds are for tuning and which are held
 out (--set held-out2 is the fresh held-out set of session 13, seeds 201-210; like tuning2
-it is run only when named).
+it is run only when named). --noise L tells every engine f(x) + e, e ~ N(0, (L gap)^2) with
+gap = mean f - min f (so L is scale-free: 0.1 is a tenth of random search's mean regret),
+seeded per run (per worker when threaded), as a validation score carries noise; simple
+regret and regret ratio stay those of the noiseless f at the points told (the best true
+value among them), for kbandit and Optuna alike.
 """
 import argparse
 import http.client
@@ -135,6 +139,11 @@ def summarize_values(values, fn, fmean):
             "regret_ratio": cum / (len(values) * gap) if gap > 0 else None}
 
 
+def told(v, noise_sd, rng):
+    """The value an engine is told for a noiseless v: v + N(0, noise_sd^2)."""
+    return v + noise_sd * rng.gauss(0.0, 1.0) if noise_sd > 0 else v
+
+
 def evaluate(fn, params, delay_rng, eval_ms):
     if eval_ms > 0:
         time.sleep(delay_rng.expovariate(1.0 / eval_ms) / 1000.0)
@@ -158,7 +167,7 @@ def finish_study(port, sid):
     return info.get("progress", {})
 
 
-def run_lockstep(port, fname, engine, settings, seed, workers, budget):
+def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=0.0):
     """W workers played in turn by one thread, evaluations instant: keep W trials pending,
     tell the oldest, and let its worker ask next. The daemon then sees the same call
     sequence on every run, so a run is a function of (engine, settings, seed) and two
@@ -170,6 +179,7 @@ def run_lockstep(port, fname, engine, settings, seed, workers, budget):
     sid = create_study(api, fname, engine, settings, seed, workers, budget)
     pending, values, claimed, empty = [], [], 0, 0
     free = list(range(workers))  # workers without a trial, in the order they ask
+    noise_rng = random.Random(seed * 7919 + 17)
     t0 = time.monotonic()
     while len(values) < budget:
         if claimed < budget and free:
@@ -184,7 +194,8 @@ def run_lockstep(port, fname, engine, settings, seed, workers, budget):
                 raise RuntimeError(f"{fname} {engine} seed {seed}: empty ask, nothing pending")
         w, t = pending.pop(0)
         v = fn["f"](t["params"])
-        api.call("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell", {"value": v})
+        api.call("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell",
+                 {"value": told(v, noise_sd, noise_rng)})
         values.append(v)
         free.append(w)
     wall = time.monotonic() - t0
@@ -192,7 +203,8 @@ def run_lockstep(port, fname, engine, settings, seed, workers, budget):
     return values, wall, progress
 
 
-def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.0):
+def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.0,
+                noise_sd=0.0):
     fn = FUNCTIONS[fname]
     sid = create_study(Http(port), fname, engine, settings, seed, workers, budget)
     lock = threading.Lock()
@@ -201,6 +213,7 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.
     def worker(w):
         http_ = Http(port)
         delay_rng = random.Random(seed * 1000 + w)
+        noise_rng = random.Random(seed * 1000 + w + 7919)
         try:
             while True:
                 with lock:
@@ -217,7 +230,8 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.
                     state["ask_s"] += time.monotonic() - t_ask
                 t = res["trials"][0]
                 v = evaluate(fn, t["params"], delay_rng, eval_ms)
-                http_.call("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell", {"value": v})
+                http_.call("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell",
+                           {"value": told(v, noise_sd, noise_rng)})
                 with lock:
                     state["values"].append(v)
         except Exception as exc:  # reported with the run, never hidden
@@ -259,19 +273,20 @@ def optuna_storage(url):
     return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
 
 
-def optuna_worker(url, name, fname, sampler, seed, n_trials, eval_ms):
+def optuna_worker(url, name, fname, sampler, seed, n_trials, eval_ms, noise_sd):
     import optuna
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     fn = FUNCTIONS[fname]
     s = (optuna.samplers.TPESampler(constant_liar=True, seed=seed) if sampler == "tpe"
          else optuna.samplers.RandomSampler(seed=seed))
     study = optuna.load_study(study_name=name, storage=optuna_storage(url), sampler=s)
-    delay_rng = random.Random(seed)
-    study.optimize(lambda t: evaluate(fn, optuna_suggest(t, fn["params"]), delay_rng, eval_ms),
+    delay_rng, noise_rng = random.Random(seed), random.Random(seed + 7919)
+    study.optimize(lambda t: told(evaluate(fn, optuna_suggest(t, fn["params"]), delay_rng,
+                                           eval_ms), noise_sd, noise_rng),
                    n_trials=n_trials)
 
 
-def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0):
+def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0, noise_sd=0.0):
     import optuna
     with tempfile.TemporaryDirectory(prefix="kb-optuna-") as tmp:
         url = f"sqlite:///{tmp}/o.db"
@@ -280,7 +295,8 @@ def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0):
         per = [budget // workers + (1 if w < budget % workers else 0) for w in range(workers)]
         t0 = time.monotonic()
         procs = [mp.Process(target=optuna_worker,
-                            args=(url, name, fname, sampler, seed * 1000 + w, per[w], eval_ms))
+                            args=(url, name, fname, sampler, seed * 1000 + w, per[w], eval_ms,
+                                  noise_sd))
                  for w in range(workers)]
         for p in procs:
             p.start()
@@ -290,7 +306,8 @@ def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0):
         if any(p.exitcode for p in procs):
             raise RuntimeError(f"optuna worker failed on {fname} seed {seed}")
         study = optuna.load_study(study_name=name, storage=optuna_storage(url))
-        values = [t.value for t in study.trials if t.value is not None]
+        # The noiseless f at each told point (equal to t.value without --noise).
+        values = [FUNCTIONS[fname]["f"](t.params) for t in study.trials if t.value is not None]
     return values, wall
 
 
@@ -339,9 +356,13 @@ def main():
     ap.add_argument("--lockstep", action="store_true",
                     help="kbandit runs: one thread plays the W workers in turn (instant "
                          "evaluations; reproducible seed by seed)")
+    ap.add_argument("--noise", type=float, default=0.0,
+                    help="noise sd of told values, in units of mean f - min f; 0 = none")
     args = ap.parse_args()
     if args.lockstep and args.eval_ms > 0:
         ap.error("--lockstep evaluates instantly; it cannot be combined with --eval-ms")
+    if not args.noise >= 0:
+        ap.error("--noise must be >= 0")
     settings = json.loads(args.settings)
     daemon = None
     rows = []
@@ -349,22 +370,24 @@ def main():
         for fname, group, seeds in plan(args.functions, args.set, args.seeds):
             fn = FUNCTIONS[fname]
             fmean = mean_f(fn)
+            noise_sd = args.noise * (fmean - fn["fmin"])
             for workers, budget in parse_budgets(args.budgets):
                 for engine in args.engines.split(","):
                     for seed in seeds:
                         progress = {}
                         if engine.startswith("optuna-"):
                             values, wall = run_optuna(fname, engine[7:], seed, workers, budget,
-                                                      args.eval_ms)
+                                                      args.eval_ms, noise_sd)
                         else:
                             daemon = daemon or Daemon(args.daemon)
                             if args.lockstep:
                                 values, wall, progress = run_lockstep(
-                                    daemon.port, fname, engine, settings, seed, workers, budget)
+                                    daemon.port, fname, engine, settings, seed, workers, budget,
+                                    noise_sd)
                             else:
                                 values, wall, progress = run_kbandit(
                                     daemon.port, fname, engine, settings, seed, workers, budget,
-                                    args.eval_ms)
+                                    args.eval_ms, noise_sd)
                         row = dict(function=fname, group=group, engine=engine, seed=seed,
                                    workers=workers, budget=budget, trials=len(values),
                                    wall_s=round(wall, 3),
@@ -373,7 +396,7 @@ def main():
                                    hyperparameters=progress.get("hyperparameters"),
                                    epochs=progress.get("epoch"),
                                    dictionary_size=progress.get("dictionary_size"),
-                                   eval_ms=args.eval_ms,
+                                   eval_ms=args.eval_ms, noise=args.noise,
                                    idle_fraction=progress.get("idle_fraction"),
                                    lockstep=args.lockstep and not engine.startswith("optuna-"),
                                    empty_asks=progress.get("empty_asks"),
