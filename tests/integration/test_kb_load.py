@@ -1,7 +1,8 @@
-"""This file tests kb-load's --set (bench/load/kb_load.c): the one engine setting it is
-given must reach every study it creates, and a malformed one must be refused before any
-request. The daemon is the proof that the setting arrives: it refuses pool_size 0, so the
-run fails, and pool_size 64 on a 2-d box is a valid study whose asks and tells go through.
+"""This file tests kb-load's --set and --noise (bench/load/kb_load.c). The one engine
+setting --set is given must reach every study it creates, and a malformed one must be
+refused before any request. The daemon is the proof that the setting arrives: it refuses
+pool_size 0, so the run fails, and pool_size 64 on a 2-d box is a valid study whose asks and
+tells go through. --noise perturbs what is told, never the simple regret reported.
 """
 import json
 import subprocess
@@ -40,3 +41,20 @@ def test_a_malformed_setting_is_a_usage_error(daemon):
     for bad in ("pool_size", "pool_size=", "=5", "pool_size=5x", "Pool=5", "a=nan"):
         r = kb_load(daemon, "--set", bad)
         assert r.returncode == 2 and "--set" in r.stderr and r.stdout == "", bad
+
+
+def test_noise_is_told_but_the_regret_stays_noiseless(daemon):
+    # With noise of sd 1e6 the told values are ~1e6 in size; the reported simple regret is
+    # the noiseless -sum (x_j - 0.3)^2's, in [0, 2 x 0.7^2] on a 2-d box: one computed from
+    # told values would be far outside it.
+    r = kb_load(daemon, "--noise", "1e6")
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout)
+    assert line["noise"] == 1e6 and line["round_trips"] > 0
+    assert 0.0 <= line["simple_regret"] <= 0.98
+
+
+def test_negative_noise_is_a_usage_error(daemon):
+    for bad in ("-1", "nan"):
+        r = kb_load(daemon, "--noise", bad)
+        assert r.returncode == 2 and "--noise" in r.stderr and r.stdout == "", bad
