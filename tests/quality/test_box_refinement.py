@@ -16,10 +16,15 @@ gives the 6 initial-design points), hence at most 8 + 4 TRIALS unrefined points,
 the chance that any of them comes within EPS = 1e-3 is below (8 + 4 * 120) pi 1e-6 =
 0.0015. A pool of 8 points is about 0.35 apart; reaching 1e-3 takes refinement.
 
-Measured (this file's commit, seeds 1 / 2 / 3, 120 trials): sqrt(min f) = 3.7e-4 /
-3.9e-5 / 4.3e-4. With refinement switched off (engine.c: no refine_pool; the pool's
-local half then stays 4 points around the best at trust-region length 0.4) the same runs
-end at 0.13 / 0.15 / 0.11 and this test fails.
+Measured on 20 seeds (1-20, 120 trials, one worker): sqrt(min f) median 2.4e-4, 19 of 20
+below 1e-3 (the other 2.7e-3) at 8915312; median 2.7e-4, 19 of 20 below (the other, seed 3,
+1.3e-3) after the kernel's exponentials moved to libmvec (fifteenth session), whose last
+bits change gp-ucb's path: one run in twenty ends above EPS, on a different seed in each
+build. So the test asks for 3 of seeds 1-5 below EPS: a working refinement misses that with
+probability ~C(5, 3) 0.05^3 ~ 1e-3, while without refinement each run is below EPS with
+probability < 0.0015 and 3 of 5 with < 1e-7. With refinement switched off (engine.c: no
+refine_pool; the pool's local half then stays 4 points around the best at trust-region
+length 0.4) seeds 1-3 ended at 0.13 / 0.15 / 0.11 (thirteenth session's code).
 """
 import math
 import os
@@ -49,9 +54,11 @@ def daemon():
     del run.FUNCTIONS["refinement_bowl"]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_refinement_places_points_finer_than_the_pool(daemon, seed):
-    values, _, progress = run.run_kbandit(daemon.port, "refinement_bowl", "gp-ucb",
-                                          {"pool_size": POOL}, seed, 1, TRIALS)
-    assert len(values) == TRIALS and progress["hyperparameters"]["fitted"]
-    assert math.sqrt(min(values)) < EPS, min(values)
+def test_refinement_places_points_finer_than_the_pool(daemon):
+    reached = []
+    for seed in range(1, 6):
+        values, _, progress = run.run_kbandit(daemon.port, "refinement_bowl", "gp-ucb",
+                                              {"pool_size": POOL}, seed, 1, TRIALS)
+        assert len(values) == TRIALS and progress["hyperparameters"]["fitted"]
+        reached.append(math.sqrt(min(values)))
+    assert sum(r < EPS for r in reached) >= 3, reached
