@@ -6,6 +6,7 @@
  *
  *   kb-load --port P [--host 127.0.0.1] [--clients 32] [--studies 1] [--seconds 10]
  *           [--engine random] [--token T] [--dim 4] [--set NAME=NUMBER] [--noise 0]
+ *           [--trials N]
  *   kb-load --port P --create ROWSxDIM      time a CSV upload + study creation
  *   kb-load --port P --get PATH [--clients 32] [--seconds 10]
  *                                           GET PATH in a loop: the HTTP stack's ceiling
@@ -22,7 +23,9 @@
  * own seeded stream), as a training run's validation score would carry: the engines then
  * fit a noise level above their floor. The simple regret stays that of the noiseless
  * function at the told points (0 minus the best of those), the usual figure for noisy
- * benchmarks.
+ * benchmarks. --trials N stops each client after N told trials (--seconds then only
+ * caps the run): runs of two builds then do equal work, where a timed run's model grows
+ * with its own speed.
  * Any non-2xx answer or protocol error counts as an error and ends that client; the
  * exit status is 1 when there was one. A round trip's latency is measured per request
  * on the client (CLOCK_MONOTONIC), so it includes the loopback and the parsing.
@@ -44,6 +47,7 @@
 static struct {
     const char *host, *token, *engine, *create, *get;
     int port, clients, studies, dim;
+    long trials; /* told trials per client, 0: until --seconds */
     double seconds, noise;
     char settings[96]; /* the engine's settings object: {} or {"NAME":NUMBER} */
 } opt = {.host = "127.0.0.1", .engine = "random", .clients = 32, .studies = 1, .dim = 4,
@@ -221,6 +225,12 @@ static double client_normal(client *k)
     return sqrt(-2.0 * log(u[0])) * cos(2.0 * M_PI * u[1]);
 }
 
+/* Whether the client has told its --trials. */
+static int client_done(const client *k)
+{
+    return opt.trials > 0 && k->tell.n >= (size_t)opt.trials;
+}
+
 static void *client_main(void *arg)
 {
     client *k = arg;
@@ -235,7 +245,7 @@ static void *client_main(void *arg)
         if (call(&c, "GET", opt.get, NULL) || lat_add(&k->ask, now_sec() - t0))
             break;
     }
-    while (!opt.get && now_sec() < k->deadline) {
+    while (!opt.get && now_sec() < k->deadline && !client_done(k)) {
         double t0 = now_sec();
         snprintf(path, sizeof path, "/v1/studies/%lld/ask", k->study);
         /* A long-poll: engines with closed batches (bbkb) answer no trial until the
@@ -260,7 +270,7 @@ static void *client_main(void *arg)
         if (lat_add(&k->ask, t1 - t0) || lat_add(&k->tell, t2 - t1))
             break;
     }
-    k->error = now_sec() < k->deadline;
+    k->error = now_sec() < k->deadline && !client_done(k);
     close(c.fd);
     free(c.buf);
     return NULL;
@@ -481,13 +491,15 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--dim")) opt.dim = atoi(v);
         else if (!strcmp(k, "--set") && parse_setting(v)) continue;
         else if (!strcmp(k, "--noise")) opt.noise = atof(v);
+        else if (!strcmp(k, "--trials")) opt.trials = atol(v);
         else return fprintf(stderr, "unknown option %s\n", k), 2;
     }
     if (opt.port <= 0 || opt.clients < 1 || opt.studies < 1 || opt.seconds <= 0 ||
-        opt.dim < 1 || opt.dim > 64 || !(opt.noise >= 0))
+        opt.dim < 1 || opt.dim > 64 || !(opt.noise >= 0) || opt.trials < 0)
         return fprintf(stderr, "usage: kb-load --port P [--clients N] [--studies N] "
                                "[--seconds S] [--engine E] [--token T] [--dim 1..64] "
-                               "[--set NAME=NUMBER] [--noise SD] [--create RxD]\n"), 2;
+                               "[--set NAME=NUMBER] [--noise SD] [--trials N] "
+                               "[--create RxD]\n"), 2;
     conn c0 = {0};
     if (conn_open(&c0))
         return 1;

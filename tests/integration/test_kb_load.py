@@ -1,8 +1,9 @@
-"""This file tests kb-load's --set and --noise (bench/load/kb_load.c). The one engine
+"""This file tests kb-load's --set, --noise and --trials (bench/load/kb_load.c). The one engine
 setting --set is given must reach every study it creates, and a malformed one must be
 refused before any request. The daemon is the proof that the setting arrives: it refuses
 pool_size 0, so the run fails, and pool_size 64 on a 2-d box is a valid study whose asks and
-tells go through. --noise perturbs what is told, never the simple regret reported.
+tells go through. --noise perturbs what is told, never the simple regret reported; --trials
+ends each client after that many tells.
 """
 import json
 import subprocess
@@ -58,3 +59,14 @@ def test_negative_noise_is_a_usage_error(daemon):
     for bad in ("-1", "nan"):
         r = kb_load(daemon, "--noise", bad)
         assert r.returncode == 2 and "--noise" in r.stderr and r.stdout == "", bad
+
+
+def test_trials_stop_each_client_after_that_many_tells(daemon):
+    # a cap of 60 s the run must not need: two clients, five tells each, then done
+    r = subprocess.run([str(KB_LOAD), "--port", str(daemon.port), "--clients", "2",
+                        "--seconds", "60", "--engine", "random", "--dim", "2", "--trials", "5"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout)
+    assert line["round_trips"] == 10 and line["errors"] == 0
+    assert line["seconds"] < 30, line["seconds"]
