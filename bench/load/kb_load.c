@@ -47,7 +47,7 @@
 static struct {
     const char *host, *token, *engine, *create, *get;
     int port, clients, studies, dim;
-    long trials; /* told trials per client, 0: until --seconds */
+    double trials; /* told trials per client (a whole number), 0: until --seconds */
     double seconds, noise;
     char settings[96]; /* the engine's settings object: {} or {"NAME":NUMBER} */
 } opt = {.host = "127.0.0.1", .engine = "random", .clients = 32, .studies = 1, .dim = 4,
@@ -228,7 +228,7 @@ static double client_normal(client *k)
 /* Whether the client has told its --trials. */
 static int client_done(const client *k)
 {
-    return opt.trials > 0 && k->tell.n >= (size_t)opt.trials;
+    return opt.trials > 0 && (double)k->tell.n >= opt.trials;
 }
 
 static void *client_main(void *arg)
@@ -475,6 +475,14 @@ static int parse_setting(const char *v)
     return 1;
 }
 
+/* A whole option value as a number, or NAN when it is not one ("5x", ""). */
+static double number(const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    return end != v && *end == '\0' ? x : NAN;
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -489,13 +497,17 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--create")) opt.create = v;
         else if (!strcmp(k, "--get")) opt.get = v;
         else if (!strcmp(k, "--dim")) opt.dim = atoi(v);
-        else if (!strcmp(k, "--set") && parse_setting(v)) continue;
-        else if (!strcmp(k, "--noise")) opt.noise = atof(v);
-        else if (!strcmp(k, "--trials")) opt.trials = atol(v);
+        else if (!strcmp(k, "--set")) {
+            if (!parse_setting(v))
+                return fprintf(stderr, "--set wants NAME=NUMBER, got %s\n", v), 2;
+        } else if (!strcmp(k, "--noise")) opt.noise = number(v);
+        else if (!strcmp(k, "--trials")) opt.trials = number(v);
         else return fprintf(stderr, "unknown option %s\n", k), 2;
     }
+    /* --trials is a whole count: a fraction, a negative or a non-number is refused. */
     if (opt.port <= 0 || opt.clients < 1 || opt.studies < 1 || opt.seconds <= 0 ||
-        opt.dim < 1 || opt.dim > 64 || !(opt.noise >= 0) || opt.trials < 0)
+        opt.dim < 1 || opt.dim > 64 || !(opt.noise >= 0) || !(opt.trials >= 0) ||
+        opt.trials != floor(opt.trials))
         return fprintf(stderr, "usage: kb-load --port P [--clients N] [--studies N] "
                                "[--seconds S] [--engine E] [--token T] [--dim 1..64] "
                                "[--set NAME=NUMBER] [--noise SD] [--trials N] "

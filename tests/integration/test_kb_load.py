@@ -55,10 +55,12 @@ def test_noise_is_told_but_the_regret_stays_noiseless(daemon):
     assert 0.0 <= line["simple_regret"] <= 0.98
 
 
-def test_negative_noise_is_a_usage_error(daemon):
-    for bad in ("-1", "nan"):
-        r = kb_load(daemon, "--noise", bad)
-        assert r.returncode == 2 and "--noise" in r.stderr and r.stdout == "", bad
+def test_bad_noise_or_trials_is_a_usage_error(daemon):
+    for opt, bad in (("--noise", "-1"), ("--noise", "nan"), ("--noise", "abc"),
+                     ("--noise", "5x"), ("--trials", "-1"), ("--trials", "2.5"),
+                     ("--trials", "x")):
+        r = kb_load(daemon, opt, bad)
+        assert r.returncode == 2 and opt in r.stderr and r.stdout == "", (opt, bad)
 
 
 def test_trials_stop_each_client_after_that_many_tells(daemon):
