@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """This file compares two sets of bench/quality/run.py results run by run: the same
-function, budget, engine, noise and seed in both files form a pair, and each pair gives
+function, budget, workers, noise and seed in both files form a pair, and each pair gives
 the log10 ratio of the simple regrets (B over A; below zero: B found the better point).
+The engine is not part of the pair, so kbandit's runs in one file can be set against
+Optuna's in the other; within one file each key must appear once (--engine picks one
+engine's runs out of a file that holds several; a rerun appended to a file is refused).
 
     bench/quality/compare.py A.jsonl B.jsonl [--engine default] [--floor 1e-9]
 
@@ -17,7 +20,8 @@ won / lost / tied (|log10 ratio| < 0.02), the mean log10 ratio, its 90% percenti
 bootstrap interval (2,000 resamples of the pairs, seeded: the output is reproducible), and
 a verdict: "B better" or "B worse" when the interval excludes 0, else "undecided". Regrets
 below --floor count as the floor (a run that reached the optimum to rounding). Runs
-without a partner in the other file are counted and left out.
+without a partner in the other file are counted and left out. A line that is not a
+result, a regret that is not a finite number, or a repeated key stops it, naming the line.
 """
 import argparse
 import collections
@@ -32,7 +36,7 @@ RESAMPLES = 2000
 
 def load(path, engine):
     """{(function, budget, workers, noise, seed): simple_regret} for one engine."""
-    runs = {}
+    runs, first = {}, {}
     with open(path) as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -43,8 +47,15 @@ def load(path, engine):
                 regret = float(r["simple_regret"])
             except (ValueError, KeyError, TypeError) as e:
                 raise SystemExit(f"{path}:{n}: not a run.py result line ({e})")
-            if engine is None or r.get("engine") == engine:
-                runs[key] = regret
+            if engine is not None and r.get("engine") != engine:
+                continue
+            if not math.isfinite(regret):
+                raise SystemExit(f"{path}:{n}: simple_regret is {regret}")
+            if key in runs:
+                raise SystemExit(f"{path}:{n}: the run of line {first[key]} again (same "
+                                 "function, budget, workers, noise, seed); keep one, or "
+                                 "choose an engine with --engine")
+            runs[key], first[key] = regret, n
     return runs
 
 

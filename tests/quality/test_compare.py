@@ -97,6 +97,24 @@ def test_a_line_that_is_not_a_result_is_named(tmp_path, line):
     assert rc != 0 and f"{bad}:2:" in err
 
 
+def test_a_nan_regret_is_named(tmp_path):
+    good = write(tmp_path / "a", [("branin", 1, 1.0, "default")])
+    bad = write(tmp_path / "b", [("branin", 1, 0.5, "default"),
+                                 ("branin", 2, float("nan"), "default")])
+    rc, _, err = compare(good, bad)
+    assert rc != 0 and f"{bad}:2:" in err and "nan" in err
+
+
+def test_a_repeated_run_is_refused_unless_an_engine_is_chosen(tmp_path):
+    # two engines' runs of the same seed in one file: without --engine one would be lost
+    a = write(tmp_path / "a", [("branin", 1, 1.0, "default"), ("branin", 1, 0.01, "optuna-tpe")])
+    b = write(tmp_path / "b", [("branin", 1, 0.1, "default")])
+    rc, _, err = compare(a, b)
+    assert rc != 0 and f"{a}:2:" in err and "line 1" in err
+    rc, out, _ = compare(a, b, "--engine", "default")
+    assert rc == 0 and rows(out)["all"][2] == -1.0
+
+
 def test_no_partner_at_all_fails(tmp_path):
     rc, _, err = compare(write(tmp_path / "a", [("branin", 1, 1.0, "default")]),
                          write(tmp_path / "b", [("branin", 2, 1.0, "default")]))
