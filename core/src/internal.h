@@ -467,6 +467,10 @@ int kb__gp_candidate_posterior(kb_engine *e, double *mean, double *var, double *
  * space->dim internal coordinates in slot order (borrowed; valid until the next ask,
  * which may resparsify); NULL with *m = 0 for another engine. */
 const double *kb__bbkb_dictionary(const kb_engine *e, size_t *m);
+/* bbkb / bkb, for tests: W (m x *r, row-major, borrowed like kb__bbkb_dictionary's S),
+ * z(x) = W^T k_S(x); its nonzero rows are the dictionary points the embedding keeps
+ * (bbkb/embedding.c). NULL with *r = 0 for another engine. */
+const double *kb__bbkb_embedding(const kb_engine *e, size_t *r);
 /* bbkb / bkb, for tests: sigma~^2_start of every candidate as the engine keeps it for
  * its choices (space->n entries, borrowed, valid until the next ask), with *err_bound
  * its error bound (0 unless the epoch started by the low-rank update, bbkb/low_rank.c);

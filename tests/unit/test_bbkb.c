@@ -2,7 +2,9 @@
  * test_bbkb.c - unit tests of the bbkb and bkb engines (core/engines/bbkb/): the DTC
  * posterior (seed 004 eqs. (1)-(3)) against an independent exact GP (dictionary = all)
  * and an independent dense DTC (tu_sparse_posterior) for the engine's own sampled
- * dictionary, read back with kb__bbkb_dictionary; the dictionary's inclusion frequency
+ * dictionary, read back with kb__bbkb_dictionary; with duplicate or clustered dictionary
+ * points, the DTC over the points the embedding keeps (kb__bbkb_embedding), which must
+ * explain the others; the dictionary's inclusion frequency
  * against min(1, q sigma~^2) over many seeds, within exact binomial bounds; the lazy
  * argmax against a full argmax, Lemma 1's ratio bound and the batch rule, the local rule
  * against an independent evaluation of Lemma 3; the asynchronous ask/tell semantics,
@@ -13,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <lapacke.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -110,8 +113,29 @@ static void assert_posterior_is_exact(kb_engine *e, kb_kernel_kind kind, double 
     free(evar);
 }
 
-/* Dictionary "all": at an epoch start the DTC is the exact GP posterior. The epoch start
- * is observed by asking once and abandoning the point, which must restore it exactly. */
+/* A bbkb engine (*c, *s: its config and space, the caller's to free) with dictionary
+ * "all" (lengthscale 0.7, lambda 0.05) over the candidates Xc that has observed the n
+ * rows of X, y and started an epoch: asked once and abandoned the point, which must
+ * leave the epoch start's posterior exactly. */
+static kb_engine *all_dictionary_epoch(kb_kernel_kind kind, const double *X, const double *y,
+                                       size_t n, size_t D, const double *Xc, size_t M,
+                                       kb_config **c, kb_space **s)
+{
+    kb_error err;
+    *c = make_config("bbkb", kind, 0.7, 0.05, "dictionary", "all", NULL);
+    *s = kb_space_new_finite(Xc, M, D, &err);
+    kb_engine *e = kb_engine_create(*c, *s, &err);
+    assert_non_null(e);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(kb_engine_observe(e, X + i * D, y[i], &err), 0);
+    kb_point p;
+    kb_ask_result res;
+    assert_true(ask1(e, &p, &res));
+    assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
+    return e;
+}
+
+/* Dictionary "all": at an epoch start the DTC is the exact GP posterior. */
 static void full_dictionary_matches_exact_gp(void **state)
 {
     (void)state;
@@ -124,17 +148,9 @@ static void full_dictionary_matches_exact_gp(void **state)
         double y[N];
         for (size_t i = 0; i < N; i++)
             y[i] = objective(X + i * D, D) + 0.1 * kb_rng_normal(&rng);
-        kb_error err;
-        kb_config *c = make_config("bbkb", all_kinds[t], 0.7, 0.05, "dictionary", "all", NULL);
-        kb_space *s = kb_space_new_finite(Xc, M, D, &err);
-        kb_engine *e = kb_engine_create(c, s, &err);
-        assert_non_null(e);
-        for (size_t i = 0; i < N; i++)
-            assert_int_equal(kb_engine_observe(e, X + i * D, y[i], &err), 0);
-        kb_point p;
-        kb_ask_result res;
-        assert_true(ask1(e, &p, &res));
-        assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
+        kb_config *c;
+        kb_space *s;
+        kb_engine *e = all_dictionary_epoch(all_kinds[t], X, y, N, D, Xc, M, &c, &s);
         assert_posterior_is_exact(e, all_kinds[t], 0.7, D, X, y, N, 0.05, Xc, M);
         kb_engine_free(e);
         kb_space_free(s);
@@ -142,6 +158,109 @@ static void full_dictionary_matches_exact_gp(void **state)
         free(X);
         free(Xc);
     }
+}
+
+/* The largest k(s, s) - k_R(s)^T K_R^{-1} k_R(s) over the m rows s of S: the variance
+ * of k(s, .) that the r rows of R leave unexplained (Cholesky of K_R, dense). */
+static double largest_unexplained(const kb_kernel *k, const double *R, size_t r,
+                                  const double *S, size_t m, size_t D)
+{
+    double *KR = malloc(r * r * sizeof *KR), *B = malloc(r * m * sizeof *B), worst = 0.0;
+    for (size_t i = 0; i < r; i++) {
+        for (size_t j = 0; j < r; j++)
+            KR[i * r + j] = kb_kernel_eval(k, R + i * D, R + j * D);
+        for (size_t j = 0; j < m; j++)
+            B[i * m + j] = kb_kernel_eval(k, R + i * D, S + j * D);
+    }
+    assert_int_equal(LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, KR, (lapack_int)r), 0);
+    assert_int_equal(LAPACKE_dtrtrs(LAPACK_ROW_MAJOR, 'L', 'N', 'N', (lapack_int)r,
+                                    (lapack_int)m, KR, (lapack_int)r, B, (lapack_int)m), 0);
+    for (size_t j = 0; j < m; j++) {
+        double u = kb_kernel_eval(k, S + j * D, S + j * D);
+        for (size_t i = 0; i < r; i++)
+            u -= B[i * m + j] * B[i * m + j];
+        worst = fmax(worst, u);
+    }
+    free(KR);
+    free(B);
+    return worst;
+}
+
+/* The dictionary points the embedding keeps (nonzero rows of W), *r of them, as rows of
+ * R: every dictionary point's variance unexplained by R is at most what embedding.c
+ * drops, 1e-10 of k(s, s) = 1 (plus rounding), and the engine's posterior on Xc is the
+ * DTC over R with all n data rows to 1e-8: dense (tu_sparse_posterior), or when R = S =
+ * the data the exact GP, whose K + lambda I stays well conditioned where K_S is not. */
+static void assert_posterior_is_dtc_over_kept(kb_engine *e, kb_kernel_kind kind, size_t D,
+                                              const double *X, const double *y, size_t n,
+                                              const double *Xc, size_t M, size_t *r)
+{
+    kb_error err;
+    size_t m, kept = 0;
+    const double *S = kb__bbkb_dictionary(e, &m), *W = kb__bbkb_embedding(e, r);
+    double *R = malloc(m * D * sizeof *R), mean[M], sd[M], rmean[M], rcov[M * M];
+    for (size_t i = 0; i < m; i++) {
+        int nonzero = 0;
+        for (size_t j = 0; j < *r; j++)
+            nonzero |= W[i * *r + j] != 0.0;
+        if (nonzero)
+            memcpy(R + kept++ * D, S + i * D, D * sizeof *R);
+    }
+    assert_int_equal(kept, *r);
+    kb_kernel *k = tu_kernel(kind, D, 0.7);
+    assert_true(largest_unexplained(k, R, kept, S, m, D) <= 2e-10);
+    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
+    if (kept == n)
+        assert_int_equal(tu_exact_posterior(k, X, y, n, 0.05, Xc, M, rmean, rcov), 0);
+    else
+        assert_int_equal(tu_sparse_posterior(k, R, kept, X, y, n, 0.05, Xc, M, rmean, rcov), 0);
+    for (size_t i = 0; i < M; i++) {
+        sd[i] *= sd[i];
+        rcov[i] = kept == n ? rcov[i] : rcov[i * M + i];
+    }
+
+    assert_true(tu_max_rel_err(mean, rmean, M, 1e-3) <= 1e-7);
+    assert_true(tu_max_rel_err(sd, rcov, M, 1e-3) <= 1e-8);
+    kb_kernel_free(k);
+    free(R);
+}
+
+/* Dictionary "all" over points in twins at distance delta (0: duplicates): K_S is
+ * singular or nearly, and the embedding keeps a subset R of S (embedding.c,
+ * pivoted_embedding): the posterior is the DTC over R, R explains every point of S up
+ * to 1e-10 of k(s, s), and R drops every duplicate. Far apart twins (1e-2) keep all. */
+static void clustered_dictionary_is_dtc_over_kept_points(void **state)
+{
+    (void)state;
+    enum { N0 = 20, N = 2 * N0, M = 40, D = 3 };
+    const double deltas[] = {0.0, 1e-6, 1e-2};
+    const kb_kernel_kind kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN12, KB_KERNEL_MATERN52};
+    kb_rng rng;
+    kb_rng_seed(&rng, 13);
+    for (size_t t = 0; t < sizeof kinds / sizeof kinds[0]; t++)
+        for (size_t u = 0; u < sizeof deltas / sizeof deltas[0]; u++) {
+            double *X = tu_uniform_matrix(&rng, N, D, 0.1, 0.9);
+            double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+            double y[N];
+            for (size_t i = N0; i < N; i++) /* twin of point i - N0, one coordinate moved */
+                for (size_t j = 0; j < D; j++)
+                    X[i * D + j] = X[(i - N0) * D + j] + (j == i % D ? deltas[u] : 0.0);
+            for (size_t i = 0; i < N; i++)
+                y[i] = objective(X + i * D, D) + 0.1 * kb_rng_normal(&rng);
+            kb_config *c;
+            kb_space *s;
+            kb_engine *e = all_dictionary_epoch(kinds[t], X, y, N, D, Xc, M, &c, &s);
+            size_t m, r;
+            kb__bbkb_dictionary(e, &m);
+            assert_int_equal(m, N); /* the twins are all in S */
+            assert_posterior_is_dtc_over_kept(e, kinds[t], D, X, y, N, Xc, M, &r);
+            assert_true(deltas[u] > 0.0 || r <= N0);
+            kb_engine_free(e);
+            kb_space_free(s);
+            kb_config_free(c);
+            free(X);
+            free(Xc);
+        }
 }
 
 /* The told trials' rows (repeats included), values and the distinct-point output
@@ -1469,6 +1588,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(full_dictionary_matches_exact_gp),
+        cmocka_unit_test(clustered_dictionary_is_dtc_over_kept_points),
         cmocka_unit_test(fitted_kernel_epochs_match_exact_gp),
         cmocka_unit_test(off_pool_observes_across_epochs_match_exact_gp),
         cmocka_unit_test(outputs_standardized_over_distinct_points),

@@ -8,9 +8,10 @@
  *
  * What is implemented (seed 004 numbering), and where:
  *   - embedding.c: the Nystrom embedding z(x) = K_S^{+/2} k_S(x) from the dictionary S
- *     (section 2), by a Cholesky factorization of K_S when it is well conditioned, else
- *     an eigendecomposition that drops tiny eigenvalues; z(x_i) is formed only for the
- *     candidates an epoch touches;
+ *     (section 2), by a pivoted Cholesky factorization of K_S that keeps the points
+ *     adding more than 1e-10 of k(s, s) (all of them when K_S is well conditioned): the
+ *     Nystrom embedding over those; z(x_i) is formed only for the candidates an epoch
+ *     touches;
  *   - dictionary.c: the resparsification L11-16 with p_s = min(1, q sigma~^2_start(x_s))
  *     where "start" is the start of the epoch that just closed, for every selected
  *     point; optionally (dictionary = coupled) with each point's coin kept across
@@ -565,6 +566,17 @@ const double *kb__bbkb_dictionary(const kb_engine *e, size_t *m)
     const bbkb *st = e->impl;
     *m = st->m;
     return st->S;
+}
+
+const double *kb__bbkb_embedding(const kb_engine *e, size_t *r)
+{
+    if (e->ops != &kb_engine_bbkb && e->ops != &kb_engine_bkb) {
+        *r = 0;
+        return NULL;
+    }
+    const bbkb *st = e->impl;
+    *r = st->r;
+    return st->W;
 }
 
 const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound)

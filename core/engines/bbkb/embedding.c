@@ -1,8 +1,8 @@
 /*
  * embedding.c - the Nystrom embedding of BBKB / BKB (seed 004 section 2):
  * z(x) = K_S^{+/2} k_S(x) over the dictionary S, as z(x) = W^T k_S(x) with W (m x r)
- * from a Cholesky factorization of K_S when it is well conditioned (r = m), else from an
- * eigendecomposition that drops tiny eigenvalues (r <= m). z is formed lazily, only for
+ * from a pivoted Cholesky factorization of K_S that drops the points adding directions
+ * of negligible variance (r <= m; r = m when K_S is well conditioned). z is formed lazily, only for
  * the candidates an epoch touches (kb__bbkb_zrow, kb__bbkb_zrows), from the cached
  * kernel columns Kc.
  *
@@ -19,14 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Eigenvalues of K_S below EIG_RTOL * max are dropped from K_S^{+/2}: below that, the
- * inverse square root amplifies the round-off of k_S(x) by more than 1e5, and the dropped
- * directions carry less than 1e-10 of k(x, x). The Cholesky form is used only when
- * dpocon's estimate of 1 / cond(K_S) is at least RCOND_MIN, 1e3 above that level: a margin
- * for the estimate (a lower bound on ||K_S^{-1}||_1, usually within a factor 3), so that
- * no eigenvalue would have been dropped. */
-#define EIG_RTOL 1e-10
-#define RCOND_MIN 1e-7
+/* Pivots of K_S whose remaining diagonal (the variance of k(s, .) not explained by the
+ * pivots before it) falls below PIVOT_RTOL x max_s k(s, s) are dropped: those points add
+ * directions that carry less than 1e-10 of k(s, s), and 1 / sqrt of such a pivot would
+ * amplify the round-off of k_S(x) by more than 1e5 - the level at which the
+ * eigendecomposition this replaced (until the fifteenth session) dropped eigenvalues,
+ * 1e-10 of the largest. A K_S whose smallest eigenvalue is above it keeps every point:
+ * the Schur complement of a principal block has no smaller eigenvalue, hence no smaller
+ * diagonal. A larger tolerance (1e-8) leaves dictionary points unexplained beyond 2e-10
+ * (test_bbkb's clustered_dictionary_is_dtc_over_kept_points fails). */
+#define PIVOT_RTOL 1e-10
 
 /* Zout (n x r) = embeddings of the rows of U (n x d) with the current dictionary. */
 int kb__bbkb_embed_rows(const kb_engine *e, const double *U, size_t n, double *Zout)
@@ -91,52 +93,38 @@ int kb__bbkb_zrows(bbkb *st, const size_t *cand, size_t n)
     return rc;
 }
 
-/* W = L^{-T} (m x m, r = m) from K_S = L L^T when K_S is well conditioned: then K_S^+ is
- * K_S^{-1}, no eigenvalue would be dropped, and z = L^{-1} k_S is eigen_embedding's z up
- * to a rotation, which no posterior quantity sees. m^3 / 3 flops against the ~9 m^3 of an
- * eigendecomposition (2.4 ms per epoch at m = 221, a sixth of the 20,000-arm benchmark:
- * docs/BENCHMARKS.md). Returns 0, W unset, when dpocon's estimate of 1 / cond_1(K_S)
- * (cond_2 <= cond_1) is below RCOND_MIN. K (row-major, lower triangle) is destroyed. */
-static int cholesky_embedding(bbkb *st, double *K)
+/* W (m x r) from the pivoted Cholesky factorization P^T K_S P = L L^T stopped at rank r
+ * (LAPACK dpstrf; Harbrecht, Peters, Schneider 2012, "On the low-rank approximation by
+ * the pivoted Cholesky decomposition", sec. 2): z(x) = L11^{-1} k_R(x) over the r pivot
+ * points R, i.e. W = P_r L11^{-T}, zero rows for the dropped points. ||z(x)||^2 =
+ * k_R(x)^T K_R^{-1} k_R(x) is the Nystrom approximation over R, which agrees with seed
+ * 004 sec. 2's K_S^{+/2} up to the dropped Schur complement (every dictionary point's
+ * residual below PIVOT_RTOL of the largest k(s, s)); at full rank z is K_S^{-1/2} k_S up
+ * to a rotation, which no posterior quantity sees. m^3 / 3 flops against the ~9 m^3 of
+ * an eigendecomposition, one path for well- and ill-conditioned K_S. K (m x m,
+ * symmetric, both triangles set) is destroyed. */
+static int pivoted_embedding(bbkb *st, double *K, double kmax)
 {
-    lapack_int m = (lapack_int)st->m;
-    double anorm = LAPACKE_dlansy(LAPACK_ROW_MAJOR, '1', 'L', m, K, m), rcond = 0.0;
-    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', m, K, m) ||
-        LAPACKE_dpocon(LAPACK_ROW_MAJOR, 'L', m, K, m, anorm, &rcond) || rcond < RCOND_MIN ||
-        LAPACKE_dtrtri(LAPACK_ROW_MAJOR, 'L', 'N', m, K, m))
-        return 0;
-    st->r = st->m;
-    for (size_t i = 0; i < st->m; i++)
-        for (size_t j = 0; j < st->m; j++)
-            st->W[i * st->m + j] = j >= i ? K[j * st->m + i] : 0.0;
-    return 1;
-}
-
-/* W = Q_r diag(e_r^{-1/2}) from K_S = Q diag(e) Q^T, dropping the eigenvalues below
- * EIG_RTOL x the largest: the pseudo-inverse square root. K is destroyed. */
-static int eigen_embedding(bbkb *st, double *K)
-{
-    size_t m = st->m;
-    double *ev = malloc(m * sizeof *ev);
-    if (!ev)
+    lapack_int m = (lapack_int)st->m, rank = 0, *piv = malloc(st->m * sizeof *piv);
+    if (!piv)
         return KB_ENOMEM;
-    if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'L', (lapack_int)m, K, (lapack_int)m, ev)) {
-        free(ev);
-        return KB_ENUMERIC;
-    }
-    double cut = EIG_RTOL * ev[m - 1];
-    size_t first = 0;
-    while (first < m && !(ev[first] > cut))
-        first++;
-    st->r = m - first;
-    for (size_t i = 0; i < m; i++)
-        for (size_t j = 0; j < st->r; j++)
-            st->W[i * st->r + j] = K[i * m + first + j] / sqrt(ev[first + j]);
-    free(ev);
-    return KB_OK;
+    /* info > 0 only says rank < m; K symmetric, so either storage order reads the same */
+    int rc = LAPACKE_dpstrf(LAPACK_COL_MAJOR, 'L', m, K, m, piv, &rank, PIVOT_RTOL * kmax) < 0 ||
+                     (rank && LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'L', 'N', rank, K, m))
+                 ? KB_ENUMERIC
+                 : KB_OK;
+    size_t r = rc ? 0 : (size_t)rank;
+    st->r = r;
+    memset(st->W, 0, st->m * r * sizeof *st->W);
+    /* W[piv_i, j] = (L11^{-1})(j, i), column-major at K[i m + j], j >= i */
+    for (size_t i = 0; i < r; i++)
+        for (size_t j = i; j < r; j++)
+            st->W[(size_t)(piv[i] - 1) * r + j] = K[i * st->m + j];
+    free(piv);
+    return rc;
 }
 
-/* W (m x r), z(x) = W^T k_S(x): cholesky_embedding, else eigen_embedding. */
+/* W (m x r), z(x) = W^T k_S(x): pivoted_embedding. */
 int kb__bbkb_build_embedding(kb_engine *e)
 {
     bbkb *st = e->impl;
@@ -146,9 +134,9 @@ int kb__bbkb_build_embedding(kb_engine *e)
     st->r = 0;
     if (m == 0)
         return KB_OK;
-    double *K = malloc(m * m * sizeof *K), *Kf = malloc(m * m * sizeof *Kf);
+    double *K = malloc(m * m * sizeof *K);
     st->W = malloc(m * m * sizeof *st->W);
-    int rc = K && Kf && st->W ? KB_OK : KB_ENOMEM;
+    int rc = K && st->W ? KB_OK : KB_ENOMEM;
     if (!rc) {
         /* Pairwise, not kb_kernel_matrix: its |a|^2 + |b|^2 - 2ab distances leave ~1e-16
          * on the diagonal, which Matern 1/2's sqrt turns into 1e-8 errors in K_S. */
@@ -156,16 +144,15 @@ int kb__bbkb_build_embedding(kb_engine *e)
             for (size_t j = 0; j <= i; j++)
                 K[i * m + j] = K[j * m + i] =
                     kb_kernel_eval(&e->kernel, st->S + i * d, st->S + j * d);
+        double kmax = 0.0;
         for (size_t i = 0; i < m; i++)
-            st->kdict_max = K[i * m + i] > st->kdict_max ? K[i * m + i] : st->kdict_max;
-        memcpy(Kf, K, m * m * sizeof *K); /* the copy a failed Cholesky destroys */
-        if (!cholesky_embedding(st, Kf))
-            rc = eigen_embedding(st, K);
+            kmax = K[i * m + i] > kmax ? K[i * m + i] : kmax;
+        st->kdict_max = kmax > st->kdict_max ? kmax : st->kdict_max;
+        rc = pivoted_embedding(st, K, kmax);
     }
     if (!rc && kb__grow((void **)&st->Z, &st->cap_z, st->A * st->r, sizeof *st->Z))
         rc = KB_ENOMEM;
     st->zgen++;
     free(K);
-    free(Kf);
     return rc;
 }
