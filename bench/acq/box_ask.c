@@ -3,14 +3,16 @@
  * study's round trips cost an engine, beside the quality they reach: an engine (bbkb by
  * default, everything else at defaults) on a box of --dim floats keeps --pending trials
  * out, as --pending clients would, and tells the oldest one -sum_j (x_j - 0.3)^2 of its
- * point (bench/load/kb_load.c's objective; maximum 0) before asking again. An ask the
+ * point (bench/load/kb_load.c's objective; maximum 0), plus N(0, --noise^2) drawn from a
+ * generator seeded by --seed (kb-load's KB_LOAD_NOISE), before asking again. An ask the
  * engine answers with no trial (a closed batch waiting for feedback) is counted and the
  * next trial is told. Every --every tells it prints one JSON line: the thread's CPU time
  * per round trip over those tells, the engine's epochs, dictionary size, fitted noise and
- * cumulative timers (kb_engine_stat), and the simple regret so far.
+ * cumulative timers (kb_engine_stat), and the simple regret so far (of the noiseless
+ * objective at the points told).
  *
  *   kb-box-ask [--engine bbkb] [--dim 6] [--trials 750] [--pending 32] [--every 250]
- *              [--pool 2048] [--seed 1] [--set NAME=NUMBER]
+ *              [--pool 2048] [--seed 1] [--noise 0] [--set NAME=NUMBER]
  *
  * --set sets one numeric engine option, to compare settings on the same call sequence.
  *
@@ -31,8 +33,9 @@ static struct {
     const char *engine;
     size_t dim, trials, pending, every, pool;
     uint64_t seed;
+    double noise;    /* sd of the noise added to told values */
     const char *set; /* NAME=NUMBER, or NULL */
-} opt = {"bbkb", 6, 750, 32, 250, 2048, 1, NULL};
+} opt = {"bbkb", 6, 750, 32, 250, 2048, 1, 0.0, NULL};
 
 static double cpu_now(void)
 {
@@ -117,11 +120,12 @@ static int parse(int argc, char **argv)
         else if (!strcmp(k, "--every")) opt.every = u;
         else if (!strcmp(k, "--pool")) opt.pool = u;
         else if (!strcmp(k, "--seed")) opt.seed = u;
+        else if (!strcmp(k, "--noise")) opt.noise = strtod(v, NULL);
         else if (!strcmp(k, "--set") && is_setting(v)) opt.set = v;
         else return -1;
     }
     return opt.dim && opt.dim <= KB_MAX_DIM && opt.pending && opt.pending <= MAX_PENDING &&
-                   opt.every && opt.trials ? 0 : -1;
+                   opt.every && opt.trials && opt.noise >= 0.0 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -129,13 +133,15 @@ int main(int argc, char **argv)
     if (parse(argc, argv))
         return fprintf(stderr, "usage: kb-box-ask [--engine E] [--dim D] [--trials T] "
                                "[--pending 1..%d] [--every K] [--pool N] [--seed S] "
-                               "[--set NAME=NUMBER]\n",
+                               "[--noise SD] [--set NAME=NUMBER]\n",
                        MAX_PENDING), 2;
     kb_error err = {0};
     kb_engine *e = make_engine(&err);
     uint64_t out[MAX_PENDING];
     size_t n = 0, empty = 0, told = 0;
     double best = -INFINITY, t0 = cpu_now();
+    kb_rng noise_rng; /* apart from the engine's: its draws do not depend on the engine */
+    kb_rng_seed(&noise_rng, opt.seed ^ 0x6e6f697365ULL);
     int failed = !e;
     while (!failed && told < opt.trials) {
         failed = fill(e, out, &n, &empty, &err) != 0;
@@ -147,7 +153,8 @@ int main(int argc, char **argv)
         double v = 0.0;
         for (size_t j = 0; j < opt.dim; j++)
             v -= (q.x[j] - 0.3) * (q.x[j] - 0.3);
-        failed = kb_engine_tell(e, out[0], v, &err) != KB_OK;
+        double told_v = v + (opt.noise > 0.0 ? opt.noise * kb_rng_normal(&noise_rng) : 0.0);
+        failed = kb_engine_tell(e, out[0], told_v, &err) != KB_OK;
         memmove(out, out + 1, --n * sizeof *out);
         best = v > best ? v : best;
         if (!failed && ++told % opt.every == 0) {
