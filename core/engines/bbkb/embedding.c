@@ -23,7 +23,7 @@
  * pivots before it) falls below PIVOT_RTOL x max_s k(s, s) are dropped: those points add
  * directions that carry less than 1e-10 of k(s, s), and 1 / sqrt of such a pivot would
  * amplify the round-off of k_S(x) by more than 1e5 - the level at which the
- * eigendecomposition this replaced (until the fifteenth session) dropped eigenvalues,
+ * eigendecomposition this replaced (until the eighteenth session) dropped eigenvalues,
  * 1e-10 of the largest. A K_S whose smallest eigenvalue is above it keeps every point:
  * the Schur complement of a principal block has no smaller eigenvalue, hence no smaller
  * diagonal. A larger tolerance (1e-8) leaves dictionary points unexplained beyond 2e-10
