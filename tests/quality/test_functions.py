@@ -1,5 +1,5 @@
-"""The known minima of the second tuning set and of the fresh held-out set
-(bench/quality/functions.py, TUNING2 and HELD_OUT2): each function reaches its stated fmin at
+"""The known minima of the second and third tuning sets and of the fresh held-out set
+(bench/quality/functions.py, TUNING2, TUNING3 and HELD_OUT2): each function reaches its stated fmin at
 its known minimizer(s) and no sampled point lies below it, so that simple regrets measured
 on them are distances to the true optimum."""
 import math
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "quality"))
-from functions import FUNCTIONS, HELD_OUT2, TUNING2  # noqa: E402
+from functions import FUNCTIONS, HELD_OUT2, TUNING2, TUNING3  # noqa: E402
 
 MINIMIZERS = {"ackley5": 0.0, "rastrigin4": 0.0, "schwefel4": 420.9687463}
 
@@ -39,6 +39,14 @@ HELD_OUT2_MINIMIZERS = {
                         "subsample": 0.8, "booster": "gbtree"}],
 }
 
+TUNING3_MINIMIZERS = {
+    "hartmann3_mixed": [{"x0": 0.11458887930324516, "x1": 0.5556488952654733,
+                         "x2": 0.8525469855113912, "n": 6, "kernel": "matern52"}],
+    "rosenbrock_mixed": [{"a": 1.0, "b": 1.0, "c": 1, "solver": "lbfgs"}],
+}
+# Every function whose minimizers are written out above.
+STATED_MINIMIZERS = {**HELD_OUT2_MINIMIZERS, **TUNING3_MINIMIZERS}
+
 
 def point(name, value):
     return {p["name"]: value for p in FUNCTIONS[name]["params"]}
@@ -65,17 +73,18 @@ def test_known_minimizers_reach_fmin():
         assert abs(fn["f"](point(name, x)) - fn["fmin"]) < 1e-6, name
 
 
-def test_held_out2_minimizers_reach_fmin():
+def test_stated_minimizers_reach_fmin():
     assert sorted(HELD_OUT2_MINIMIZERS) == sorted(HELD_OUT2)
-    for name, points in HELD_OUT2_MINIMIZERS.items():
+    assert sorted(TUNING3_MINIMIZERS) == sorted(TUNING3)
+    for name, points in STATED_MINIMIZERS.items():
         fn = FUNCTIONS[name]
         for p in points:
             assert sorted(p) == sorted(q["name"] for q in fn["params"]), name
             assert abs(fn["f"](p) - fn["fmin"]) < 1e-12, name
 
 
-def test_held_out2_minimizers_lie_in_the_box():
-    for name, points in HELD_OUT2_MINIMIZERS.items():
+def test_stated_minimizers_lie_in_the_box():
+    for name, points in STATED_MINIMIZERS.items():
         for q in FUNCTIONS[name]["params"]:
             for p in points:
                 if q["type"] == "categorical":
@@ -86,7 +95,7 @@ def test_held_out2_minimizers_lie_in_the_box():
 
 def test_no_sample_below_fmin():
     rng = random.Random(12)
-    for name in TUNING2 + HELD_OUT2:
+    for name in TUNING2 + TUNING3 + HELD_OUT2:
         fn = FUNCTIONS[name]
         for _ in range(20000):
             p = sample(fn["params"], rng)
@@ -108,7 +117,7 @@ def perturb(q, x, rng):
 def test_samples_near_the_minimizers_stay_above_fmin():
     """Where a wrongly stated minimum would show first: around each known minimizer."""
     rng = random.Random(13)
-    for name, points in HELD_OUT2_MINIMIZERS.items():
+    for name, points in STATED_MINIMIZERS.items():
         fn = FUNCTIONS[name]
         for p0 in points:
             for _ in range(3000):
