@@ -97,15 +97,19 @@ static int fill(kb_engine *e, uint64_t *out, size_t *n, size_t *empty, kb_error 
     return 0;
 }
 
-/* NAME=NUMBER with a whole number after the '=' (strtod's syntax) */
+/* a whole string in strtod's syntax */
+static int is_number(const char *v)
+{
+    char *end;
+    strtod(v, &end);
+    return end != v && !*end;
+}
+
+/* NAME=NUMBER */
 static int is_setting(const char *v)
 {
     const char *eq = strchr(v, '=');
-    char *end;
-    if (!eq || eq == v)
-        return 0;
-    strtod(eq + 1, &end);
-    return end != eq + 1 && !*end;
+    return eq && eq != v && is_number(eq + 1);
 }
 
 static int parse(int argc, char **argv)
@@ -120,7 +124,7 @@ static int parse(int argc, char **argv)
         else if (!strcmp(k, "--every")) opt.every = u;
         else if (!strcmp(k, "--pool")) opt.pool = u;
         else if (!strcmp(k, "--seed")) opt.seed = u;
-        else if (!strcmp(k, "--noise")) opt.noise = strtod(v, NULL);
+        else if (!strcmp(k, "--noise") && is_number(v)) opt.noise = strtod(v, NULL);
         else if (!strcmp(k, "--set") && is_setting(v)) opt.set = v;
         else return -1;
     }

@@ -1,7 +1,7 @@
 """This file tests kb-box-ask's --noise (bench/acq/box_ask.c): the engine is told the
 objective plus seeded Gaussian noise, while the simple regret it reports stays that of the
 noiseless objective at the points told; a run is a function of its options and seed; a
-negative sd is refused with the usage line.
+negative or non-numeric sd is refused with the usage line.
 """
 import json
 import subprocess
@@ -34,7 +34,8 @@ def test_a_noisy_run_is_repeatable():
     assert box_ask("--noise", "0.2") == box_ask("--noise", "0.2")
 
 
-def test_negative_noise_is_refused():
-    r = subprocess.run([str(BOX_ASK), "--noise", "-1"], capture_output=True, text=True,
-                       timeout=30)
-    assert r.returncode == 2 and "--noise SD" in r.stderr and r.stdout == ""
+def test_negative_or_non_numeric_noise_is_refused():
+    for bad in ("-1", "abc", "0.1x", "nan"):
+        r = subprocess.run([str(BOX_ASK), "--noise", bad], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode == 2 and "--noise SD" in r.stderr and r.stdout == "", bad
