@@ -26,11 +26,12 @@ trials always pending, the oldest told first): the daemon sees the same calls on
 run, so builds can be compared seed by seed; Optuna runs are unchanged by it. Nothing is
 tuned here: functions.py says which functions and seeds are for tuning and which are held
 out (--set held-out2 is the fresh held-out set of session 13, seeds 201-210; like tuning2
-and tuning3, the mixed spaces of session 18, it is run only when named). --noise L tells every engine f(x) + e, e ~ N(0, (L gap)^2) with
-gap = mean f - min f (so L is scale-free: 0.1 is a tenth of random search's mean regret),
-seeded per run (per worker when threaded), as a validation score carries noise; simple
-regret and regret ratio stay those of the noiseless f at the points told (the best true
-value among them), for kbandit and Optuna alike.
+and tuning3, the mixed spaces of session 18, it is run only when named). --noise L tells
+every engine f(x) + e, e ~ N(0, (L gap)^2) with gap = mean f - min f (so L is
+scale-free: 0.1 is a tenth of random search's mean regret), seeded per run (per worker
+when threaded), as a validation score carries noise; simple regret and regret ratio stay
+those of the noiseless f at the points told (the best true value among them), for kbandit
+and Optuna alike.
 """
 import argparse
 import http.client
@@ -323,8 +324,9 @@ def parse_budgets(text):
 
 def plan(functions, set_name, seeds):
     """(function, its set, seeds) for each function to run. The functions are --functions
-    or, by default, those of --set ("both": tuning and held-out; tuning2, tuning3 and held-out2 run
-    only when named); --set filters them even when --seeds replaces the set's seeds."""
+    or, by default, those of --set ("both": tuning and held-out; tuning2, tuning3 and
+    held-out2 run only when named); --set filters them even when --seeds replaces the set's
+    seeds."""
     names = functions.split(",") if functions else (
         TUNING + HELD_OUT if set_name == "both" else SETS[set_name][0])
     out = []
