@@ -360,6 +360,9 @@ struct kb_engine {
     uint64_t n_fits;
     kb_rng fit_rng;
     double noise;
+    double *fit_ls;      /* boxes with fitted lengthscales: the fit's own values, before
+                          * kb__hyper_refit drops the dimensions the noise hides from
+                          * kernel.lengthscales; NULL otherwise */
 };
 
 #define KB_TRIAL_CHUNK 1024

@@ -470,6 +470,54 @@ static void refits_space_out_once_a_fit_samples(void **state)
     kb_engine_free(e);
 }
 
+/* gp-ucb on a 3-d box fitted to y = sin(6 x0) + 0.02 x1 (x2 unused) plus noise of sd
+ * `noise_sd`, 80 uniform points; returns the engine after one refit. */
+static kb_engine *fitted_on_weak_dims(double noise_sd)
+{
+    kb_error err;
+    kb_space *sp = kb_space_new_box(3, 256, &err);
+    kb_config *cfg = kb_config_new("gp-ucb", &err);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+    kb_rng drv;
+    kb_rng_seed(&drv, 8);
+    for (int i = 0; i < 80; i++) {
+        double x[3] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv), kb_rng_uniform(&drv)};
+        double y = sin(6.0 * x[0]) + 0.02 * x[1] + noise_sd * kb_rng_normal(&drv);
+        assert_int_equal(kb_engine_observe(e, x, y, &err), KB_OK);
+    }
+    assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
+    return e;
+}
+
+/* Dimensions the noise hides leave the model (engine.c, drop_hidden_dims): with noise of
+ * sd 0.3, x1 and x2, whose whole range moves f by at most 0.02, get the lengthscale 1e3;
+ * without noise x1's 0.02 is seen and kept. x0 keeps its fit either way. The rule,
+ * recomputed here with the textbook RBF (the default kernel), holds for each dimension's
+ * fitted value. */
+static void noise_hidden_dimensions_leave_the_model(void **state)
+{
+    (void)state;
+    for (int noisy = 0; noisy < 2; noisy++) {
+        kb_engine *e = fitted_on_weak_dims(noisy ? 0.3 : 0.0);
+        const kb_kernel *k = &e->kernel;
+        for (size_t j = 0; j < 3; j++) {
+            double l = e->fit_ls[j];
+            double spread = 2.0 * k->variance * (1.0 - textbook_base(k->kind, 1.0 / l));
+            int hidden = spread < e->noise;
+            assert_true(k->lengthscales[j] == (hidden ? 1e3 : l));
+            if (j == 0 || (j == 1 && !noisy))
+                assert_false(hidden);
+            if (j > 0 && noisy)
+                assert_true(hidden);
+        }
+        assert_true(e->fit_ls[0] < 0.5); /* sin(6 x0): a short lengthscale either way */
+        kb_engine_free(e);
+    }
+}
+
 /* Issue 12: the order of a categorical's choices changes nothing. Two engines see the same
  * observations, the second with the choices coded in another order (choice c as
  * PERM[c]); their fitted hyperparameters and posteriors agree at every point (coded each
@@ -1045,6 +1093,7 @@ int main(void)
         cmocka_unit_test(scaling_survives_extreme_columns),
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
+        cmocka_unit_test(noise_hidden_dimensions_leave_the_model),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }

@@ -1,0 +1,56 @@
+"""Dimensions the noise hides leave the model (issue 12; core/src/engine.c,
+drop_hidden_dims). Under noise the fit gives a parameter of small effect a lengthscale of a
+few box widths; the UCB over the pool then sent that parameter to its end values, where the
+posterior sd is largest only because the faces have fewer neighbours (boundary
+over-exploration).
+
+hartmann3_mixed (Hartmann-3 plus 0.1 per step of an int n in 1..9 away from 6 plus a choice
+cost) told with noise of sd 0.1 x (mean f - min f), the default engine, 4 workers x 50 trials
+in lockstep, seeds 1-6. Measured share of the last 100 trials of each run with n at 1 or 9:
+before the change 30 / 1 / 63 / 81 / 59 / 92 % (54% pooled), after it 11 / 3 / 29 / 0 / 24 /
+66 % (22% pooled). Asserted: pooled share below 35%, and some run reports a hidden dimension
+(lengthscale 1e3) in progress.hyperparameters.
+"""
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "quality"))
+import run  # noqa: E402
+
+BENCH = os.environ.get("KB_BENCH", os.path.join(ROOT, "build", "kb-bench"))
+DAEMON = os.path.join(os.path.dirname(BENCH), "kbanditd")
+NAME = "hartmann3_mixed"
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    d = run.Daemon(DAEMON)
+    yield d
+    d.close()
+
+
+def test_a_noise_hidden_int_is_not_sent_to_its_ends(daemon, monkeypatch):
+    fn = run.FUNCTIONS[NAME]
+    noise_sd = 0.1 * (run.mean_f(fn) - fn["fmin"])
+    asked = []
+
+    def recording_f(p):
+        asked.append(p["n"])
+        return fn["f"](p)
+
+    monkeypatch.setitem(run.FUNCTIONS, NAME, dict(fn, f=recording_f))
+    at_ends, counted, hidden = 0, 0, False
+    for seed in range(1, 7):
+        asked.clear()
+        values, _, progress = run.run_lockstep(daemon.port, NAME, "default", {}, seed, 4, 200,
+                                               noise_sd)
+        assert len(values) == 200 == len(asked)
+        last = asked[100:]
+        at_ends += sum(n in (1, 9) for n in last)
+        counted += len(last)
+        hidden |= 1000.0 in progress["hyperparameters"]["lengthscales"]
+    assert hidden
+    assert at_ends / counted < 0.35, at_ends / counted
