@@ -174,8 +174,8 @@ static double *standardized_y(kb_engine *e)
 
 /* Box dimensions the noise hides leave the model: one whose whole effect on f, the
  * variance 2 s2 (1 - base(1 / l^2)) of f's change across the box's width (or between two
- * choices), is below the noise variance gets the lengthscale OFF_LENGTHSCALE, the fit's
- * upper bound (hyper.c). Why: along such a dimension the posterior mean barely moves and
+ * choices), is below the noise variance gets the lengthscale KB_OFF_LENGTHSCALE, the
+ * fit's upper bound (hyper.c). Why: along such a dimension the posterior mean barely moves and
  * the sd grows towards the faces only because they have fewer neighbours, so the UCB
  * over the pool sent that coordinate to its end values (an int to its first or last
  * value on most asks) for no information, the boundary over-exploration of Siivola,
@@ -185,8 +185,6 @@ static double *standardized_y(kb_engine *e)
  * or a step from a best point). The fit starts from its own values (fit_ls), so a
  * dimension whose effect shows later comes back. Without noise only a dimension with no
  * visible effect leaves (where it costs nothing). */
-static const double OFF_LENGTHSCALE = 1e3;
-
 static void drop_hidden_dims(kb_engine *e)
 {
     kb_kernel *k = &e->kernel;
@@ -196,7 +194,7 @@ static void drop_hidden_dims(kb_engine *e)
         double spread = 2.0 * k->variance * (1.0 - kb__kernel_profile(k->kind, 1.0 / (l * l),
                                                                      &slope));
         if (spread < e->noise)
-            k->lengthscales[j] = OFF_LENGTHSCALE;
+            k->lengthscales[j] = KB_OFF_LENGTHSCALE;
     }
 }
 

@@ -133,6 +133,10 @@ void kb__space_snap(const kb_space *s, double *rows, size_t n);
 
 /* ---------------------------------------------- hyperparameters (hyper.c) */
 
+/* The lengthscale of a box dimension left out of the model (engine.c, drop_hidden_dims):
+ * the fit's upper bound: a correlation above 1 - 1e-6 across the box. */
+#define KB_OFF_LENGTHSCALE 1e3
+
 /* Observations one fit uses at most (kb_hyper_opts.max_rows 0): a uniform sample beyond. */
 #define KB_HYPER_ROWS 256
 

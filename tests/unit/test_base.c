@@ -1020,6 +1020,36 @@ static void pool_local_steps_reflect_at_the_faces(void **state)
     kb_space_free(box);
 }
 
+/* A dimension left out of the model (lengthscale KB_OFF_LENGTHSCALE) does not enter the
+ * relative scales' geometric mean: with lengthscales (0.5, 0.5, off) the two modelled
+ * dimensions keep relative scale 1, so the widest local level (L = 0.4) steps them with sd
+ * 0.2 (counting the third would give them 1/8 of that). */
+static void pool_scales_ignore_dimensions_out_of_the_model(void **state)
+{
+    (void)state;
+    enum { POOL = 8192, LEVELS = 7 };
+    kb_space *box = kb_space_new_box(3, POOL, NULL);
+    assert_non_null(box);
+    kb_rng rng;
+    kb_rng_seed(&rng, 6);
+    const double best[3] = {0.5, 0.5, 0.5}, ls[3] = {0.5, 0.5, KB_OFF_LENGTHSCALE};
+    kb__space_refresh_pool(box, &rng, best, 1, ls);
+    double ss = 0.0, m = 0.0;
+    for (size_t k = 0; POOL / 2 + k < POOL; k++) {
+        if ((k / 4) % LEVELS != 0)
+            continue;
+        for (size_t j = 0; j < 2; j++) {
+            double v = box->rows[(POOL / 2 + k) * 3 + j] - 0.5;
+            ss += v * v;
+            m += 1.0;
+        }
+    }
+    double sd = sqrt(ss / m);
+    if (fabs(sd / 0.2 - 1.0) > 0.1)
+        fail_msg("step sd %.4f over %.0f coordinates, expected 0.2", sd, m);
+    kb_space_free(box);
+}
+
 /* Columns spanning nearly the whole double range scale to finite internal coordinates. */
 static void scaling_survives_extreme_columns(void **state)
 {
@@ -1090,6 +1120,7 @@ int main(void)
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
         cmocka_unit_test(pool_is_the_shifted_halton_set),
         cmocka_unit_test(pool_local_steps_reflect_at_the_faces),
+        cmocka_unit_test(pool_scales_ignore_dimensions_out_of_the_model),
         cmocka_unit_test(scaling_survives_extreme_columns),
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
