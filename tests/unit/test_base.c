@@ -441,6 +441,19 @@ static kb_engine *levels_engine(void)
     return e;
 }
 
+/* Engine `name` at its defaults on a 3-d box with a pool of 256. */
+static kb_engine *box3_engine(const char *name)
+{
+    kb_error err;
+    kb_space *sp = kb_space_new_box(3, 256, &err);
+    kb_config *cfg = kb_config_new(name, &err);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+    return e;
+}
+
 /* The refit schedule (kb__hyper_refit): every 20% more observations while a fit sees all
  * of them, with the full evaluation budget; once there are more than KB_HYPER_ROWS (a fit
  * sees a sample), the next fit waits for n to double and a refit gets 10 evaluations. */
@@ -448,12 +461,7 @@ static void refits_space_out_once_a_fit_samples(void **state)
 {
     (void)state;
     kb_error err;
-    kb_space *sp = kb_space_new_box(3, 256, &err);
-    kb_config *cfg = kb_config_new("random", &err); /* no model that a refit would outdate */
-    kb_engine *e = kb_engine_create(cfg, sp, &err);
-    assert_non_null(e);
-    kb_space_free(sp);
-    kb_config_free(cfg);
+    kb_engine *e = box3_engine("random"); /* no model that a refit would outdate */
     kb_rng drv;
     kb_rng_seed(&drv, 5);
     const size_t at[3] = {200, KB_HYPER_ROWS, 300}, next[3] = {240, 307, 600};
@@ -475,12 +483,7 @@ static void refits_space_out_once_a_fit_samples(void **state)
 static kb_engine *fitted_on_weak_dims(double noise_sd)
 {
     kb_error err;
-    kb_space *sp = kb_space_new_box(3, 256, &err);
-    kb_config *cfg = kb_config_new("gp-ucb", &err);
-    kb_engine *e = kb_engine_create(cfg, sp, &err);
-    assert_non_null(e);
-    kb_space_free(sp);
-    kb_config_free(cfg);
+    kb_engine *e = box3_engine("gp-ucb");
     kb_rng drv;
     kb_rng_seed(&drv, 8);
     for (int i = 0; i < 80; i++) {
@@ -987,16 +990,25 @@ static double normal_cdf(double z)
     return 0.5 * erfc(-z / sqrt(2.0));
 }
 
+enum { POOL = 8192, LEVELS = 7 };
+
+/* A box pool of POOL points redrawn around one best point with lengthscales ls; its local
+ * half is rows POOL / 2 on, level (k / 4) % LEVELS for local row k. */
+static kb_space *pool_around(size_t dim, uint64_t seed, const double *best, const double *ls)
+{
+    kb_space *box = kb_space_new_box(dim, POOL, NULL);
+    assert_non_null(box);
+    kb_rng rng;
+    kb_rng_seed(&rng, seed);
+    kb__space_refresh_pool(box, &rng, best, 1, ls);
+    return box;
+}
+
 static void pool_local_steps_reflect_at_the_faces(void **state)
 {
     (void)state;
-    enum { POOL = 8192, LEVELS = 7 };
-    kb_space *box = kb_space_new_box(2, POOL, NULL);
-    assert_non_null(box);
-    kb_rng rng;
-    kb_rng_seed(&rng, 5);
     const double best[2] = {0.5, 0.02}, ls[2] = {1.0, 64.0}; /* relative scales 1/8, 8 */
-    kb__space_refresh_pool(box, &rng, best, 1, ls);
+    kb_space *box = pool_around(2, 5, best, ls);
     size_t first = POOL / 2, below = 0;
     const double a = 0.1;
     double expected = 0.0;
@@ -1027,13 +1039,8 @@ static void pool_local_steps_reflect_at_the_faces(void **state)
 static void pool_scales_ignore_dimensions_out_of_the_model(void **state)
 {
     (void)state;
-    enum { POOL = 8192, LEVELS = 7 };
-    kb_space *box = kb_space_new_box(3, POOL, NULL);
-    assert_non_null(box);
-    kb_rng rng;
-    kb_rng_seed(&rng, 6);
     const double best[3] = {0.5, 0.5, 0.5}, ls[3] = {0.5, 0.5, KB_OFF_LENGTHSCALE};
-    kb__space_refresh_pool(box, &rng, best, 1, ls);
+    kb_space *box = pool_around(3, 6, best, ls);
     double ss = 0.0, m = 0.0;
     for (size_t k = 0; POOL / 2 + k < POOL; k++) {
         if ((k / 4) % LEVELS != 0)
