@@ -1,7 +1,8 @@
 /*
  * test_base.c - unit tests of the library's common layer: RNG, kernels, configuration
  * validation, spaces, the engine base (trials, repeats policy, errors) through the
- * random engine, and snapshot/restore by replay; the hyperparameter refit schedule.
+ * random engine, and snapshot/restore by replay; the hyperparameter refit schedule and the
+ * box dimensions the noise hides.
  */
 #include <setjmp.h>
 #include <stdarg.h>
