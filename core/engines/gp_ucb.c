@@ -694,6 +694,7 @@ const kb_engine_ops kb_engine_gp_ucb = {
     .posterior = gp_posterior,
     .stats = ucb_stats,
     .fits_hyper = 1,
+    .ucb = 1,
 };
 
 const kb_engine_ops kb_engine_gp_bucb = {
@@ -710,4 +711,5 @@ const kb_engine_ops kb_engine_gp_bucb = {
     .posterior = gp_posterior,
     .stats = bucb_stats,
     .fits_hyper = 1,
+    .ucb = 1,
 };

@@ -1038,6 +1038,7 @@ const kb_engine_ops kb_engine_pi_gp_ucb = {
     .options = pi_options,
     .max_dim = PI_MAX_DIM,
     .fits_hyper = 1,
+    .ucb = 1,
     .create = pi_create,
     .destroy = pi_destroy,
     .ask_one = pi_ask_one,

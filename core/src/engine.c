@@ -175,16 +175,19 @@ static double *standardized_y(kb_engine *e)
 /* Box dimensions the noise hides leave the model: one whose whole effect on f, the
  * variance 2 s2 (1 - base(1 / l^2)) of f's change across the box's width (or between two
  * choices), is below the noise variance gets the lengthscale KB_OFF_LENGTHSCALE, the
- * fit's upper bound (hyper.c). Why: along such a dimension the posterior mean barely moves and
- * the sd grows towards the faces only because they have fewer neighbours, so the UCB
- * over the pool sent that coordinate to its end values (an int to its first or last
- * value on most asks) for no information, the boundary over-exploration of Siivola,
+ * fit's upper bound (hyper.c). Why: along such a dimension the posterior mean barely
+ * moves and the sd grows towards the faces only because they have fewer neighbours, so
+ * the UCB over the pool sent that coordinate to its end values (an int to its first or
+ * last value on most asks) for no information: the boundary over-exploration of Siivola,
  * Vehtari, Vanhatalo, Gonzalez & Andersen, "Correcting boundary over-exploration
  * deficiencies in Bayesian optimization with virtual derivative sign observations"
  * (MLSP 2018). Out of the model, the coordinate keeps the pool point's value (quasi-random
  * or a step from a best point). The fit starts from its own values (fit_ls), so a
  * dimension whose effect shows later comes back. Without noise only a dimension with no
- * visible effect leaves (where it costs nothing). */
+ * visible effect leaves (where it costs nothing). UCB engines only (kb_engine_ops.ucb): in
+ * a Thompson sample the sd enters as a random draw, not as a bonus that every ask
+ * collects at the faces, and gp-ts lost by the rule under noise (docs/BENCHMARKS.md,
+ * nineteenth session). */
 static void drop_hidden_dims(kb_engine *e)
 {
     kb_kernel *k = &e->kernel;
@@ -315,7 +318,7 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
         goto fail;
     }
     setup_fitting(e);
-    if (e->fit_on && !space->finite && !e->fit_opts.fix_lengthscales) {
+    if (e->fit_on && e->ops->ucb && !space->finite && !e->fit_opts.fix_lengthscales) {
         e->fit_ls = malloc(space->dim * sizeof *e->fit_ls);
         if (!e->fit_ls) {
             kb__fail(err, KB_ENOMEM, NULL, "out of memory");

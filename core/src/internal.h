@@ -285,6 +285,9 @@ typedef struct kb_engine_ops {
     size_t max_dim;
     /* 1 when the engine calls kb__hyper_refit (hyperparameters = "fit" applies to it). */
     int fits_hyper;
+    /* 1 when its acquisition is an upper confidence bound: on boxes the refit then leaves
+     * the dimensions the noise hides out of the model (engine.c, drop_hidden_dims). */
+    int ucb;
     /* Builds e->impl. Options are already validated one by one; check cross-field
      * constraints here. */
     int (*create)(kb_engine *e, kb_error *err);

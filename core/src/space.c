@@ -312,17 +312,14 @@ static unsigned next_prime(unsigned p)
 /* Relative per-dimension scales: lengthscales divided by their geometric mean (TuRBO's
  * weights, Eriksson et al. 2019, sec. 2), clipped to [1/8, 8] so that a dimension the fit
  * switched off (huge lengthscale) is still moved now and then; all 1 without lengthscales.
- * The mean is over the dimensions in the model: one left out (KB_OFF_LENGTHSCALE) would
- * otherwise shrink every other dimension's steps, by up to 8x. */
+ * A dimension out of the model (KB_OFF_LENGTHSCALE, engine.c) counts in the mean too and so
+ * shrinks the others' steps: a mean over the modelled dimensions only was neutral on the
+ * tuning sets and lost Inactive-10 under noise (docs/BENCHMARKS.md, nineteenth session). */
 static void relative_scales(const double *ls, size_t d, double *w)
 {
-    double lg = 0.0, m = 0.0;
+    double lg = 0.0;
     for (size_t j = 0; ls && j < d; j++)
-        if (ls[j] < KB_OFF_LENGTHSCALE) {
-            lg += log(ls[j]);
-            m += 1.0;
-        }
-    lg = m > 0.0 ? lg / m : 0.0;
+        lg += log(ls[j]) / (double)d;
     for (size_t j = 0; j < d; j++)
         w[j] = ls ? fmin(8.0, fmax(0.125, exp(log(ls[j]) - lg))) : 1.0;
 }

@@ -603,6 +603,7 @@ const kb_engine_ops kb_engine_bbkb = {
     .posterior = bbkb_posterior,
     .stats = bbkb_stats,
     .fits_hyper = 1,
+    .ucb = 1,
 };
 
 const kb_engine_ops kb_engine_bkb = {
@@ -619,4 +620,5 @@ const kb_engine_ops kb_engine_bkb = {
     .posterior = bbkb_posterior,
     .stats = bbkb_stats,
     .fits_hyper = 1,
+    .ucb = 1,
 };
