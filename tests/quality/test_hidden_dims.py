@@ -9,7 +9,8 @@ cost) told with noise of sd 0.1 x (mean f - min f), the default engine, 4 worker
 in lockstep, seeds 1-6. Measured share of the last 100 trials of each run with n at 1 or 9:
 before the change 30 / 1 / 63 / 81 / 59 / 92 % (54% pooled), after it 11 / 3 / 29 / 0 / 24 /
 66 % (22% pooled). Asserted: pooled share below 35%, and some run reports a hidden dimension
-(lengthscale 1e3) in progress.hyperparameters.
+(lengthscale 1e3) in progress.hyperparameters. A pure-noise objective hides every dimension
+and each UCB engine still serves its trials.
 """
 import os
 import sys
@@ -54,3 +55,17 @@ def test_a_noise_hidden_int_is_not_sent_to_its_ends(daemon, monkeypatch):
         hidden |= 1000.0 in progress["hyperparameters"]["lengthscales"]
     assert hidden
     assert at_ends / counted < 0.35, at_ends / counted
+
+
+@pytest.mark.parametrize("engine", ["default", "gp-ucb", "bkb", "pi-gp-ucb"])
+def test_pure_noise_hides_every_dimension_and_the_engine_goes_on(daemon, monkeypatch, engine):
+    """An objective that is pure noise: every dimension leaves the model (the kernel is then
+    constant across the box) and each UCB engine still hands out all 300 trials."""
+    params = [{"name": f"x{i}", "type": "float", "low": 0.0, "high": 1.0} for i in range(3)]
+    params.append({"name": "k", "type": "int", "low": 0, "high": 5})
+    monkeypatch.setitem(run.FUNCTIONS, "pure_noise",
+                        dict(params=params, f=lambda p: 0.0, fmin=0.0))
+    values, _, progress = run.run_lockstep(daemon.port, "pure_noise", engine, {}, 3, 4, 300,
+                                           noise_sd=1.0)
+    assert len(values) == 300
+    assert progress["hyperparameters"]["lengthscales"] == [1000.0] * 4, progress
