@@ -6,11 +6,14 @@
  * internal coordinates kept up to date per observation), and the adoption of replayed
  * asks whose recorded point the engine no longer chooses (kb_engine_ask_recorded: the
  * engine's choice abandoned inside the engine, the trial's tell an observation of the
- * recorded point; kb_trial in internal.h). Engine files implement kb_engine_ops
- * (internal.h) and see only already-validated calls.
+ * recorded point; kb_trial in internal.h), and the hyperparameter refit schedule with
+ * the box dimensions the noise hides (kb__hyper_refit, drop_hidden_dims). Engine files
+ * implement kb_engine_ops (internal.h) and see only already-validated calls.
  *
  * Ownership: kb_engine owns its copies of the config and the space, the trial and
- * observation arrays and the log; e->impl belongs to the engine's ops.
+ * observation arrays, fit_ls and the log; e->impl belongs to the engine's ops.
+ * Invariant (UCB engines on boxes): kernel.lengthscales equals fit_ls except where a
+ * dimension is hidden (KB_OFF_LENGTHSCALE).
  */
 #include "internal.h"
 
