@@ -299,13 +299,7 @@ static void refinement_is_deterministic_and_restorable(void **state)
         drive(a, HALF, xa, &refined);
         drive(b, HALF, xb, &ignored);
         assert_memory_equal(xa, xb, 2 * HALF * sizeof *xa);
-        kb_error err;
-        unsigned char *bytes;
-        size_t len;
-        assert_int_equal(kb_engine_snapshot(b, &bytes, &len, &err), KB_OK);
-        kb_engine *r = kb_engine_restore(bytes, len, &err);
-        assert_non_null(r);
-        free(bytes);
+        kb_engine *r = tu_restored(b);
         drive(a, HALF, xa + 2 * HALF, &refined);
         drive(r, HALF, xr + 2 * HALF, &ignored);
         assert_memory_equal(xa + 2 * HALF, xr + 2 * HALF, 2 * HALF * sizeof *xa);

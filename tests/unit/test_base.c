@@ -318,6 +318,19 @@ static kb_engine *random_engine(size_t n, const char *repeats, uint64_t seed)
     return e;
 }
 
+/* The next n asks of a and b (on 3-d boxes) hand out the same points. */
+static void next_asks_agree(kb_engine *a, kb_engine *b, int n)
+{
+    kb_error err;
+    for (int k = 0; k < n; k++) {
+        kb_point pa, pb;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(a, 1, &pa, &res, &err), KB_OK);
+        assert_int_equal(kb_engine_ask(b, 1, &pb, &res, &err), KB_OK);
+        assert_memory_equal(pa.x, pb.x, 3 * sizeof *pa.x);
+    }
+}
+
 /* kb__output_stats against tu_distinct_stats on the told and observed inputs (distinct
  * rows map to distinct internal points), past several regrowths of the hash table,
  * with repeated arms, observes at a candidate and at -0.0; a restored engine has the
@@ -355,16 +368,11 @@ static void output_stats_count_distinct_points(void **state)
         }
     }
     assert_true(e->n_groups > 128 && e->n_groups < n); /* regrown, and arms repeated */
-    unsigned char *bytes;
-    size_t len;
-    assert_int_equal(kb_engine_snapshot(e, &bytes, &len, &err), KB_OK);
-    kb_engine *r = kb_engine_restore(bytes, len, &err);
-    assert_non_null(r);
+    kb_engine *r = tu_restored(e);
     double m1, s1, m2, s2;
     kb__output_stats(e, &m1, &s1);
     kb__output_stats(r, &m2, &s2);
     assert_true(m1 == m2 && s1 == s2);
-    free(bytes);
     free(X);
     free(y);
     kb_engine_free(r);
@@ -538,24 +546,12 @@ static void noise_hidden_dimensions_leave_the_model(void **state)
 static void hidden_dimensions_survive_a_restore(void **state)
 {
     (void)state;
-    kb_error err;
     kb_engine *e = fitted_on_weak_dims("gp-ucb", 0.3);
-    unsigned char *bytes;
-    size_t len;
-    assert_int_equal(kb_engine_snapshot(e, &bytes, &len, &err), KB_OK);
-    kb_engine *r = kb_engine_restore(bytes, len, &err);
-    assert_non_null(r);
-    free(bytes);
+    kb_engine *r = tu_restored(e);
     assert_true(e->kernel.lengthscales[2] == 1e3);
     assert_memory_equal(r->fit_ls, e->fit_ls, 3 * sizeof *e->fit_ls);
     assert_memory_equal(r->kernel.lengthscales, e->kernel.lengthscales, 3 * sizeof(double));
-    for (int k = 0; k < 3; k++) {
-        kb_point pe, pr;
-        kb_ask_result res;
-        assert_int_equal(kb_engine_ask(e, 1, &pe, &res, &err), KB_OK);
-        assert_int_equal(kb_engine_ask(r, 1, &pr, &res, &err), KB_OK);
-        assert_memory_equal(pe.x, pr.x, 3 * sizeof *pe.x);
-    }
+    next_asks_agree(e, r, 3);
     kb_engine_free(r);
     kb_engine_free(e);
 }
@@ -613,19 +609,8 @@ static void categorical_order_does_not_matter(void **state)
             double L = j == 1 ? 5.0 : 4.0, v = s->u[i * 3 + j] * L - 0.5;
             assert_true(fabs(v - round(v)) < 1e-12);
         }
-    unsigned char *bytes; /* the levels survive a snapshot: the restored engine goes on alike */
-    size_t len;
-    assert_int_equal(kb_engine_snapshot(a, &bytes, &len, &err), KB_OK);
-    kb_engine *r = kb_engine_restore(bytes, len, &err);
-    assert_non_null(r);
-    for (int k = 0; k < 3; k++) {
-        kb_point pa, pr;
-        kb_ask_result res;
-        assert_int_equal(kb_engine_ask(a, 1, &pa, &res, &err), KB_OK);
-        assert_int_equal(kb_engine_ask(r, 1, &pr, &res, &err), KB_OK);
-        assert_memory_equal(pa.x, pr.x, 3 * sizeof *pa.x);
-    }
-    free(bytes);
+    kb_engine *r = tu_restored(a); /* the levels survive a snapshot: it goes on alike */
+    next_asks_agree(a, r, 3);
     kb_engine_free(r);
     kb_engine_free(a);
     kb_engine_free(b);

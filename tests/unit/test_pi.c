@@ -451,12 +451,7 @@ static void deterministic_and_snapshot_restore(void **state)
         drive(a, 40, ia);
         drive(b, 40, ib);
         assert_memory_equal(ia, ib, sizeof ia / 2);
-        unsigned char *bytes;
-        size_t len;
-        assert_int_equal(kb_engine_snapshot(a, &bytes, &len, &err), KB_OK);
-        kb_engine *r = kb_engine_restore(bytes, len, &err);
-        assert_non_null(r);
-        free(bytes);
+        kb_engine *r = tu_restored(a);
         drive(a, 40, ia + 80);
         drive(r, 40, ib + 80);
         assert_memory_equal(ia + 80, ib + 80, sizeof ia / 2);

@@ -272,6 +272,23 @@ kb_kernel *tu_kernel(kb_kernel_kind kind, size_t d, double l)
     return k;
 }
 
+kb_engine *tu_restored(const kb_engine *e)
+{
+    kb_error err;
+    unsigned char *bytes;
+    size_t len;
+    kb_engine *r = NULL;
+    if (kb_engine_snapshot(e, &bytes, &len, &err) == KB_OK) {
+        r = kb_engine_restore(bytes, len, &err);
+        free(bytes);
+    }
+    if (!r) {
+        fprintf(stderr, "tu_restored: %s\n", err.message);
+        abort();
+    }
+    return r;
+}
+
 double tu_stat(const kb_engine *e, const char *name)
 {
     kb_error err;

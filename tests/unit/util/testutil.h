@@ -57,6 +57,11 @@ double tu_max_rel_err(const double *a, const double *b, size_t n, double floor);
 kb_kernel *tu_kernel(kb_kernel_kind kind, size_t d, double l);
 kb_kernel *tu_kernel_with(kb_kernel_kind kind, size_t d, double variance, const double *ls);
 
+/* The engine e's snapshot restores to (kb_engine_snapshot, kb_engine_restore), owned by
+ * the caller. Aborts, with the error, when either fails: the tests calling it expect both
+ * to succeed. */
+kb_engine *tu_restored(const kb_engine *e);
+
 /* The figure `name` of e (kb_engine_stat). Aborts, naming it, when e's engine does not
  * offer it: a test reading a figure expects the engine to have it. */
 double tu_stat(const kb_engine *e, const char *name);
