@@ -6,10 +6,10 @@ Library of Simulation Experiments"); the embedded and mixed variants are built h
 Which functions may be used to choose constants (TUNING; TUNING2: multi-basin functions
 added in session 12 to design rules for leaving a wrong basin; TUNING3: mixed spaces, int
 and categorical parameters beside floats, added in session 18 when the held-out mixed
-functions were found far behind TPE under noise) and which are only
-reported (HELD_OUT, and HELD_OUT2: a fresh set added in session 13, with its own seeds,
-because HELD_OUT had been looked at in every session since the sixth) is fixed here, as the
-quality protocol (docs/REFERENCES.md) asks: never tune on a held-out one.
+functions were found far behind TPE under noise) and which are only reported (HELD_OUT,
+and HELD_OUT2: a fresh set added in session 13, with its own seeds, because HELD_OUT had
+been looked at in every session since the sixth) is fixed here, as the quality protocol
+(docs/REFERENCES.md) asks: never tune on a held-out one.
 """
 import math
 
