@@ -7,6 +7,11 @@ Optuna's in the other; within one file each key must appear once (--engine picks
 engine's runs out of a file that holds several; a rerun appended to a file is refused).
 
     bench/quality/compare.py A.jsonl B.jsonl [--engine default] [--floor 1e-9]
+                             [--metric simple_regret | recommended_regret]
+
+--metric recommended_regret pairs the regrets of the points the tools recommend (the
+trial with the best told value) instead of the best true value among the told points:
+under --noise only the former is what a user gets, since the latter needs the noiseless f.
 
 Why not medians: a lockstep run is a deterministic but chaotic function of its seed, so
 two builds that differ anywhere (one design point, one prior) land in different basins on
@@ -34,8 +39,8 @@ TIE = 0.02
 RESAMPLES = 2000
 
 
-def load(path, engine):
-    """{(function, budget, workers, noise, seed): simple_regret} for one engine."""
+def load(path, engine, metric="simple_regret"):
+    """{(function, budget, workers, noise, seed): the metric} for one engine."""
     runs, first = {}, {}
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -44,13 +49,13 @@ def load(path, engine):
             try:
                 r = json.loads(line)
                 key = (r["function"], r["budget"], r["workers"], r.get("noise", 0.0), r["seed"])
-                regret = float(r["simple_regret"])
+                regret = float(r[metric])
             except (ValueError, KeyError, TypeError) as e:
                 raise SystemExit(f"{path}:{n}: not a run.py result line ({e})")
             if engine is not None and r.get("engine") != engine:
                 continue
             if not math.isfinite(regret):
-                raise SystemExit(f"{path}:{n}: simple_regret is {regret}")
+                raise SystemExit(f"{path}:{n}: {metric} is {regret}")
             if key in runs:
                 raise SystemExit(f"{path}:{n}: the run of line {first[key]} again (same "
                                  "function, budget, workers, noise, seed); keep one, or "
@@ -95,10 +100,13 @@ def main():
     ap.add_argument("b")
     ap.add_argument("--engine", help="compare this engine's runs only (default: all)")
     ap.add_argument("--floor", type=float, default=1e-9)
+    ap.add_argument("--metric", choices=["simple_regret", "recommended_regret"],
+                    default="simple_regret")
     args = ap.parse_args()
     if not args.floor > 0:
         ap.error("--floor must be positive")
-    groups, unpaired = pairs(load(args.a, args.engine), load(args.b, args.engine), args.floor)
+    groups, unpaired = pairs(load(args.a, args.engine, args.metric),
+                             load(args.b, args.engine, args.metric), args.floor)
     if not groups:
         sys.exit("no run of one file has a partner (same function, budget, noise, seed) "
                  "in the other")

@@ -16,9 +16,11 @@ told (no trial is evaluated twice; a worker claims a slot before it asks). Optun
 processes sharing one SQLite storage (TPESampler(constant_liar=True) / RandomSampler).
 Per run it records simple regret (best value - known minimum), regret ratio (cumulative
 regret / (T (mean f - min f)), mean f over 20,000 uniform points: 1 = random search),
-wall time and trials/s; the summary gives median and worst over seeds per function, budget
-and engine. --eval-ms M makes every evaluation take an exponentially distributed time of
-mean M ms (seeded per worker; instant by default), as real objectives do: the pending
+recommended regret (the regret at the trial the tool recommends: the best told value,
+kbandit's GET /best and Optuna's best_trial; under --noise that is what a user gets, where
+simple regret needs the noiseless f), wall time and trials/s; the summary gives median and
+worst over seeds per function, budget and engine. --eval-ms M makes every evaluation take
+an exponentially distributed time of mean M ms (seeded per worker; instant by default), as real objectives do: the pending
 trials then overlap, and kbandit's runs also record the fraction of worker time spent
 waiting in ask (idle_fraction: an engine that holds workers back until feedback arrives
 shows it here). --lockstep instead plays kbandit's W workers in turn from one thread (W
@@ -161,11 +163,20 @@ def create_study(api, fname, engine, settings, seed, workers, budget):
     return api.call("POST", "/v1/studies", doc)["id"]
 
 
-def finish_study(port, sid):
+def recommended_regret(fname, params):
+    """Regret of the noiseless f at the point a tool recommends."""
+    fn = FUNCTIONS[fname]
+    return fn["f"](params) - fn["fmin"]
+
+
+def finish_study(port, sid, fname):
+    """The study's progress, with the regret of the trial it recommends (GET /best: the
+    best told value)."""
     api = Http(port)  # a fresh connection: an earlier one may have sat idle past the timeout
     info = api.call("GET", f"/v1/studies/{sid}")
+    best = api.call("GET", f"/v1/studies/{sid}/best")["params"]
     api.call("DELETE", f"/v1/studies/{sid}")
-    return info.get("progress", {})
+    return dict(info.get("progress", {}), recommended_regret=recommended_regret(fname, best))
 
 
 def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=0.0):
@@ -200,7 +211,7 @@ def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=
         values.append(v)
         free.append(w)
     wall = time.monotonic() - t0
-    progress = dict(finish_study(port, sid), idle_fraction=None, empty_asks=empty)
+    progress = dict(finish_study(port, sid, fname), idle_fraction=None, empty_asks=empty)
     return values, wall, progress
 
 
@@ -248,7 +259,8 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.
     wall = time.monotonic() - t0
     if state["error"]:
         raise RuntimeError(f"{fname} {engine} seed {seed}: {state['error']}")
-    progress = dict(finish_study(port, sid), idle_fraction=state["ask_s"] / (workers * wall))
+    progress = dict(finish_study(port, sid, fname),
+                    idle_fraction=state["ask_s"] / (workers * wall))
     return state["values"], wall, progress
 
 
@@ -309,7 +321,8 @@ def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0, noise_sd=0.0)
         study = optuna.load_study(study_name=name, storage=optuna_storage(url))
         # The noiseless f at each told point (equal to t.value without --noise).
         values = [FUNCTIONS[fname]["f"](t.params) for t in study.trials if t.value is not None]
-    return values, wall
+        rec = recommended_regret(fname, study.best_trial.params)  # the best told value
+    return values, wall, rec
 
 
 # ------------------------------------------------------------------ main
@@ -378,8 +391,9 @@ def main():
                     for seed in seeds:
                         progress = {}
                         if engine.startswith("optuna-"):
-                            values, wall = run_optuna(fname, engine[7:], seed, workers, budget,
-                                                      args.eval_ms, noise_sd)
+                            values, wall, rec = run_optuna(fname, engine[7:], seed, workers,
+                                                           budget, args.eval_ms, noise_sd)
+                            progress = {"recommended_regret": rec}
                         else:
                             daemon = daemon or Daemon(args.daemon)
                             if args.lockstep:
@@ -402,6 +416,7 @@ def main():
                                    idle_fraction=progress.get("idle_fraction"),
                                    lockstep=args.lockstep and not engine.startswith("optuna-"),
                                    empty_asks=progress.get("empty_asks"),
+                                   recommended_regret=progress["recommended_regret"],
                                    **summarize_values(values, fn, fmean))
                         rows.append(row)
                         print(json.dumps(row), flush=True)
@@ -417,19 +432,20 @@ def main():
 def print_table(rows):
     keys = sorted({(r["function"], r["workers"], r["budget"], r["engine"]) for r in rows},
                   key=lambda k: (k[0], k[2], k[3]))
-    print("\n| function | budget | engine | median simple regret | worst | median regret ratio "
-          "| trials/s | idle | seeds |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| function | budget | engine | median simple regret | worst | median recommended "
+          "regret | median regret ratio | trials/s | idle | seeds |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for f, w, b, e in keys:
         rs = [r for r in rows if (r["function"], r["workers"], r["budget"], r["engine"]) ==
               (f, w, b, e)]
         sr = [r["simple_regret"] for r in rs]
+        rec = statistics.median(r["recommended_regret"] for r in rs)
         rr = [r["regret_ratio"] for r in rs if r["regret_ratio"] is not None]
         tps = statistics.median(r["trials_per_s"] for r in rs)
         idle = [r["idle_fraction"] for r in rs if r.get("idle_fraction") is not None]
         idle_s = f"{statistics.median(idle):.2f}" if idle else "-"
         print(f"| {f} | {w}x{b // w} | {e} | {statistics.median(sr):.4g} | {max(sr):.4g} | "
-              f"{statistics.median(rr) if rr else math.nan:.3f} | {tps:.0f} | {idle_s} | "
+              f"{rec:.4g} | {statistics.median(rr) if rr else math.nan:.3f} | {tps:.0f} | {idle_s} | "
               f"{len(rs)} |")
 
 

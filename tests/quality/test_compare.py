@@ -119,3 +119,21 @@ def test_no_partner_at_all_fails(tmp_path):
     rc, _, err = compare(write(tmp_path / "a", [("branin", 1, 1.0, "default")]),
                          write(tmp_path / "b", [("branin", 2, 1.0, "default")]))
     assert rc != 0 and "no run" in err
+
+
+def test_the_metric_option_pairs_the_recommended_regrets(tmp_path):
+    # equal simple regrets, B's recommended points 10x better: only --metric sees it
+    def lines(path, scale):
+        with open(path, "w") as f:
+            for seed in range(1, 11):
+                f.write(json.dumps({"function": "branin", "budget": 200, "workers": 4,
+                                    "noise": 0.1, "seed": seed, "engine": "default",
+                                    "simple_regret": 0.5,
+                                    "recommended_regret": seed * scale}) + "\n")
+        return str(path)
+    a, b = lines(tmp_path / "a", 1.0), lines(tmp_path / "b", 0.1)
+    assert rows(compare(a, b)[1])["all"][3] == "undecided"
+    rc, out, _ = compare(a, b, "--metric", "recommended_regret")
+    assert rc == 0 and rows(out)["all"][:3] == (10, "10 / 0 / 0", -1.0)
+    rc, _, err = compare(a, b, "--metric", "regret")
+    assert rc != 0 and "invalid choice" in err

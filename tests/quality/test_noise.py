@@ -46,8 +46,18 @@ def test_lockstep_run_reports_noiseless_values_and_tells_noisy_ones(daemon):
     assert len(values) == 40 and min(values) >= FMIN - 1e-9
     # the engine saw the noise: its fitted noise variance (standardized outputs) is large
     assert progress["hyperparameters"]["noise"] > 0.1, progress["hyperparameters"]
+    # the recommended trial (best told value) is one of the told points, and under this
+    # much noise not the best of them
+    assert any(abs(v - FMIN - progress["recommended_regret"]) < 1e-9 for v in values)
+    assert progress["recommended_regret"] > min(values) - FMIN
+
+
+def test_without_noise_the_recommended_trial_is_the_best_told(daemon):
+    values, _, progress = run.run_lockstep(daemon.port, "branin", "default", {}, 1, 2, 20)
+    assert progress["recommended_regret"] == min(values) - FMIN
 
 
 def test_optuna_run_reports_noiseless_values():
-    values, _ = run.run_optuna("branin", "random", 1, 1, 40, noise_sd=BIG_SD)
+    values, _, rec = run.run_optuna("branin", "random", 1, 1, 40, noise_sd=BIG_SD)
     assert len(values) == 40 and min(values) >= FMIN - 1e-9
+    assert any(abs(v - FMIN - rec) < 1e-9 for v in values) and rec > min(values) - FMIN
