@@ -20,11 +20,11 @@ recommended regret (the regret at the trial the tool recommends: the best told v
 kbandit's GET /best and Optuna's best_trial; under --noise that is what a user gets, where
 simple regret needs the noiseless f), wall time and trials/s; the summary gives median and
 worst over seeds per function, budget and engine. --eval-ms M makes every evaluation take
-an exponentially distributed time of mean M ms (seeded per worker; instant by default), as real objectives do: the pending
-trials then overlap, and kbandit's runs also record the fraction of worker time spent
-waiting in ask (idle_fraction: an engine that holds workers back until feedback arrives
-shows it here). --lockstep instead plays kbandit's W workers in turn from one thread (W
-trials always pending, the oldest told first): the daemon sees the same calls on every
+an exponentially distributed time of mean M ms (seeded per worker; instant by default), as
+real objectives do: the pending trials then overlap, and kbandit's runs also record the
+fraction of worker time spent waiting in ask (idle_fraction: an engine that holds workers
+back until feedback arrives shows it here). --lockstep instead plays kbandit's W workers
+in turn from one thread (W trials always pending, the oldest told first): the daemon sees the same calls on every
 run, so builds can be compared seed by seed; Optuna runs are unchanged by it. Nothing is
 tuned here: functions.py says which functions and seeds are for tuning and which are held
 out (--set held-out2 is the fresh held-out set of session 13, seeds 201-210; like tuning2
@@ -445,8 +445,8 @@ def print_table(rows):
         idle = [r["idle_fraction"] for r in rs if r.get("idle_fraction") is not None]
         idle_s = f"{statistics.median(idle):.2f}" if idle else "-"
         print(f"| {f} | {w}x{b // w} | {e} | {statistics.median(sr):.4g} | {max(sr):.4g} | "
-              f"{rec:.4g} | {statistics.median(rr) if rr else math.nan:.3f} | {tps:.0f} | {idle_s} | "
-              f"{len(rs)} |")
+              f"{rec:.4g} | {statistics.median(rr) if rr else math.nan:.3f} | {tps:.0f} | "
+              f"{idle_s} | {len(rs)} |")
 
 
 if __name__ == "__main__":
