@@ -13,27 +13,27 @@ Engine "default" is a study created with nothing but its space (the daemon's def
 and settings); other names create that engine with its defaults plus --settings. For each
 run: W worker threads each ask -> evaluate -> tell over keep-alive HTTP until the budget is
 told (no trial is evaluated twice; a worker claims a slot before it asks). Optuna runs W
-processes sharing one SQLite storage (TPESampler(constant_liar=True) / RandomSampler).
-Per run it records simple regret (best value - known minimum), regret ratio (cumulative
-regret / (T (mean f - min f)), mean f over 20,000 uniform points: 1 = random search),
-recommended regret (the regret at the trial the tool recommends: the best told value,
-kbandit's GET /best and Optuna's best_trial; under --noise that is what a user gets, where
-simple regret needs the noiseless f), wall time and trials/s; the summary gives median and
-worst over seeds per function, budget and engine. --eval-ms M makes every evaluation take
-an exponentially distributed time of mean M ms (seeded per worker; instant by default), as
+processes sharing one SQLite storage (TPESampler(constant_liar=True) / RandomSampler). Per
+run it records simple regret (best value - known minimum), regret ratio (cumulative regret
+/ (T (mean f - min f)), mean f over 20,000 uniform points: 1 = random search), recommended
+regret (the regret at the trial the tool recommends: the best told value, kbandit's GET
+/best and Optuna's best_trial; under --noise that is what a user gets, where simple regret
+needs the noiseless f), wall time and trials/s; the summary gives median and worst over
+seeds per function, budget and engine. --eval-ms M makes every evaluation take an
+exponentially distributed time of mean M ms (seeded per worker; instant by default), as
 real objectives do: the pending trials then overlap, and kbandit's runs also record the
 fraction of worker time spent waiting in ask (idle_fraction: an engine that holds workers
-back until feedback arrives shows it here). --lockstep instead plays kbandit's W workers
-in turn from one thread (W trials always pending, the oldest told first): the daemon sees the same calls on every
-run, so builds can be compared seed by seed; Optuna runs are unchanged by it. Nothing is
-tuned here: functions.py says which functions and seeds are for tuning and which are held
-out (--set held-out2 is the fresh held-out set of session 13, seeds 201-210; like tuning2
-and tuning3, the mixed spaces of session 18, it is run only when named). --noise L tells
-every engine f(x) + e, e ~ N(0, (L gap)^2) with gap = mean f - min f (so L is
-scale-free: 0.1 is a tenth of random search's mean regret), seeded per run (per worker
-when threaded), as a validation score carries noise; simple regret and regret ratio stay
-those of the noiseless f at the points told (the best true value among them), for kbandit
-and Optuna alike.
+back until feedback arrives shows it here). --lockstep instead plays kbandit's W workers in
+turn from one thread (W trials always pending, the oldest told first): the daemon sees the
+same calls on every run, so builds can be compared seed by seed; Optuna runs are unchanged
+by it. Nothing is tuned here: functions.py says which functions and seeds are for tuning
+and which are held out (--set held-out2 is the fresh held-out set of session 13, seeds
+201-210; like tuning2 and tuning3, the mixed spaces of session 18, it is run only when
+named). --noise L tells every engine f(x) + e, e ~ N(0, (L gap)^2) with gap = mean f - min
+f (so L is scale-free: 0.1 is a tenth of random search's mean regret), seeded per run (per
+worker when threaded), as a validation score carries noise; simple regret and regret ratio
+stay those of the noiseless f at the points told (the best true value among them), for
+kbandit and Optuna alike.
 """
 import argparse
 import http.client
