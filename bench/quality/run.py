@@ -163,20 +163,15 @@ def create_study(api, fname, engine, settings, seed, workers, budget):
     return api.call("POST", "/v1/studies", doc)["id"]
 
 
-def recommended_regret(fname, params):
-    """Regret of the noiseless f at the point a tool recommends."""
-    fn = FUNCTIONS[fname]
-    return fn["f"](params) - fn["fmin"]
-
-
-def finish_study(port, sid, fname):
+def finish_study(port, sid, fmin, noiseless):
     """The study's progress, with the regret of the trial it recommends (GET /best: the
-    best told value)."""
+    best told value), read from `noiseless` ({trial id: noiseless f}: f is not evaluated
+    again)."""
     api = Http(port)  # a fresh connection: an earlier one may have sat idle past the timeout
     info = api.call("GET", f"/v1/studies/{sid}")
-    best = api.call("GET", f"/v1/studies/{sid}/best")["params"]
+    best = api.call("GET", f"/v1/studies/{sid}/best")["id"]
     api.call("DELETE", f"/v1/studies/{sid}")
-    return dict(info.get("progress", {}), recommended_regret=recommended_regret(fname, best))
+    return dict(info.get("progress", {}), recommended_regret=noiseless[best] - fmin)
 
 
 def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=0.0):
@@ -189,7 +184,7 @@ def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=
     fn = FUNCTIONS[fname]
     api = Http(port)
     sid = create_study(api, fname, engine, settings, seed, workers, budget)
-    pending, values, claimed, empty = [], [], 0, 0
+    pending, values, claimed, empty = [], {}, 0, 0
     free = list(range(workers))  # workers without a trial, in the order they ask
     noise_rng = random.Random(seed * 7919 + 17)
     t0 = time.monotonic()
@@ -208,11 +203,12 @@ def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=
         v = fn["f"](t["params"])
         api.call("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell",
                  {"value": told(v, noise_sd, noise_rng)})
-        values.append(v)
+        values[t["id"]] = v
         free.append(w)
     wall = time.monotonic() - t0
-    progress = dict(finish_study(port, sid, fname), idle_fraction=None, empty_asks=empty)
-    return values, wall, progress
+    progress = dict(finish_study(port, sid, fn["fmin"], values), idle_fraction=None,
+                    empty_asks=empty)
+    return list(values.values()), wall, progress
 
 
 def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.0,
@@ -220,7 +216,7 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.
     fn = FUNCTIONS[fname]
     sid = create_study(Http(port), fname, engine, settings, seed, workers, budget)
     lock = threading.Lock()
-    state = {"claimed": 0, "values": [], "error": None, "ask_s": 0.0}
+    state = {"claimed": 0, "values": {}, "error": None, "ask_s": 0.0}
 
     def worker(w):
         http_ = Http(port)
@@ -245,7 +241,7 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.
                 http_.call("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell",
                            {"value": told(v, noise_sd, noise_rng)})
                 with lock:
-                    state["values"].append(v)
+                    state["values"][t["id"]] = v
         except Exception as exc:  # reported with the run, never hidden
             with lock:
                 state["error"] = repr(exc)
@@ -259,9 +255,9 @@ def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.
     wall = time.monotonic() - t0
     if state["error"]:
         raise RuntimeError(f"{fname} {engine} seed {seed}: {state['error']}")
-    progress = dict(finish_study(port, sid, fname),
+    progress = dict(finish_study(port, sid, fn["fmin"], state["values"]),
                     idle_fraction=state["ask_s"] / (workers * wall))
-    return state["values"], wall, progress
+    return list(state["values"].values()), wall, progress
 
 
 def optuna_suggest(trial, params):
@@ -320,9 +316,10 @@ def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0, noise_sd=0.0)
             raise RuntimeError(f"optuna worker failed on {fname} seed {seed}")
         study = optuna.load_study(study_name=name, storage=optuna_storage(url))
         # The noiseless f at each told point (equal to t.value without --noise).
-        values = [FUNCTIONS[fname]["f"](t.params) for t in study.trials if t.value is not None]
-        rec = recommended_regret(fname, study.best_trial.params)  # the best told value
-    return values, wall, rec
+        fn = FUNCTIONS[fname]
+        noiseless = {t.number: fn["f"](t.params) for t in study.trials if t.value is not None}
+        rec = noiseless[study.best_trial.number] - fn["fmin"]  # the best told value's trial
+    return list(noiseless.values()), wall, rec
 
 
 # ------------------------------------------------------------------ main
