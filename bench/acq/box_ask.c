@@ -65,19 +65,20 @@ static kb_engine *make_engine(kb_error *err)
 
 static void report(const kb_engine *e, size_t told, double cpu_s, size_t empty, double best)
 {
-    double epoch, dict_size, embed, resparsify, ask; /* each 0 where the engine has none */
+    double epoch, dict_size, rows, embed, resparsify, ask; /* 0 where the engine has none */
     kb_engine_stat(e, "epoch", &epoch, NULL);
     kb_engine_stat(e, "dict_size", &dict_size, NULL);
+    kb_engine_stat(e, "model_rows", &rows, NULL);
     kb_engine_stat(e, "sec_embed", &embed, NULL);
     kb_engine_stat(e, "sec_resparsify", &resparsify, NULL);
     kb_engine_stat(e, "sec_ask", &ask, NULL);
     printf("{\"bench\":\"box_ask\",\"engine\":\"%s\",\"dim\":%zu,\"pool\":%zu,\"pending\":%zu,"
            "\"seed\":%llu,\"told\":%zu,\"cpu_ms_per_round_trip\":%.3f,\"epochs\":%llu,"
-           "\"dict_size\":%zu,\"noise\":%.3g,\"sec_embed\":%.3f,\"sec_resparsify\":%.3f,"
+           "\"dict_size\":%zu,\"model_rows\":%zu,\"noise\":%.3g,\"sec_embed\":%.3f,\"sec_resparsify\":%.3f,"
            "\"sec_ask\":%.3f,\"empty_asks\":%zu,\"simple_regret\":%.3g}\n",
            opt.engine, opt.dim, opt.pool, opt.pending, (unsigned long long)opt.seed, told,
            cpu_s * 1e3 / (double)opt.every, (unsigned long long)epoch, (size_t)dict_size,
-           e->noise, embed, resparsify, ask, empty, -best);
+           (size_t)rows, e->noise, embed, resparsify, ask, empty, -best);
 }
 
 /* Asks until `pending` trials are out or the engine hands out none. */

@@ -8,7 +8,8 @@
  * against min(1, q sigma~^2) over many seeds, within exact binomial bounds; the lazy
  * argmax against a full argmax, Lemma 1's ratio bound and the batch rule, the local rule
  * against an independent evaluation of Lemma 3; the asynchronous ask/tell semantics,
- * determinism and snapshot/restore, the batch floor on boxes, bad configurations.
+ * determinism and snapshot/restore, the batch floor on boxes, the model window on boxes
+ * (model_rows), bad configurations.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1539,6 +1540,139 @@ static void batch_floor_on_boxes(void **state)
     kb_space_free(s);
 }
 
+/* A box study's model window (model_rows, bbkb/dictionary.c): with more rows than that,
+ * an epoch start under dictionary = all is the exact GP on the rows kb__pick_rows keeps
+ * (the best quarter by value and a sample drawn from an RNG seeded from the row count),
+ * recomputed here from the observes alone, and no longer the GP on all of them. */
+static void model_window_is_exact_gp_on_kept_rows(void **state)
+{
+    (void)state;
+    enum { N = 60, K = 24, M = 40, D = 2 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 8);
+    double *X = tu_uniform_matrix(&rng, N, D, 0, 1);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    double y[N], Xk[K * D], yk[K];
+    for (size_t i = 0; i < N; i++)
+        y[i] = objective(X + i * D, D);
+    kb_error err;
+    kb_config *c = make_config("bbkb", KB_KERNEL_MATERN52, 0.3, 0.05, "dictionary", "all",
+                               "model_rows", "24", NULL);
+    kb_space *s = kb_space_new_box(D, 128, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    assert_non_null(e);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(kb_engine_observe(e, X + i * D, y[i], &err), 0);
+    kb_point p;
+    kb_ask_result res;
+    assert_true(ask1(e, &p, &res));
+    assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
+    assert_true(tu_stat(e, "model_rows") == K);
+
+    size_t idx[N];
+    kb_rng pick;
+    kb_rng_seed(&pick, N);
+    assert_int_equal(kb__pick_rows(y, N, K, &pick, idx), K);
+    unsigned char kept[N] = {0};
+    for (size_t i = 0; i < K; i++)
+        kept[idx[i]] = 1;
+    for (size_t i = 0, k = 0; i < N; i++)
+        if (kept[i]) {
+            memcpy(Xk + k * D, X + i * D, D * sizeof *X);
+            yk[k++] = y[i];
+        }
+    assert_posterior_is_exact(e, KB_KERNEL_MATERN52, 0.3, D, Xk, yk, K, 0.05, Xc, M);
+
+    double mean[M], sd[M], emean[M], evar[M];
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 0.3);
+    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
+    assert_int_equal(tu_exact_posterior(k, X, y, N, 0.05, Xc, M, emean, evar), 0);
+    assert_true(tu_max_rel_err(mean, emean, M, 1e-3) > 1e-4);
+    kb_kernel_free(k);
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    free(X);
+    free(Xc);
+}
+
+/* Under noise (lambda 1 against a kernel this smooth) the dictionary stays a few points:
+ * once an epoch has drawn one from the window, the next epochs keep every row, since
+ * each sharpens the mean by averaging. */
+static void model_window_keeps_every_row_under_noise(void **state)
+{
+    (void)state;
+    enum { N = 60, D = 2 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 9);
+    double *X = tu_uniform_matrix(&rng, N, D, 0, 1);
+    kb_error err;
+    kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 3.0, 1.0, "model_rows", "24", NULL);
+    kb_space *s = kb_space_new_box(D, 128, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    assert_non_null(e);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(kb_engine_observe(e, X + i * D, objective(X + i * D, D) +
+                                           kb_rng_normal(&rng), &err), 0);
+    kb_point p;
+    kb_ask_result res;
+    assert_true(ask1(e, &p, &res));
+    assert_true(tu_stat(e, "model_rows") == 24);
+    while (tu_stat(e, "epoch") < 3)
+        if (!ask1(e, &p, &res))
+            tell_all_pending(e, D);
+    assert_true(tu_stat(e, "model_rows") >= N);
+    assert_true(4 * tu_stat(e, "dict_size") < tu_stat(e, "model_rows"));
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    free(X);
+}
+
+/* The window at defaults otherwise (fitted kernel, batch floor): every epoch start past
+ * model_rows told trials builds its model on model_rows rows, and a restored snapshot asks
+ * what the original asks. */
+static void model_window_on_boxes_restores(void **state)
+{
+    (void)state;
+    enum { D = 2, ROWS = 12 };
+    kb_error err;
+    kb_space *s = kb_space_new_box(D, 256, &err);
+    kb_config *c = kb_config_new("bbkb", &err);
+    assert_int_equal(kb_config_set_number(c, "seed", 3, &err), 0);
+    assert_int_equal(kb_config_set_number(c, "model_rows", ROWS, &err), 0);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    assert_non_null(e);
+    kb_point pts[64], qts[64];
+    size_t told = 0;
+    while (told < 3 * ROWS) {
+        told += box_batch(e, pts);
+        tell_all_pending(e, D);
+    }
+    box_batch(e, pts);
+    assert_true(tu_stat(e, "model_rows") == ROWS);
+    tell_all_pending(e, D);
+    unsigned char *bytes;
+    size_t len;
+    assert_int_equal(kb_engine_snapshot(e, &bytes, &len, &err), 0);
+    kb_engine *r = kb_engine_restore(bytes, len, &err);
+    assert_non_null(r);
+    free(bytes);
+    for (int epoch = 0; epoch < 3; epoch++) {
+        size_t n = box_batch(e, pts);
+        assert_int_equal(box_batch(r, qts), n);
+        for (size_t i = 0; i < n; i++)
+            assert_memory_equal(pts[i].x, qts[i].x, D * sizeof(double));
+        assert_true(tu_stat(r, "model_rows") == ROWS);
+        tell_all_pending(e, D);
+        tell_all_pending(r, D);
+    }
+    kb_engine_free(e);
+    kb_engine_free(r);
+    kb_space_free(s);
+    kb_config_free(c);
+}
+
 static void bad_configurations_rejected(void **state)
 {
     (void)state;
@@ -1609,6 +1743,9 @@ int main(void)
         cmocka_unit_test(box_space_runs),
         cmocka_unit_test(box_columns_match_recomputation),
         cmocka_unit_test(batch_floor_on_boxes),
+        cmocka_unit_test(model_window_is_exact_gp_on_kept_rows),
+        cmocka_unit_test(model_window_keeps_every_row_under_noise),
+        cmocka_unit_test(model_window_on_boxes_restores),
         cmocka_unit_test(bad_configurations_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -106,7 +106,12 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
     {"epoch_start", KB_OPT_STRING, 0, 0, 0, 0, "auto", start_choices,                          \
      "auto: when few points entered or left the dictionary, update every candidate's "      \
      "epoch-start variance by the low-rank change of the posterior (selections stay "       \
-     "exact; see bbkb/low_rank.c); full: recompute it at every epoch start"}
+     "exact; see bbkb/low_rank.c); full: recompute it at every epoch start"},              \
+    {"model_rows", KB_OPT_INTEGER, 0, 1e9, 0, 1024, NULL, NULL,                              \
+     "box spaces, while the dictionary holds a quarter or more of the rows (a noise-free "  \
+     "objective): an epoch's model keeps at most this many data rows, every pending one, "  \
+     "the best quarter of the others by value and a seeded sample of the rest "             \
+     "(bbkb/dictionary.c); 0: all rows"}
 
 static const kb_option_spec bbkb_options[] = {
     COMMON_OPTIONS,
@@ -172,6 +177,7 @@ static void read_options(const kb_engine *e, bbkb *st)
     st->lambda = e->noise; /* lambda, or its fitted value (resparsify) */
     st->q = kb_config_number(c, "q");
     st->retain = kb_config_number(c, "retain");
+    st->model_rows = (size_t)kb_config_number(c, "model_rows");
     st->F = kb_config_number(c, "F");
     st->noise = kb_config_number(c, "noise");
     st->delta = kb_config_number(c, "delta");
@@ -545,6 +551,7 @@ static const kb__stat bbkb_stats[] = {
     KB__STAT("epoch_asks", bbkb, epoch_asks),
     KB__STAT("last_batch", bbkb, last_batch),
     KB__STAT("dict_size", bbkb, m),
+    KB__STAT("model_rows", bbkb, rows),
     KB__STAT("init_phase", bbkb, init_phase),
     KB__STAT("start_var_max", bbkb, var_max),
     KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),

@@ -37,6 +37,7 @@ typedef struct bbkb {
     double lambda, q, C, F, noise, delta, beta_scale, beta_fixed, partial, retain;
     int beta_mode, local_rule, dict_mode, full_start, batch_floor;
     double P;
+    size_t model_rows; /* box: rows an epoch's model keeps at most (0: all; dictionary.c) */
     /* dictionary and embedding: z(x) = W^T k_S(x) */
     size_t m, r, cap_m, cap_dc;
     double *S;        /* m x d, internal coordinates, in slot order */
@@ -105,6 +106,7 @@ typedef struct bbkb {
     size_t cap_trial, cap_obs;
     /* statistics */
     uint64_t epoch, epoch_asks, last_batch, epochs_low_rank;
+    size_t rows;    /* data rows of the current epoch's model */
     double sec_embed, sec_resparsify, sec_ask, sec_tell, flop_l3;
     double sec_fit; /* the hyperparameter refits, part of sec_resparsify */
 } bbkb;

@@ -109,6 +109,64 @@ static int collect_data(kb_engine *e, dataset *ds, size_t *rowof)
     return KB_OK;
 }
 
+/* A box study's model window: with more than model_rows data rows while the dictionary
+ * holds a quarter or more of the model's rows, the epoch's model (dictionary, embedding,
+ * V and the mean) keeps every row with a pending selection (they must stay hallucinated
+ * in V_t) and, of the others, kb__pick_rows' choice: the best quarter by value and a
+ * uniform sample of the rest, drawn from an RNG seeded from the row count so that the
+ * engine's own streams do not move; rows keep their trial order. Why: on a noise-free
+ * objective nearly every told point enters the dictionary (its variance stays above
+ * lambda / q: docs/BENCHMARKS.md, seventeenth and eighteenth sessions), so without a
+ * window an epoch costs O(n^2 r) and an ask 96 ms at n = 3,000 (kb-box-ask, twenty-first
+ * session). Under noise the dictionary stops growing (about the effective dimension:
+ * 80-150 points, a tenth of the rows or less) and every row still sharpens the mean by
+ * averaging, so all are kept: windowing those runs cost regret there (twenty-first
+ * session). The default (1,024) keeps the quality suite's budgets (at most 1,000 trials)
+ * whole: a window of 512 lost on 6 of 7 noise-free tuning functions at 8 x 125. Finite
+ * spaces keep every row: there a row is one arm, and an arm left out would look
+ * unexplored. The hyperparameter fit and the acquisition refinement subset their rows
+ * the same way (kb__pick_rows). */
+static int window_rows(kb_engine *e, dataset *ds)
+{
+    bbkb *st = e->impl;
+    size_t n = ds->n, cap = st->model_rows, k = 0;
+    if (cap == 0 || n <= cap || e->space->finite || 4 * st->m < st->rows)
+        return KB_OK;
+    size_t *idx = malloc(n * sizeof *idx), *rest = malloc(n * sizeof *rest);
+    double *y = malloc(n * sizeof *y);
+    unsigned char *keep = calloc(n, 1);
+    int rc = idx && rest && y && keep ? KB_OK : KB_ENOMEM;
+    for (size_t j = 0; !rc && j < n; j++) {
+        const datum *dt = &ds->rows[j];
+        if (dt->n_all > dt->n_told) {
+            keep[j] = 1;
+            k++;
+        } else {
+            y[j - k] = dt->ysum / dt->n_told;
+            rest[j - k] = j;
+        }
+    }
+    if (!rc && k < cap) {
+        kb_rng rng;
+        kb_rng_seed(&rng, (uint64_t)n);
+        size_t got = kb__pick_rows(y, n - k, cap - k, &rng, idx);
+        for (size_t i = 0; i < got; i++)
+            keep[rest[idx[i]]] = 1;
+    }
+    if (!rc) {
+        size_t w = 0;
+        for (size_t j = 0; j < n; j++)
+            if (keep[j])
+                ds->rows[w++] = ds->rows[j];
+        ds->n = w;
+    }
+    free(idx);
+    free(rest);
+    free(y);
+    free(keep);
+    return rc;
+}
+
 /* ds->rows[].var = sigma~^2 at the start of the epoch that is closing (k(x,x)/lambda
  * before the first epoch). Candidates read it from var_start; others are embedded. */
 static int closing_variances(kb_engine *e, dataset *ds)
@@ -224,6 +282,10 @@ int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds)
     size_t *rowof = malloc(st->A * sizeof *rowof);
     int rc = rowof ? collect_data(e, ds, rowof) : KB_ENOMEM;
     free(rowof);
+    if (!rc)
+        rc = window_rows(e, ds);
+    if (!rc)
+        st->rows = ds->n;
     if (!rc)
         rc = closing_variances(e, ds);
     if (!rc) {
