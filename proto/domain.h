@@ -105,6 +105,7 @@ typedef struct study_progress {
     trial_rec best;               /* a copy; best.id == 0 when no trial completed */
     uint64_t epoch, epoch_asks, last_batch;
     size_t dict_size;
+    size_t model_rows;  /* data rows the engine's current model is built on (bbkb) */
     int init_phase;
     /* The kernel the engine uses now (fitted unless hyperparameters = fixed). */
     int fitted;

@@ -409,6 +409,7 @@ def main():
                                    hyperparameters=progress.get("hyperparameters"),
                                    epochs=progress.get("epoch"),
                                    dictionary_size=progress.get("dictionary_size"),
+                                   model_rows=progress.get("model_rows"),
                                    eval_ms=args.eval_ms, noise=args.noise,
                                    idle_fraction=progress.get("idle_fraction"),
                                    lockstep=args.lockstep and not engine.startswith("optuna-"),

@@ -113,3 +113,22 @@ def test_closed_batch_waits_for_feedback(daemons, engine):
     assert not th.is_alive()
     assert result["body"]["trials"], result["body"]
     assert result["elapsed"] < 20, "the feedback did not wake the waiting ask"
+
+
+def test_model_window_in_progress(daemons):
+    """A box study's progress shows the rows bbkb's model is built on: all of them by
+    default at this size, model_rows once the study has more (a noise-free objective)."""
+    d = daemons()
+    api = d.client()
+    sp = {"type": "box", "params": [{"name": "a", "type": "float", "low": -1, "high": 1},
+                                    {"name": "b", "type": "float", "low": 0, "high": 9}]}
+    rows = {}
+    for window in (None, 24):
+        settings = {"seed": 9, "pool_size": 128}
+        if window:
+            settings["model_rows"] = window
+        sid = try_create_engine_study(api, f"window-{window}", "bbkb", sp, settings)["id"]
+        run_workers(d, sid, TRIALS, lambda t: toy(t["x"]))
+        rows[window] = api.get(f"/v1/studies/{sid}").json()["progress"]["model_rows"]
+    assert rows[24] == 24
+    assert 24 < rows[None] <= TRIALS

@@ -117,7 +117,8 @@ def _counts(counts, max_trials):
 
 def _engine_lines(p):
     keys = [("epoch", "epoch"), ("epoch_asks", "epoch asks"), ("last_batch", "last batch"),
-            ("dictionary_size", "dictionary size"), ("init_phase", "init phase")]
+            ("dictionary_size", "dictionary size"), ("model_rows", "model rows"),
+            ("init_phase", "init phase")]
     shown = [f"{label} {num(p[k])}" for k, label in keys if k in p]
     lines = ["engine    " + "  ".join(shown)] if shown else []
     h = p.get("hyperparameters")
