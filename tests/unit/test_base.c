@@ -718,9 +718,9 @@ static void stats_follow_the_callers_size(void **state)
  * epoch, epoch_asks, last_batch, dict_size and init_phase, 0 where absent). */
 static const char *const engine_figures[][2] = {
     {"random", ""},
-    {"bbkb", "epoch epoch_asks last_batch dict_size init_phase start_var_max "
+    {"bbkb", "epoch epoch_asks last_batch dict_size model_rows init_phase start_var_max "
              "epochs_low_rank sec_embed sec_resparsify sec_fit sec_ask sec_tell flop_l3"},
-    {"bkb", "epoch epoch_asks last_batch dict_size init_phase start_var_max "
+    {"bkb", "epoch epoch_asks last_batch dict_size model_rows init_phase start_var_max "
             "epochs_low_rank sec_embed sec_resparsify sec_fit sec_ask sec_tell flop_l3"},
     {"gp-ucb", "sec_embed sec_resparsify sec_ask sec_tell"},
     {"gp-bucb", "epoch epoch_asks last_batch sec_embed sec_resparsify sec_ask sec_tell"},
