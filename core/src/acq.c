@@ -69,8 +69,9 @@ static int acq_build(acq_gp *g, const kb_kernel *k, double noise, const double *
     kb_kernel_matrix(k, g->X, n, g->X, n, g->L);
     for (size_t i = 0; i < n; i++)
         g->L[i * n + i] += noise;
-    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, g->L, (int)n) != 0)
-        return KB_ENUMERIC;
+    int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, g->L, (int)n);
+    if (info)
+        return kb__lapack_status(info);
     /* row-major LAPACKE allocates transposed copies: it fails, a untouched, without memory */
     if (LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)n, 1, g->L, (int)n, g->a, 1) != 0)
         return KB_ENOMEM;
@@ -156,7 +157,9 @@ int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const doub
         double *pt = P + p * d, f0 = -acq_eval(&g, pt, NULL), f = f0;
         memcpy(x, pt, d * sizeof *x);
         nlopt_result r = nlopt_optimize(opt, x, &f);
-        if ((r > 0 || r == NLOPT_ROUNDOFF_LIMITED) && f < f0)
+        if (r == NLOPT_OUT_OF_MEMORY)
+            rc = KB_ENOMEM;
+        else if ((r > 0 || r == NLOPT_ROUNDOFF_LIMITED) && f < f0)
             for (size_t j = 0; j < d; j++) /* NLopt keeps bounds; clamp rounding anyway */
                 pt[j] = x[j] < 0.0 ? 0.0 : x[j] > 1.0 ? 1.0 : x[j];
     }

@@ -137,13 +137,23 @@ int kb__chol_factor(kb_chol *f, const double *A, size_t n, size_t lda)
     for (int t = 0; t <= JITTER_TRIES; t++) {
         double j = jitter_at(t, s);
         load(f, A, n, lda, j);
-        if (n == 0 || LAPACKE_dpotrf(layout, 'L', (lapack_int)n, f->L, (lapack_int)f->cap) == 0) {
+        int info = n ? LAPACKE_dpotrf(layout, 'L', (lapack_int)n, f->L, (lapack_int)f->cap) : 0;
+        if (info == 0) {
             f->n = n;
             f->jitter = j;
             return KB_OK;
         }
+        if (kb__lapack_status(info) == KB_ENOMEM) /* row-major: a transposed copy */
+            return KB_ENOMEM;
     }
     return KB_ENUMERIC;
+}
+
+int kb__lapack_status(int info)
+{
+    if (info == LAPACK_WORK_MEMORY_ERROR || info == LAPACK_TRANSPOSE_MEMORY_ERROR)
+        return KB_ENOMEM;
+    return info ? KB_ENUMERIC : KB_OK;
 }
 
 int kb__chol_append(kb_chol *f, double *a, double ann, double *schur)

@@ -313,9 +313,11 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
         }
         double f = HUGE_VAL;
         nlopt_result r = nlopt_optimize(opt, x, &f);
+        if (r == NLOPT_OUT_OF_MEMORY) /* NLopt's own allocations: no fault of the data */
+            rc = KB_ENOMEM;
         /* A run that stopped on a round-off or on its budget still improved on its start;
          * only its end point matters. */
-        if ((r > 0 || r == NLOPT_ROUNDOFF_LIMITED) && f < best) {
+        if (rc == KB_OK && (r > 0 || r == NLOPT_ROUNDOFF_LIMITED) && f < best) {
             best = f;
             for (size_t i = 0; i < nf; i++)
                 c->theta[c->free_idx[i]] = x[i];

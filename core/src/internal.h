@@ -54,6 +54,12 @@ typedef struct kb_chol {
     double jitter;
 } kb_chol;
 
+/* What a LAPACKE return code means to a caller: KB_OK (0), KB_ENOMEM when LAPACKE could
+ * not allocate its workspace or a transposed copy (LAPACK_WORK_MEMORY_ERROR,
+ * LAPACK_TRANSPOSE_MEMORY_ERROR: the daemon retries such a restore, where a numerical
+ * failure is the data's), else KB_ENUMERIC. */
+int kb__lapack_status(int info);
+
 void kb__chol_init(kb_chol *f, int colmajor);
 void kb__chol_free(kb_chol *f);
 /* Capacity of exactly `need` rows when it has fewer, the factor kept. KB_ENOMEM leaves f

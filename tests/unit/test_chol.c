@@ -271,6 +271,22 @@ static void jitter_on_append_and_failures(void **state)
     }
 }
 
+/* LAPACKE's own allocation failures read as out of memory (the daemon retries a restore
+ * that ran out of memory, and gives up on one whose data cannot be factored); a row-major
+ * dpotrf of an indefinite matrix, and a bad argument, read as numerical failures. */
+static void lapack_status_tells_memory_from_numbers(void **state)
+{
+    (void)state;
+    assert_int_equal(kb__lapack_status(0), KB_OK);
+    assert_int_equal(kb__lapack_status(LAPACK_WORK_MEMORY_ERROR), KB_ENOMEM);
+    assert_int_equal(kb__lapack_status(LAPACK_TRANSPOSE_MEMORY_ERROR), KB_ENOMEM);
+    double A[4] = {1.0, 2.0, 2.0, 1.0};
+    int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', 2, A, 2);
+    assert_true(info > 0);
+    assert_int_equal(kb__lapack_status(info), KB_ENUMERIC);
+    assert_int_equal(kb__lapack_status(-4), KB_ENUMERIC);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +296,7 @@ int main(void)
         cmocka_unit_test(update_and_downdate_match_dpotrf),
         cmocka_unit_test(jitter_takes_the_first_rung_that_works),
         cmocka_unit_test(jitter_on_append_and_failures),
+        cmocka_unit_test(lapack_status_tells_memory_from_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,11 +108,12 @@ static int pivoted_embedding(bbkb *st, double *K, double kmax)
     lapack_int m = (lapack_int)st->m, rank = 0, *piv = malloc(st->m * sizeof *piv);
     if (!piv)
         return KB_ENOMEM;
-    /* info > 0 only says rank < m; K symmetric, so either storage order reads the same */
-    int rc = LAPACKE_dpstrf(LAPACK_COL_MAJOR, 'L', m, K, m, piv, &rank, PIVOT_RTOL * kmax) < 0 ||
-                     (rank && LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'L', 'N', rank, K, m))
-                 ? KB_ENUMERIC
-                 : KB_OK;
+    /* info > 0 only says rank < m; K symmetric, so either storage order reads the same.
+     * dpstrf allocates its workspace: without memory it says so (kb__lapack_status). */
+    int info = LAPACKE_dpstrf(LAPACK_COL_MAJOR, 'L', m, K, m, piv, &rank, PIVOT_RTOL * kmax);
+    int rc = info < 0 ? kb__lapack_status(info) : KB_OK;
+    if (!rc && rank)
+        rc = kb__lapack_status(LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'L', 'N', rank, K, m));
     size_t r = rc ? 0 : (size_t)rank;
     st->r = r;
     memset(st->W, 0, st->m * r * sizeof *st->W);

@@ -71,17 +71,19 @@ static int variance_factor(const bbkb *st, const kb_chol *L, double **F, size_t 
     if (!rc) {
         LAPACKE_dlacpy(LAPACK_COL_MAJOR, 'L', (lapack_int)r, (lapack_int)r, L->L,
                        (lapack_int)L->cap, M, (lapack_int)r);
-        if (LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r))
-            rc = KB_ENUMERIC;
+        rc = kb__lapack_status(LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M,
+                                              (lapack_int)r));
     }
     /* V^{-1}(i, j), i >= j, is at M[j r + i] (column-major); the row-major lower triangle
      * written here occupies the other half */
     for (size_t i = 0; !rc && i < r; i++)
         for (size_t j = 0; j <= i; j++)
             M[i * r + j] = (i == j ? 1.0 / st->lambda : 0.0) - M[j * r + i];
-    if (!rc && LAPACKE_dpstrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r, piv,
-                              &rk, 0.0) < 0)
-        rc = KB_ENUMERIC;
+    if (!rc) { /* dpstrf allocates its workspace (and row-major a transposed copy) */
+        lapack_int info = LAPACKE_dpstrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)r, M,
+                                         (lapack_int)r, piv, &rk, 0.0);
+        rc = info < 0 ? kb__lapack_status(info) : KB_OK;
+    }
     for (size_t i = 0; !rc && i < r; i++)
         for (size_t j = 0; j <= i && j < (size_t)rk; j++)
             (*F)[j * r + (size_t)(piv[i] - 1)] = M[i * r + j];
