@@ -226,7 +226,15 @@ def database_errors_say_why(d, kind):
 
 
 def start_with_fault(prepared, kind, n):
-    """One point of the sweep; returns what happened ('exited', 'aborted', 'served')."""
+    """One point of the sweep; returns what happened ('exited', 'aborted', 'served'). A
+    failed check names the point (KIND:n, for KB_FAULT to replay it)."""
+    try:
+        return start_one_with_fault(prepared, kind, n)
+    except AssertionError as e:
+        raise AssertionError(f"at {kind}:{n}: {e}") from e
+
+
+def start_one_with_fault(prepared, kind, n):
     workdir = prepared["root"] / f"{kind}-{n}"
     d = Daemon(workdir, db=copy_db(prepared["db"], workdir),
                env=startup_env(prepared, f"{kind}:{n}"))
