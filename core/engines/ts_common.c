@@ -16,6 +16,9 @@
 #include "ts.h"
 
 #include <cblas.h>
+#if defined __x86_64__ && defined __GLIBC__
+#include <emmintrin.h>
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +101,37 @@ static void embedded_products(const ts_features *f, const double *X, size_t n, d
         }
 }
 
+/* row[j] = amp cos(row[j] + b[j]) for j < M: the features' hot loop (scalar cos was 40%
+ * of sgp-ts's CPU under noise, where each model refresh evaluates the features at every
+ * inducing point: docs/BENCHMARKS.md, twenty-second session). */
+#if defined __x86_64__ && defined __GLIBC__
+/* glibc's vector cos from libmvec, by its Vector Function ABI name (2 lanes, SSE2
+ * baseline; kernel.c's _ZGVbN2v_exp says why that name and what accuracy glibc tests).
+ * An odd last entry goes beside a dummy lane, so an entry does not depend on M. */
+__m128d _ZGVbN2v_cos(__m128d x);
+
+static void cos_row(double amp, const double *b, size_t M, double *row)
+{
+    const __m128d a = _mm_set1_pd(amp);
+    for (size_t j = 0; j < M; j += 2) {
+        int pair = j + 1 < M;
+        __m128d x = pair ? _mm_add_pd(_mm_loadu_pd(row + j), _mm_loadu_pd(b + j))
+                         : _mm_set_sd(row[j] + b[j]);
+        __m128d v = _mm_mul_pd(a, _ZGVbN2v_cos(x));
+        if (pair)
+            _mm_storeu_pd(row + j, v);
+        else
+            row[j] = _mm_cvtsd_f64(v);
+    }
+}
+#else
+static void cos_row(double amp, const double *b, size_t M, double *row)
+{
+    for (size_t j = 0; j < M; j++)
+        row[j] = amp * cos(row[j] + b[j]);
+}
+#endif
+
 void kb__ts_features_eval(const ts_features *f, const double *X, size_t n, double *Phi)
 {
     if (n == 0)
@@ -109,8 +143,7 @@ void kb__ts_features_eval(const ts_features *f, const double *X, size_t n, doubl
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)M, (int)f->dim, 1.0,
                     X, (int)f->dim, f->omega, (int)f->dim, 0.0, Phi, (int)M);
     for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < M; j++)
-            Phi[i * M + j] = f->amp * cos(Phi[i * M + j] + f->b[j]);
+        cos_row(f->amp, f->b, M, Phi + i * M);
 }
 
 int kb__ts_argmax(const kb_engine *e, const double *f, const size_t *idx, size_t n,

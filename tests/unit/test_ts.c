@@ -185,6 +185,40 @@ static void random_features_match_kernel(void **state)
     free(X);
 }
 
+/* Each feature is its definition, amp cos(omega . x + b), computed here with the scalar
+ * cos: the vectorized cosine (ts_common.c, cos_row) to a few ulp, an odd last feature
+ * included, also at arguments in the thousands (lengthscale 1e-3). */
+static void features_are_their_definition(void **state)
+{
+    (void)state;
+    enum { M = 7, NP = 5, D = 3 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 17);
+    double *X = tu_uniform_matrix(&rng, NP, D, 0, 1), Phi[NP * M];
+    for (int t = 0; t < 2; t++) {
+        double ls[D] = {t ? 1e-3 : 0.4, 0.7, 2.0};
+        kb_kernel *k = tu_kernel_with(KB_KERNEL_RBF, D, 2.0, ls);
+        ts_features f;
+        assert_int_equal(kb__ts_features_draw(&f, k, &rng, M, NULL), 0);
+        kb__ts_features_eval(&f, X, NP, Phi);
+        double top = 0.0;
+        for (size_t a = 0; a < NP; a++)
+            for (size_t j = 0; j < M; j++) {
+                double arg = f.b[j];
+                for (size_t c = 0; c < D; c++)
+                    arg += f.omega[j * D + c] * X[a * D + c];
+                top = fmax(top, fabs(arg));
+                double want = f.amp * cos(arg);
+                /* the argument itself rounds differently in dgemm: ~|arg| eps */
+                assert_true(fabs(Phi[a * M + j] - want) <= f.amp * 1e-15 * (8.0 + fabs(arg)));
+            }
+        assert_true(t == 0 || top > 1000.0);
+        kb__ts_features_free(&f);
+        kb_kernel_free(k);
+    }
+    free(X);
+}
+
 static void gp_ts_samples_have_exact_posterior(void **state)
 {
     (void)state;
@@ -545,6 +579,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(random_features_match_kernel),
+        cmocka_unit_test(features_are_their_definition),
         cmocka_unit_test(gp_ts_samples_have_exact_posterior),
         cmocka_unit_test(sgp_ts_samples_match_exact_posterior),
         cmocka_unit_test(sgp_ts_sparse_posterior_matches_titsias),
