@@ -3,7 +3,8 @@ setting --set is given must reach every study it creates, and a malformed one mu
 refused before any request. The daemon is the proof that the setting arrives: it refuses
 pool_size 0, so the run fails, and pool_size 64 on a 2-d box is a valid study whose asks and
 tells go through. --noise perturbs what is told, never the simple regret reported; --trials
-ends each client after that many tells.
+ends each client after that many tells. The line reports the first study's model (epoch,
+dictionary size, model rows) as the daemon's progress gives it.
 """
 import json
 import subprocess
@@ -72,3 +73,19 @@ def test_trials_stop_each_client_after_that_many_tells(daemon):
     line = json.loads(r.stdout)
     assert line["round_trips"] == 10 and line["errors"] == 0
     assert line["seconds"] < 30, line["seconds"]
+
+
+def test_the_line_reports_the_first_studys_model(daemon):
+    # bbkb after 40 tells (past its initial design of 6): at least one epoch, a dictionary
+    # of at least one point and every told row in its model; random has no such figures
+    r = subprocess.run([str(KB_LOAD), "--port", str(daemon.port), "--clients", "2",
+                        "--seconds", "60", "--engine", "bbkb", "--dim", "2", "--trials", "20"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout)
+    assert line["epoch"] >= 1 and line["dictionary_size"] >= 1, line
+    assert 20 <= line["model_rows"] <= 40, line
+    r = kb_load(daemon, "--engine", "random")
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout)
+    assert (line["epoch"], line["dictionary_size"], line["model_rows"]) == (0, 0, 0), line

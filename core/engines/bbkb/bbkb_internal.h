@@ -126,6 +126,13 @@ typedef struct dataset {
     size_t n, cap;
 } dataset;
 
+/* Data rows are embedded this many at a time at each resparsification (closing
+ * variances, the model's Gram matrices): the scratch of a block (rows x m kernel values,
+ * rows x r embeddings) stays in glibc's heap, where whole-data buffers (32 MB each at
+ * 20,000 rows) were mapped afresh, page-faulted and zeroed at every epoch, a third of
+ * the daemon's CPU on a long noisy study (docs/BENCHMARKS.md, twenty-second session). */
+#define KB__ROWS_BLOCK 512
+
 /* ------------------------------------------------------------ embedding.c */
 
 /* Zout (n x r) = z of the n rows of U (n x d, internal coordinates): n m kernel

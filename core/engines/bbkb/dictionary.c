@@ -167,44 +167,60 @@ static int window_rows(kb_engine *e, dataset *ds)
     return rc;
 }
 
-/* ds->rows[].var = sigma~^2 at the start of the epoch that is closing (k(x,x)/lambda
- * before the first epoch). Candidates read it from var_start; others are embedded. */
-static int closing_variances(kb_engine *e, dataset *ds)
+/* Does row j need embedding for its closing variance (not a candidate of this epoch)? */
+static int embedded_row(const bbkb *st, const datum *dt)
+{
+    return !(dt->cand != NONE && st->have_epoch);
+}
+
+/* The closing variances of the nb rows ds->rows[idx[0..nb)], embedded at once. */
+static int embedded_variances(kb_engine *e, dataset *ds, const size_t *idx, size_t nb)
 {
     bbkb *st = e->impl;
-    size_t d = e->space->dim, n = 0;
-    for (size_t j = 0; j < ds->n; j++)
-        if (ds->rows[j].cand != NONE && st->have_epoch)
-            ds->rows[j].var = kb__bbkb_start_variance(st, ds->rows[j].cand);
-        else
-            n++;
-    if (n == 0)
-        return KB_OK;
-    double *U = malloc(n * d * sizeof *U), *kd = malloc(n * sizeof *kd);
-    double *Zr = malloc(n * (st->r ? st->r : 1) * sizeof *Zr), *v = malloc(n * sizeof *v);
+    size_t d = e->space->dim, r = st->r;
+    double *U = calloc(nb * d, sizeof *U), *kd = malloc(nb * sizeof *kd);
+    double *Zr = malloc(nb * (r ? r : 1) * sizeof *Zr), *v = malloc(nb * sizeof *v);
     int rc = U && kd && Zr && v ? KB_OK : KB_ENOMEM;
-    size_t k = 0;
-    for (size_t j = 0; !rc && j < ds->n; j++)
-        if (!(ds->rows[j].cand != NONE && st->have_epoch))
-            memcpy(U + d * k++, ds->rows[j].u, d * sizeof *U);
     if (!rc) {
-        kb_kernel_diag(&e->kernel, U, n, kd);
-        rc = kb__bbkb_embed_rows(e, U, n, Zr);
+        for (size_t k = 0; k < nb; k++)
+            memcpy(U + d * k, ds->rows[idx[k]].u, d * sizeof *U);
+        kb_kernel_diag(&e->kernel, U, nb, kd);
+        rc = kb__bbkb_embed_rows(e, U, nb, Zr);
     }
     if (!rc) {
-        for (size_t i = 0; i < n && st->r; i++)
-            kd[i] -= cblas_ddot((int)st->r, Zr + i * st->r, 1, Zr + i * st->r, 1);
-        rc = kb__bbkb_row_variances(st, &st->Lstart, Zr, kd, n, v);
+        for (size_t k = 0; k < nb && r; k++)
+            kd[k] -= cblas_ddot((int)r, Zr + k * r, 1, Zr + k * r, 1);
+        rc = kb__bbkb_row_variances(st, &st->Lstart, Zr, kd, nb, v);
     }
-    k = 0;
-    for (size_t j = 0; !rc && j < ds->n; j++)
-        if (!(ds->rows[j].cand != NONE && st->have_epoch))
-            ds->rows[j].var = v[k++];
+    for (size_t k = 0; !rc && k < nb; k++)
+        ds->rows[idx[k]].var = v[k];
     free(U);
     free(kd);
     free(Zr);
     free(v);
     return rc;
+}
+
+/* ds->rows[].var = sigma~^2 at the start of the epoch that is closing (k(x,x)/lambda
+ * before the first epoch). Candidates read it from var_start; others are embedded,
+ * KB__ROWS_BLOCK at a time. */
+static int closing_variances(kb_engine *e, dataset *ds)
+{
+    bbkb *st = e->impl;
+    size_t idx[KB__ROWS_BLOCK], nb = 0;
+    int rc = KB_OK;
+    for (size_t j = 0; !rc && j < ds->n; j++) {
+        if (!embedded_row(st, &ds->rows[j])) {
+            ds->rows[j].var = kb__bbkb_start_variance(st, ds->rows[j].cand);
+            continue;
+        }
+        idx[nb++] = j;
+        if (nb == KB__ROWS_BLOCK) {
+            rc = embedded_variances(e, ds, idx, nb);
+            nb = 0;
+        }
+    }
+    return rc || nb == 0 ? rc : embedded_variances(e, ds, idx, nb);
 }
 
 /* Algorithm 1 L11-16: marks the rows of the new dictionary. Repeated selections of one

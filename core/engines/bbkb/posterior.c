@@ -160,29 +160,29 @@ int kb__bbkb_candidate_posterior(bbkb *st, const kb_chol *L, double *var, double
     return rc;
 }
 
-/* R (n x r) = z of every data row: the candidates' through kb__bbkb_zrows (which also
+/* R (n x r) = z of the n data rows: the candidates' through kb__bbkb_zrows (which also
  * sets their resid, even when r == 0), the others embedded. */
-static int embed_data(kb_engine *e, const dataset *ds, double *R)
+static int embed_data(kb_engine *e, const datum *rows, size_t n, double *R)
 {
     bbkb *st = e->impl;
-    size_t r = st->r, n = ds->n, d = e->space->dim, ng = 0;
+    size_t r = st->r, d = e->space->dim, ng = 0;
     double *U = malloc((n ? n : 1) * d * sizeof *U);
     size_t *cand = malloc((n ? n : 1) * sizeof *cand);
     int rc = U && cand ? KB_OK : KB_ENOMEM;
     for (size_t j = 0; !rc && j < n; j++)
-        if (ds->rows[j].cand == NONE)
-            memcpy(U + d * ng++, ds->rows[j].u, d * sizeof *U);
+        if (rows[j].cand == NONE)
+            memcpy(U + d * ng++, rows[j].u, d * sizeof *U);
     if (!rc) {
         for (size_t j = 0; j < n; j++)
-            cand[j] = ds->rows[j].cand;
+            cand[j] = rows[j].cand;
         rc = kb__bbkb_zrows(st, cand, n);
     }
     if (!rc && r) {
         double *Zg = malloc((ng ? ng : 1) * r * sizeof *Zg);
         rc = Zg ? kb__bbkb_embed_rows(e, U, ng, Zg) : KB_ENOMEM;
         for (size_t j = 0, g = 0; !rc && j < n; j++) {
-            const datum *dt = &ds->rows[j];
-            const double *z = dt->cand != NONE ? kb__bbkb_zrow(st, dt->cand) : Zg + r * g++;
+            const double *z = rows[j].cand != NONE ? kb__bbkb_zrow(st, rows[j].cand)
+                                                   : Zg + r * g++;
             memcpy(R + j * r, z, r * sizeof *R);
         }
         free(Zg);
@@ -199,38 +199,55 @@ typedef struct model {
     kb_chol L, Ls;
 } model;
 
-/* M = lambda I + R^T diag(c) R (lower triangle), c_j = n_told (told) or n_all of row j;
- * Ra: n x r scratch. */
-static void gram(const bbkb *st, const dataset *ds, const double *R, double *Ra, int told,
-                 double *M)
+/* M += R^T diag(c) R (lower triangle) over n rows, c_j = n_told (told) or n_all of row
+ * j; Ra: n x r scratch. */
+static void gram_add(const bbkb *st, const datum *rows, size_t n, const double *R, double *Ra,
+                     int told, double *M)
 {
-    size_t r = st->r, n = ds->n;
+    size_t r = st->r;
     for (size_t j = 0; j < n; j++) {
-        double c = sqrt(told ? ds->rows[j].n_told : ds->rows[j].n_all);
+        double c = sqrt(told ? rows[j].n_told : rows[j].n_all);
         for (size_t k = 0; k < r; k++)
             Ra[j * r + k] = c * R[j * r + k];
     }
     if (n)
         cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)n, 1.0, Ra, (int)r,
-                    0.0, M, (int)r);
-    for (size_t k = 0; k < r; k++)
-        M[k * r + k] += st->lambda;
+                    1.0, M, (int)r);
 }
 
-/* V = lambda I + R^T diag(n_all) R, V_told likewise with n_told (the same matrix when
- * every selection has been told), L = chol(V) and w = V_told^{-1} b, b = R^T ysum.
- * KB_ENUMERIC. */
-static int solve_model(const bbkb *st, const dataset *ds, const double *R, double *Ra,
-                       model *md)
+/* Embeds the data KB__ROWS_BLOCK rows at a time and, when r > 0, sums V = R^T diag(n_all)
+ * R, V_told likewise with n_told (when some selection is still pending) and b = R^T ysum
+ * into md->V, md->Vt and md->w (zeroed by the caller). */
+static int embed_and_sum(kb_engine *e, const dataset *ds, int all_told, model *md)
 {
-    size_t r = st->r, n = ds->n;
-    int all_told = 1;
-    for (size_t j = 0; j < n; j++)
-        all_told &= ds->rows[j].n_told == ds->rows[j].n_all;
-    for (int told = 0; told < 2 - all_told; told++)
-        gram(st, ds, R, Ra, told, told ? md->Vt : md->V);
-    for (size_t j = 0; j < n; j++)
-        cblas_daxpy((int)r, ds->rows[j].ysum, R + j * r, 1, md->w, 1);
+    bbkb *st = e->impl;
+    size_t r = st->r, rr = r ? r : 1;
+    double *R = malloc(KB__ROWS_BLOCK * rr * sizeof *R);
+    double *Ra = malloc(KB__ROWS_BLOCK * rr * sizeof *Ra);
+    int rc = R && Ra ? KB_OK : KB_ENOMEM;
+    for (size_t j0 = 0; !rc && j0 < ds->n; j0 += KB__ROWS_BLOCK) {
+        const datum *rows = ds->rows + j0;
+        size_t nb = ds->n - j0 < KB__ROWS_BLOCK ? ds->n - j0 : KB__ROWS_BLOCK;
+        rc = embed_data(e, rows, nb, R);
+        for (int told = 0; !rc && r && told < 2 - all_told; told++)
+            gram_add(st, rows, nb, R, Ra, told, told ? md->Vt : md->V);
+        for (size_t j = 0; !rc && r && j < nb; j++)
+            cblas_daxpy((int)r, rows[j].ysum, R + j * r, 1, md->w, 1);
+    }
+    free(R);
+    free(Ra);
+    return rc;
+}
+
+/* V += lambda I and V_told likewise (the same matrix when every selection has been
+ * told), L = chol(V) and w = V_told^{-1} b. KB_ENUMERIC. */
+static int solve_model(const bbkb *st, int all_told, model *md)
+{
+    size_t r = st->r;
+    for (size_t k = 0; k < r; k++) {
+        md->V[k * r + k] += st->lambda;
+        md->Vt[k * r + k] += st->lambda;
+    }
     int rc = kb__chol_factor(&md->L, md->V, r, r);
     if (rc || all_told) {
         if (!rc)
@@ -250,7 +267,7 @@ static int solve_model(const bbkb *st, const dataset *ds, const double *R, doubl
 int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
 {
     bbkb *st = e->impl;
-    size_t r = st->r, n = ds->n ? ds->n : 1, rr = r ? r : 1;
+    size_t r = st->r, rr = r ? r : 1;
     model md = {NULL, NULL, NULL, NULL, {0}, {0}};
     kb__chol_init(&md.L, 1);
     kb__chol_init(&md.Ls, 1);
@@ -258,17 +275,17 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
     md.Vt = calloc(rr * rr, sizeof *md.Vt);
     md.w = calloc(rr, sizeof *md.w);
     md.buf = malloc(rr * sizeof *md.buf);
-    double *R = malloc(n * rr * sizeof *R), *Ra = malloc(n * rr * sizeof *Ra);
-    int rc = md.V && md.Vt && md.w && md.buf && R && Ra ? KB_OK : KB_ENOMEM;
+    int all_told = 1;
+    for (size_t j = 0; j < ds->n; j++)
+        all_told &= ds->rows[j].n_told == ds->rows[j].n_all;
+    int rc = md.V && md.Vt && md.w && md.buf ? KB_OK : KB_ENOMEM;
     if (!rc)
-        rc = embed_data(e, ds, R);
+        rc = embed_and_sum(e, ds, all_told, &md);
     if (!rc && r)
-        rc = solve_model(st, ds, R, Ra, &md);
+        rc = solve_model(st, all_told, &md);
     if (!rc)
         rc = kb__chol_copy(&md.Ls, &md.L);
     free(md.Vt);
-    free(R);
-    free(Ra);
     if (rc) {
         free(md.V);
         kb__chol_free(&md.L);
