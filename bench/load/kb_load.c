@@ -27,8 +27,9 @@
  * caps the run): runs of two builds then do equal work, where a timed run's model grows
  * with its own speed. The line ends with the first study's epoch, dictionary size and
  * model rows at the end of the run (its progress, 0 where the engine has none, -1 when
- * the request failed): a model-based engine's speed depends on its model's size, which
- * differs from run to run.
+ * the request failed) and its fitted noise variance (progress.hyperparameters.noise): a
+ * model-based engine's speed depends on its model's size, which differs from run to run
+ * with the noise the fit reads.
  * Any non-2xx answer or protocol error counts as an error and ends that client; the
  * exit status is 1 when there was one. A round trip's latency is measured per request
  * on the client (CLOCK_MONOTONIC), so it includes the loopback and the parsing.
@@ -167,7 +168,7 @@ static long long body_int(const conn *c, const char *key)
 
 /* The first study's model at the end of the run (its progress: -1 where the engine has
  * no such figure), so that a speed is read with the model size it was measured at. */
-static void study_model(conn *c, long long sid, long long out[3])
+static void study_model(conn *c, long long sid, long long out[3], double *noise)
 {
     char path[64];
     snprintf(path, sizeof path, "/v1/studies/%lld", sid);
@@ -176,6 +177,8 @@ static void study_model(conn *c, long long sid, long long out[3])
     out[0] = body_int(c, "\"epoch\":");
     out[1] = body_int(c, "\"dictionary_size\":");
     out[2] = body_int(c, "\"model_rows\":");
+    const char *p = strstr(c->body, "\"noise\":");
+    *noise = p ? strtod(p + 8, NULL) : -1.0;
 }
 
 /* The told value of the first trial in an ask's body: -sum_j (x_j - 0.3)^2 over its
@@ -413,8 +416,9 @@ static int run_load(conn *c0)
     pct(ks, opt.clients, 0, &a50, &a99);
     pct(ks, opt.clients, 1, &t50, &t99);
     long long model[3] = {-1, -1, -1}; /* study 1's epoch, dictionary size, model rows */
+    double fitted_noise = -1.0;
     if (!opt.get && opt.studies > 0)
-        study_model(c0, sids[0], model);
+        study_model(c0, sids[0], model, &fitted_noise);
     if (opt.get) {
         printf("{\"bench\":\"daemon_get\",\"path\":\"%s\",\"clients\":%d,\"seconds\":%.2f,"
                "\"requests_per_sec\":%.0f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"errors\":%d}\n",
@@ -427,13 +431,13 @@ static int run_load(conn *c0)
            "\"ask_p50_ms\":%.3f,\"ask_p99_ms\":%.3f,\"tell_p50_ms\":%.3f,\"tell_p99_ms\":%.3f,"
            "\"errors\":%d,\"empty_asks\":%zu,\"ops_per_batch\":%.1f,\"tells_per_sync\":%.1f,"
            "\"simple_regret\":%.3g,\"epoch\":%lld,\"dictionary_size\":%lld,"
-           "\"model_rows\":%lld}\n",
+           "\"model_rows\":%lld,\"fitted_noise\":%.3g}\n",
            opt.engine, opt.settings, opt.clients, opt.studies, opt.dim, opt.noise, dt, rt,
            (double)rt / dt,
            a50, a99, t50, t99,
            errors, empty, m1[0] > m0[0] ? (m1[1] - m0[1]) / (m1[0] - m0[0]) : 0.0,
            m1[2] > m0[2] ? (double)rt / (m1[2] - m0[2]) : 0.0, studies_regret(ks, best),
-           model[0], model[1], model[2]);
+           model[0], model[1], model[2], fitted_noise);
     char path[64];
     for (int i = 0; i < opt.studies; i++) {
         snprintf(path, sizeof path, "/v1/studies/%lld", sids[i]);

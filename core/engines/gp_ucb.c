@@ -45,8 +45,15 @@
  *                    first (ensure_built) or fails, and nothing is computed on it.
  * Appending a row is O(n^2 + n A) through BLAS; an abandon or a box pool refresh rebuilds
  * L, Kc and var from the remaining rows (O(n^3 + n^2 A)): correctness over speed. Box
- * pools are refreshed at each batch start (gp-bucb) or once the observations grew by a
- * quarter since the last refresh (gp-ucb: amortized O(n A) per step like the rest).
+ * pools are refreshed once the observations grew by a sixteenth since the last refresh
+ * (pool_due), so that a rebuild comes every n / 16 observations, amortized
+ * O(16 (n^2 + n A)) per step: gp-ucb at an ask, gp-bucb at a batch start past
+ * BUCB_POOL_EVERY_BATCH observations and at every batch start before. Its batches close
+ * after one or two points on a noise-free objective, and a redraw at each cost 305 ms per
+ * ask at 1,500 trials; the growth rule from the start lost held-out functions whose
+ * incumbent moves between basins (Shekel-4 at 8 x 125: 0 of 5 seeds in the global basin
+ * against 3 of 4; docs/BENCHMARKS.md, twenty-second session), so it waits until past
+ * the quality suite's budgets.
  *
  * Timings (kb_engine_stat): sec_embed = Cholesky and kernel rows of new points; sec_ask =
  * the argmax plus the lazy mean/variance pass over Kc (most of the time); sec_tell = the
@@ -444,6 +451,16 @@ static int fail_rc(kb_error *err, int rc)
                                       "kernel matrix + lambda I is not positive definite");
 }
 
+/* Box spaces: is a new pool due (the observations grew by a sixteenth since the last)? */
+static int pool_due(const kb_engine *e, const gp_state *s)
+{
+    return !e->space->finite && e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 16;
+}
+
+/* gp-bucb redraws a box's pool at every batch start up to this many observations, then
+ * when pool_due (see the header). */
+#define BUCB_POOL_EVERY_BATCH 1024
+
 /* Box spaces: a new pool around the best points, and everything candidate-sized with it. */
 static int refresh_pool(kb_engine *e, gp_state *s)
 {
@@ -465,7 +482,8 @@ static int bucb_gate(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait)
         return KB_OK;
     }
     int rc = kb__hyper_due(e) ? refit(e, s) : KB_OK; /* fixed within a batch (Prop. 2) */
-    if (!rc && !e->space->finite && s->batches)
+    if (!rc && !e->space->finite && s->batches &&
+        (e->n_obs <= BUCB_POOL_EVERY_BATCH || pool_due(e, s)))
         rc = refresh_pool(e, s); /* timed */
     double t0 = kb__now();
     if (!rc)
@@ -498,7 +516,7 @@ static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
     } else {
         if (kb__hyper_due(e))
             rc = refit(e, s);
-        if (!rc && !e->space->finite && e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 16)
+        if (!rc && pool_due(e, s))
             rc = refresh_pool(e, s);
         if (!rc && s->alpha_stale)
             rc = refresh_alpha(e, s);
