@@ -45,7 +45,11 @@
  * O(A^3) or O(n^3) step. A model refresh costs O(n m^2 + m^3 + A m d + m M d) (leverage
  * scores, Titsias solve, K_AZ and Phi_Z), by default after every tell (`refresh_every`
  * = 1); larger values amortize it, the model lagging by up to refresh_every - 1
- * observations. Memory O(A (M + m) + n m). On a box the pool is redrawn
+ * observations. Past SGP_GROWTH_FROM observations a refresh also waits until they grew
+ * by a sixteenth since the last (refresh_due): without noise m stays near n, and a
+ * refresh per tell cost 166 ms per round trip at 1,500 trials (6-d box, 32 pending;
+ * docs/BENCHMARKS.md, twenty-second session). Up to there, which covers the quality
+ * suite's budgets, nothing changes. Memory O(A (M + m) + n m). On a box the pool is redrawn
  * (kb__refresh_pool) at the first refresh after `pool_refresh` tells, and Phi_A
  * recomputed, O(A M d). Keeping one feature draw for the engine's life is what makes
  * the O(A M) sample possible; the feature error (O(1 / sqrt(M)) in the prior kernel) is
@@ -287,14 +291,46 @@ static int refit(kb_engine *e, sgp_ts *st, kb_error *err)
     return KB_OK;
 }
 
-/* Brings the model up to date when refresh_every observations are waiting (refitting
- * the hyperparameters first when due). Leaves the engine (and its RNG) unchanged on a
- * failure of the sparse model; a refit stays. */
+/* See the header: past this many observations a refresh waits for a sixteenth more. */
+#define SGP_GROWTH_FROM 1024
+
+/* Are enough observations waiting for a refresh? */
+static int refresh_due(const kb_engine *e, const sgp_ts *st)
+{
+    size_t waiting = e->n_obs - st->n;
+    return waiting >= st->refresh_every &&
+           (e->n_obs <= SGP_GROWTH_FROM || waiting >= 1 + st->n / 16);
+}
+
+/* A box's pool is due for a redraw after pool_refresh tells. */
+static int pool_due(const kb_engine *e, const sgp_ts *st)
+{
+    return !e->space->finite && st->since_pool >= st->pool_refresh;
+}
+
+/* A new pool and the features at it; the caller embeds the model at it (embed_fill). */
+static void redraw_pool(kb_engine *e, sgp_ts *st)
+{
+    kb__refresh_pool(e, 0);
+    kb__ts_features_eval(&st->feat, e->space->u, e->space->n, st->PhiA);
+    st->since_pool = 0;
+}
+
+/* Brings the model up to date when refresh_due (refitting the hyperparameters first
+ * when due). Leaves the engine (and its RNG) unchanged on a failure of the sparse model;
+ * a refit stays. Past SGP_GROWTH_FROM observations a due pool does not wait for the
+ * model: the current model is embedded at the new pool (a small pool_size would
+ * otherwise run out of points between refreshes). */
 static int maybe_refresh(kb_engine *e, kb_error *err)
 {
     sgp_ts *st = e->impl;
-    if (e->n_obs - st->n < st->refresh_every)
+    if (!refresh_due(e, st)) {
+        if (e->n_obs > SGP_GROWTH_FROM && pool_due(e, st)) {
+            redraw_pool(e, st);
+            embed_fill(e, st, &st->mod);
+        }
         return KB_OK;
+    }
     double t0 = kb__now();
     if (kb__hyper_due(e)) {
         int rc = refit(e, st, err);
@@ -323,11 +359,8 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
                               "inducing-point system not positive definite; increase lambda");
     }
     /* Nothing fails from here on. */
-    if (!e->space->finite && st->since_pool >= st->pool_refresh) {
-        kb__refresh_pool(e, 0);
-        kb__ts_features_eval(&st->feat, e->space->u, e->space->n, st->PhiA);
-        st->since_pool = 0;
-    }
+    if (pool_due(e, st))
+        redraw_pool(e, st);
     embed_fill(e, st, &md);
     model_free(&st->mod);
     st->mod = md;

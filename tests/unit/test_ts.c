@@ -541,6 +541,44 @@ static void refresh_every_and_exhaustion(void **state)
     }
 }
 
+/* sgp-ts refreshes its model after every observation up to 1,024 of them, then once
+ * they grew by a sixteenth since the last refresh (a refresh per tell cost 166 ms per
+ * round trip at 1,500 noise-free trials). Fixed hyperparameters and a large lambda keep
+ * the inducing set, and so the test, small. */
+static void sgp_ts_refreshes_by_growth_past_1024(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_space *box = kb_space_new_box(2, 64, &err);
+    kb_config *cfg = kb_config_new("sgp-ts", &err);
+    assert_int_equal(kb_config_set_string(cfg, "hyperparameters", "fixed", &err), 0);
+    assert_int_equal(kb_config_set_number(cfg, "lambda", 1.0, &err), 0);
+    kb_engine *e = kb_engine_create(cfg, box, &err);
+    assert_non_null(e);
+    kb_rng rng;
+    kb_rng_seed(&rng, 6);
+    while (e->n_obs < 1100) {
+        double x[2] = {kb_rng_uniform(&rng), kb_rng_uniform(&rng)};
+        assert_int_equal(kb_engine_observe(e, x, sin(6 * x[0]) + x[1], &err), 0);
+        if (e->n_obs <= 1024)
+            assert_int_equal(tu_stat(e, "epoch"), e->n_obs);
+    }
+    /* 1,024 refreshes, then one at 1,025 + 64 = 1,089 */
+    assert_int_equal(tu_stat(e, "epoch"), 1025);
+    for (int t = 0; t < 200; t++) {
+        kb_point p;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), 0);
+        assert_int_equal(res.n, 1);
+        assert_int_equal(kb_engine_tell(e, p.handle, sin(6 * p.x[0]) + p.x[1], &err), 0);
+    }
+    /* 1,089 + 69 = 1,158, + 73 = 1,231, + 77 = 1,308 > 1,300 observations */
+    assert_int_equal(tu_stat(e, "epoch"), 1027);
+    kb_engine_free(e);
+    kb_config_free(cfg);
+    kb_space_free(box);
+}
+
 static void bad_configurations_are_rejected(void **state)
 {
     (void)state;
@@ -587,6 +625,7 @@ int main(void)
         cmocka_unit_test(deterministic_and_restorable),
         cmocka_unit_test(finds_the_optimum_region),
         cmocka_unit_test(refresh_every_and_exhaustion),
+        cmocka_unit_test(sgp_ts_refreshes_by_growth_past_1024),
         cmocka_unit_test(bad_configurations_are_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
