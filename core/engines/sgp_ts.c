@@ -92,7 +92,8 @@ static const kb_option_spec sgp_ts_options[] = {
     {"alpha_scale", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
      "practical multiplier of alpha_t (1 = theory)"},
     {"refresh_every", KB_OPT_INTEGER, 1, 1e9, 0, 1, NULL, NULL,
-     "refresh the model (inducing points, q(u)) after this many new observations"},
+     "refresh the model (inducing points, q(u)) after this many new observations (past "
+     "1,024 observations, also not before they grew by a sixteenth)"},
     {"pool_refresh", KB_OPT_INTEGER, 1, 1e9, 0, 64, NULL, NULL,
      "box spaces: redraw the candidate pool after this many tells"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
