@@ -64,27 +64,30 @@ def test_bad_noise_or_trials_is_a_usage_error(daemon):
         assert r.returncode == 2 and opt in r.stderr and r.stdout == "", (opt, bad)
 
 
-def test_trials_stop_each_client_after_that_many_tells(daemon):
-    # a cap of 60 s the run must not need: two clients, five tells each, then done
+def kb_load_trials(daemon, engine, trials):
+    """A run that ends after `trials` tells per client (two clients), under a 60 s cap."""
     r = subprocess.run([str(KB_LOAD), "--port", str(daemon.port), "--clients", "2",
-                        "--seconds", "60", "--engine", "random", "--dim", "2", "--trials", "5"],
+                        "--seconds", "60", "--engine", engine, "--dim", "2",
+                        "--trials", str(trials)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    line = json.loads(r.stdout)
+    return json.loads(r.stdout)
+
+
+def test_trials_stop_each_client_after_that_many_tells(daemon):
+    # a cap of 60 s the run must not need: two clients, five tells each, then done
+    line = kb_load_trials(daemon, "random", 5)
     assert line["round_trips"] == 10 and line["errors"] == 0
     assert line["seconds"] < 30, line["seconds"]
 
 
 def test_the_line_reports_the_first_studys_model(daemon):
     # bbkb after 40 tells (past its initial design of 6): at least one epoch, a dictionary
-    # of at least one point and every told row in its model; random has no such figures
-    r = subprocess.run([str(KB_LOAD), "--port", str(daemon.port), "--clients", "2",
-                        "--seconds", "60", "--engine", "bbkb", "--dim", "2", "--trials", "20"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    line = json.loads(r.stdout)
+    # of at least one point, every told row in its model and a fitted noise; random has
+    # no such figures
+    line = kb_load_trials(daemon, "bbkb", 20)
     assert line["epoch"] >= 1 and line["dictionary_size"] >= 1, line
-    assert 20 <= line["model_rows"] <= 40, line
+    assert 20 <= line["model_rows"] <= 40 and line["fitted_noise"] > 0, line
     r = kb_load(daemon, "--engine", "random")
     assert r.returncode == 0, r.stderr
     line = json.loads(r.stdout)
