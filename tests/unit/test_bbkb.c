@@ -264,6 +264,48 @@ static void clustered_dictionary_is_dtc_over_kept_points(void **state)
         }
 }
 
+/* More data rows than one block (KB__ROWS_BLOCK = 512), which a resparsification embeds
+ * and sums block by block. Dictionary "all": the posterior over 1,100 observed rows is
+ * the DTC over the points the embedding keeps (Matern-1/2, whose kernel matrix stays
+ * well conditioned enough for the dense reference), so a block missing from V or from
+ * the mean's right-hand side shows. Dictionary "sampled": before the first epoch every
+ * row's closing variance is k(x, x) / lambda = 20, so q = 2 draws every row, and a block
+ * of closing variances left out shows in the dictionary's size. */
+static void rows_beyond_one_block(void **state)
+{
+    (void)state;
+    enum { N = 1100, M = 40, D = 3 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 29);
+    double *X = tu_uniform_matrix(&rng, N, D, 0, 1), *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    double *y = malloc(N * sizeof *y);
+    for (size_t i = 0; i < N; i++)
+        y[i] = objective(X + i * D, D) + 0.1 * kb_rng_normal(&rng);
+    kb_config *c;
+    kb_space *s;
+    kb_engine *e = all_dictionary_epoch(KB_KERNEL_MATERN12, X, y, N, D, Xc, M, &c, &s);
+    size_t r, m;
+    assert_posterior_is_dtc_over_kept(e, KB_KERNEL_MATERN12, D, X, y, N, Xc, M, &r);
+    kb_engine_free(e);
+    kb_config_free(c);
+    kb_error err;
+    c = make_config("bbkb", KB_KERNEL_RBF, 0.7, 0.05, "dictionary", "sampled", NULL);
+    e = kb_engine_create(c, s, &err);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(kb_engine_observe(e, X + i * D, y[i], &err), 0);
+    kb_point p;
+    kb_ask_result res;
+    assert_true(ask1(e, &p, &res));
+    kb__bbkb_dictionary(e, &m);
+    assert_int_equal(m, N);
+    kb_engine_free(e);
+    kb_config_free(c);
+    kb_space_free(s);
+    free(X);
+    free(Xc);
+    free(y);
+}
+
 /* The told trials' rows (repeats included), values and the distinct-point output
  * statistics (tu_distinct_stats). */
 static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dmean,
@@ -1723,6 +1765,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(full_dictionary_matches_exact_gp),
         cmocka_unit_test(clustered_dictionary_is_dtc_over_kept_points),
+        cmocka_unit_test(rows_beyond_one_block),
         cmocka_unit_test(fitted_kernel_epochs_match_exact_gp),
         cmocka_unit_test(off_pool_observes_across_epochs_match_exact_gp),
         cmocka_unit_test(outputs_standardized_over_distinct_points),
