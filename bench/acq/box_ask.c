@@ -79,6 +79,7 @@ static void report(const kb_engine *e, size_t told, double cpu_s, size_t empty, 
            opt.engine, opt.dim, opt.pool, opt.pending, (unsigned long long)opt.seed, told,
            cpu_s * 1e3 / (double)opt.every, (unsigned long long)epoch, (size_t)dict_size,
            (size_t)rows, e->noise, embed, resparsify, ask, empty, -best);
+    fflush(stdout); /* a run stopped by a time limit keeps the blocks it finished */
 }
 
 /* Asks until `pending` trials are out or the engine hands out none. */
