@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -341,6 +342,18 @@ static void serve(int port, const options *o, int auth, const sigset_t *sigs)
 }
 
 
+/* Engines allocate and free scratch of several MB at every epoch (bbkb: the data rows'
+ * embeddings, V and its factors; 8 MB and more at a dictionary of 1,000). With glibc's
+ * defaults such blocks are mmapped or trimmed from the heap top when freed, so every
+ * epoch faults them back in zeroed pages: 24% of the daemon's CPU on a long noise-free
+ * bbkb study (docs/BENCHMARKS.md, twenty-third session). Keeping freed blocks up to 16 MB
+ * in the heap costs at most that much resident memory per malloc arena. */
+static void keep_freed_scratch(void)
+{
+    mallopt(M_MMAP_THRESHOLD, 16 << 20);
+    mallopt(M_TRIM_THRESHOLD, 16 << 20);
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -348,6 +361,7 @@ int main(int argc, char **argv)
         return 2;
     blas_choose_core(argv);
     blas_single_thread();
+    keep_freed_scratch();
     proto_init();
     signal(SIGPIPE, SIG_IGN);
     sigset_t sigs;

@@ -21,6 +21,7 @@
  */
 #include "../../core/src/internal.h"
 
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +142,10 @@ int main(int argc, char **argv)
                                "[--pending 1..%d] [--every K] [--pool N] [--seed S] "
                                "[--noise SD] [--set NAME=NUMBER]\n",
                        MAX_PENDING), 2;
+    /* the daemon's malloc settings (server/main.c, keep_freed_scratch), so that the CPU
+     * per round trip here is what kbanditd pays */
+    mallopt(M_MMAP_THRESHOLD, 16 << 20);
+    mallopt(M_TRIM_THRESHOLD, 16 << 20);
     kb_error err = {0};
     kb_engine *e = make_engine(&err);
     uint64_t out[MAX_PENDING];
