@@ -341,13 +341,13 @@ static void serve(int port, const options *o, int auth, const sigset_t *sigs)
     log_json(LOG_INFO, "shutting down", json_pack("{s:s}", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
 }
 
-
 /* Engines allocate and free scratch of several MB at every epoch (bbkb: the data rows'
  * embeddings, V and its factors; 8 MB and more at a dictionary of 1,000). With glibc's
  * defaults such blocks are mmapped or trimmed from the heap top when freed, so every
- * epoch faults them back in zeroed pages: 24% of the daemon's CPU on a long noise-free
- * bbkb study (docs/BENCHMARKS.md, twenty-third session). Keeping freed blocks up to 16 MB
- * in the heap costs at most that much resident memory per malloc arena. */
+ * epoch faults them back in zeroed pages: 21-27% of the daemon's CPU per round trip on a
+ * long noise-free bbkb study (docs/BENCHMARKS.md, twenty-third session). Keeping freed
+ * blocks up to 16 MB in the heap costs up to that much resident memory per malloc arena
+ * (one per thread that allocates), not per study. */
 static void keep_freed_scratch(void)
 {
     mallopt(M_MMAP_THRESHOLD, 16 << 20);
