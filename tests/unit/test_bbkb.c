@@ -6,10 +6,10 @@
  * points, the DTC over the points the embedding keeps (kb__bbkb_embedding), which must
  * explain the others; the dictionary's inclusion frequency
  * against min(1, q sigma~^2) over many seeds, within exact binomial bounds; the lazy
- * argmax against a full argmax, Lemma 1's ratio bound and the batch rule, the local rule
- * against an independent evaluation of Lemma 3; the asynchronous ask/tell semantics,
- * determinism and snapshot/restore, the batch floor on boxes, the model window on boxes
- * (model_rows), bad configurations.
+ * argmax against a full argmax (pending candidates excluded too), Lemma 1's ratio bound
+ * and the batch rule, the local rule against an independent evaluation of Lemma 3; the
+ * asynchronous ask/tell semantics, determinism and snapshot/restore, the batch floor on
+ * boxes, the model window on boxes (model_rows), bad configurations.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -897,26 +897,61 @@ static void abandon_across_epochs_matches_recomputation(void **state)
     free(Xc);
 }
 
+/* Marks in out[0..M) the candidates with a pending trial; with tell_one, first tells the
+ * oldest pending trial (its candidate becomes eligible again under no_pending). */
+static void pending_candidates(kb_engine *e, size_t M, size_t d, int tell_one,
+                               unsigned char *out)
+{
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
+    memset(out, 0, M);
+    for (uint64_t h = 1; h <= st.asks; h++) {
+        kb_point p;
+        kb_trial_state s;
+        kb_error err;
+        assert_int_equal(kb_engine_trial(e, h, &p, &s), 0);
+        if (s != KB_TRIAL_PENDING)
+            continue;
+        if (tell_one) {
+            assert_int_equal(kb_engine_tell(e, h, objective(p.x, d), &err), 0);
+            tell_one = 0;
+            continue;
+        }
+        out[p.index] = 1;
+    }
+}
+
 /* Over many steps and several epochs, the lazily chosen point is the argmax of
  * mu + alpha sigma~ computed over every candidate from the posterior (which embeds
  * afresh): this also checks the kernel columns reused across resparsifications, most of
- * them with dictionary = coupled. */
-static void lazy_argmax_case(const char *dictionary)
+ * them with dictionary = coupled. With repeats = no_pending the argmax is over the
+ * candidates without a pending trial, and a trial told within the epoch makes its
+ * candidate eligible again (the heap's set-aside candidates come back). */
+static void lazy_argmax_case(const char *dictionary, const char *repeats)
 {
     enum { M = 300, D = 2, STEPS = 250 };
-    const double lambda = 0.05, alpha = 3.0 * 0.7;
+    int exclude = strcmp(repeats, "allow") != 0;
+    /* no_pending: long epochs (C~ = 30), so that trials told within them come back */
+    const double lambda = 0.05, C = exclude ? 30.0 : 3.0, alpha = C * 0.7;
     kb_rng rng;
     kb_rng_seed(&rng, 3);
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
     double mean[M], sd[M];
+    unsigned char pending[M];
+    double handed_in[M] = {0}; /* 1 + the epoch of a candidate's last hand-out, 0: none */
+    char c_text[16];
+    snprintf(c_text, sizeof c_text, "%g", C);
     kb_error err;
     kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, lambda, "beta", "fixed",
-                               "beta_fixed", "0.7", "C", "3", "dictionary", dictionary, NULL);
+                               "beta_fixed", "0.7", "C", c_text, "dictionary", dictionary,
+                               "repeats", repeats, NULL);
     kb_space *s = kb_space_new_finite(Xc, M, D, &err);
     kb_engine *e = kb_engine_create(c, s, &err);
-    size_t compared = 0;
+    size_t compared = 0, readmitted = 0;
     for (int step = 0; step < STEPS; step++) {
         double epoch = tu_stat(e, "epoch");
+        if (exclude)
+            pending_candidates(e, M, D, kb_rng_uniform(&rng) < 0.5, pending);
         assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
         kb_point p;
         kb_ask_result res;
@@ -927,17 +962,21 @@ static void lazy_argmax_case(const char *dictionary)
         }
         if (tu_stat(e, "epoch") != epoch)
             continue; /* the ask resparsified: the posterior above is the old one */
-        size_t best = 0;
+        size_t best = M;
         double u[M];
         for (size_t i = 0; i < M; i++) {
             u[i] = mean[i] + alpha * sd[i] / sqrt(lambda);
-            if (u[i] > u[best])
+            if (!(exclude && pending[i]) && (best == M || u[i] > u[best]))
                 best = i;
         }
+        assert_true(best < M && !(exclude && pending[p.index]));
         assert_true(p.index == best || fabs(u[p.index] - u[best]) <= 1e-9 * fabs(u[best]));
         compared++;
+        readmitted += handed_in[p.index] == epoch + 1;
+        handed_in[p.index] = epoch + 1;
     }
     assert_true(compared > STEPS / 2);
+    assert_true(!exclude || readmitted > 10); /* told within their epoch, chosen again */
     assert_true(tu_stat(e, "epochs_low_rank") > 0); /* low-rank starts' heap keys checked */
     kb_engine_free(e);
     kb_space_free(s);
@@ -948,8 +987,9 @@ static void lazy_argmax_case(const char *dictionary)
 static void lazy_argmax_equals_full_argmax(void **state)
 {
     (void)state;
-    lazy_argmax_case("sampled");
-    lazy_argmax_case("coupled");
+    lazy_argmax_case("sampled", "allow");
+    lazy_argmax_case("coupled", "allow");
+    lazy_argmax_case("sampled", "no_pending");
 }
 
 /* Start-of-epoch variances sigma~^2 = sd^2 / lambda, read by ask + abandon. */

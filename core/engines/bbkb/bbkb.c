@@ -162,7 +162,7 @@ static void bbkb_destroy(kb_engine *e)
     free(st->zstamp);
     free(st->stamp);
     free(st->heap);
-    free(st->aside);
+    free(st->out);
     free(st->epoch_h);
     free(st);
 }
@@ -229,11 +229,11 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     st->rsum = malloc(A * sizeof(double));
     st->stamp = malloc(A * sizeof *st->stamp);
     st->heap = malloc(A * sizeof *st->heap);
-    st->aside = malloc(A * sizeof *st->aside);
+    st->out = malloc(A * sizeof *st->out);
     st->away_of = malloc(A * sizeof *st->away_of);
     if (!st->resid || !st->kdiag || !st->slot_of || !st->coin || !st->zstamp || !st->mu ||
         !st->var_start || !st->var || !st->key || !st->rsum || !st->stamp || !st->heap ||
-        !st->aside || !st->away_of) {
+        !st->out || !st->away_of) {
         bbkb_destroy(e);
         e->impl = NULL;
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");

@@ -14,8 +14,8 @@
  *   - |var_start[i] - sigma~^2_start(x_i)| <= start_err, a rounding estimate (0 unless
  *     low_rank_start ran; measured errors stay 1e3-1e4 times below it);
  *   - var[i] >= the current sigma~^2 of candidate i, equal when stamp[i] == vstamp; the
- *     heap holds every candidate keyed by its UCB (or variance during initialization)
- *     computed from var[i].
+ *     heap and out together hold every candidate once, keyed by its UCB (or variance
+ *     during initialization) computed from var[i].
  * Memory is O(A m + T m): no A x A or T x T matrix (Kc, Z: A x m each).
  */
 #ifndef KB_BBKB_INTERNAL_H
@@ -81,7 +81,7 @@ typedef struct bbkb {
     size_t *away_cand, *away_of, cap_away;
     uint64_t *away_used, away_clock;
     uint64_t *stamp;
-    size_t *heap, n_heap, *aside;
+    size_t *heap, n_heap, *out, n_out; /* out: excluded candidates taken off the heap */
     /* model */
     /* r x r: V row-major (lower triangle; without the epoch's hand-outs, see the
      * invariants); L = chol(V_t) and Lstart (kb_chol) column-major, so that the

@@ -10,7 +10,8 @@
  *
  * Invariants: var[i] >= the current sigma~^2 of candidate i, equal when stamp[i] ==
  * vstamp (variances only shrink within an epoch, so a stale key is an upper bound); the
- * heap holds every candidate keyed by key_of(i); when rsum_valid, rsum[i] = sum_s
+ * heap and out together hold every candidate once, keyed by key_of(i) (out: found
+ * excluded since the last rebuild); when rsum_valid, rsum[i] = sum_s
  * k~_start(x_i, x_s)^2 over the epoch's points.
  */
 #include "bbkb_internal.h"
@@ -89,6 +90,7 @@ void kb__bbkb_heap_rebuild(bbkb *st, int exact)
         st->stamp[i] = exact ? st->vstamp : st->vstamp - 1;
     }
     st->n_heap = st->A;
+    st->n_out = 0;
     for (size_t p = st->A / 2; p-- > 0;)
         sift_down(st, p);
 }
@@ -107,18 +109,38 @@ static int uniform_pick(kb_engine *e, size_t *index)
     return 1;
 }
 
+/* Excluded candidates leave the heap for st->out (their keys stay stale upper bounds)
+ * and come back once the repeats policy allows them again (a tell or an abandon). Put
+ * back after every pick, the epoch's handed-out points were popped and pushed again at
+ * each of its asks: O(k log A) per ask at the k-th hand-out of an epoch, which made the
+ * sifts a seventh of a long noisy box study's CPU (docs/BENCHMARKS.md, twenty-fourth
+ * session). */
+static void readmit_allowed(kb_engine *e, bbkb *st)
+{
+    size_t k = 0;
+    for (size_t j = 0; j < st->n_out; j++) {
+        size_t i = st->out[j];
+        if (kb__excluded(e, i)) {
+            st->out[k++] = i;
+            continue;
+        }
+        st->heap[st->n_heap++] = i;
+        sift_up(st, st->n_heap - 1);
+    }
+    st->n_out = k;
+}
+
 /* Lazy argmax (Algorithm 1 L8): stale keys are upper bounds since variances only
  * shrink within an epoch, so refreshing the top until it is current gives exactly the
- * full argmax (ties to the lowest index). Excluded candidates are set aside. */
+ * full argmax (ties to the lowest index), whatever the heap's layout. */
 static int lazy_pick(kb_engine *e, size_t *index)
 {
     bbkb *st = e->impl;
-    size_t n_aside = 0;
-    int found = 0;
+    readmit_allowed(e, st);
     while (st->n_heap > 0) {
         size_t i = st->heap[0];
         if (kb__excluded(e, i)) {
-            st->aside[n_aside++] = i;
+            st->out[st->n_out++] = i;
             st->heap[0] = st->heap[--st->n_heap];
             sift_down(st, 0);
             continue;
@@ -132,14 +154,9 @@ static int lazy_pick(kb_engine *e, size_t *index)
             continue;
         }
         *index = i;
-        found = 1;
-        break;
+        return 1;
     }
-    while (n_aside > 0) {
-        st->heap[st->n_heap++] = st->aside[--n_aside];
-        sift_up(st, st->n_heap - 1);
-    }
-    return found;
+    return 0;
 }
 
 /* The next point of the epoch: Algorithm 1 L8's argmax (uniform while there is no
