@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -649,6 +650,78 @@ static void shortest_doubles_round_trip(void **state)
     assert_string_equal(kb_format_double(buf, 0.1 + 0.2), "0.30000000000000004");
 }
 
+/* The first of %.15g, %.16g, %.17g that reads back: what kb_format_double must print. */
+static const char *reference_format(char buf[KB_DOUBLE_BUF], double v)
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, KB_DOUBLE_BUF, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    return buf;
+}
+
+static void expect_printf_rendering(double v)
+{
+    char got[KB_DOUBLE_BUF], want[KB_DOUBLE_BUF];
+    kb_format_double(got, v);
+    reference_format(want, v);
+    if (strcmp(got, want) != 0)
+        fail_msg("%a: got %s, printf gives %s", v, got, want);
+}
+
+/* kb_format_double rounds the 15- and 16-digit forms from the 17-digit one: byte for byte
+ * what printf prints, over random bit patterns (every exponent, subnormals included),
+ * decimals as users type them, their neighbours (ties and carries), integers around
+ * 10^15-10^17 and the special values. */
+static void shortest_doubles_equal_printf(void **state)
+{
+    (void)state;
+    unsigned seed = 11;
+    for (int i = 0; i < 40000; i++) {
+        uint64_t bits = (uint64_t)rand_r(&seed) << 42 ^ (uint64_t)rand_r(&seed) << 21 ^
+                        (uint64_t)rand_r(&seed);
+        double v;
+        memcpy(&v, &bits, sizeof v);
+        expect_printf_rendering(v);
+        double typed = (double)(rand_r(&seed) % 2000001 - 1000000) *
+                       pow(10.0, rand_r(&seed) % 41 - 25);
+        expect_printf_rendering(typed);
+        expect_printf_rendering(nextafter(typed, INFINITY));
+        expect_printf_rendering(nextafter(typed, -INFINITY));
+        expect_printf_rendering((double)rand_r(&seed) / RAND_MAX);
+        expect_printf_rendering(1e15 * (1.0 + (double)rand_r(&seed) / RAND_MAX * 200.0));
+    }
+    const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, DBL_MAX, -DBL_MAX,
+                              DBL_MIN, DBL_TRUE_MIN, 0.5, 1e-5, 1e-4, 9.9999999999999995e-5,
+                              1e15, 1e16, 1e17, 9.999999999999999e22, 0.1 + 0.2,
+                              123456789012345678.0, 5e-324, 1.7976931348623157e308};
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+        expect_printf_rendering(special[i]);
+}
+
+/* kb_json_dumps reads jansson's tokens ("1.9676895245913128e16", "2.0"): each real comes
+ * out as kb_format_double prints it, ".0" added where it would read as an integer. */
+static void json_reals_equal_printf(void **state)
+{
+    (void)state;
+    unsigned seed = 5;
+    for (int i = 0; i < 5000; i++) {
+        double v = i % 2 ? random_double(&seed)
+                         : (double)(rand_r(&seed) % 20001 - 10000) * pow(10.0, i % 37 - 18);
+        json_t *doc = json_pack("[f]", v);
+        char *text = kb_json_dumps(doc, JSON_COMPACT);
+        char want[KB_DOUBLE_BUF + 4];
+        reference_format(want + 1, v);
+        want[0] = '[';
+        strcat(want, strpbrk(want, ".e") ? "]" : ".0]");
+        if (strcmp(text, want) != 0)
+            fail_msg("%a: got %s, want %s", v, text, want);
+        free(text);
+        json_decref(doc);
+    }
+}
+
 /* Reals are shortened, integers and strings that look like numbers are untouched, and
  * reals stay reals. */
 static void json_dumps_shortest(void **state)
@@ -686,6 +759,8 @@ int main(void)
         cmocka_unit_test(one_value_ranges),
         cmocka_unit_test(repeated_choices),
         cmocka_unit_test(shortest_doubles_round_trip),
+        cmocka_unit_test(shortest_doubles_equal_printf),
+        cmocka_unit_test(json_reals_equal_printf),
         cmocka_unit_test(json_dumps_shortest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
