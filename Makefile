@@ -56,7 +56,8 @@ FUZZ_HELPERS := $(filter-out $(FUZZ_SRC),$(wildcard tests/fuzz/*.c))
 LIB := $(BUILD)/libkbandit.a
 DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
 BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
-LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so)
+LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so \
+	$(BUILD)/kb-numfmt-cost)
 ACQ_TOOLS := $(if $(wildcard bench/acq/acq_cost.c),$(BUILD)/kb-acq-cost $(BUILD)/kb-box-ask)
 FAULT := $(BUILD)/kb-fault.so
 
@@ -92,6 +93,10 @@ $(BUILD)/kb-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 # The daemon load generator (bench/load/, outside kb-bench's wildcard): plain sockets.
 $(BUILD)/kb-load: $(BUILD)/bench/load/kb_load.o
 	$(CC) $(SAN) -o $@ $^ -pthread -lm
+
+# What printing a real in a response costs (proto/numfmt.c).
+$(BUILD)/kb-numfmt-cost: $(BUILD)/bench/proto/numfmt_cost.o $(BUILD)/proto/numfmt.o
+	$(CC) $(SAN) -o $@ $^ -ljansson -lm
 
 # The cost of box pool refinement and of box round trips in-process (bench/acq/: engine
 # internals, from the static library).
