@@ -218,6 +218,11 @@ static const char *shortest(char buf[KB_DOUBLE_BUF], double v, const char *g17)
     return buf;
 }
 
+const char *kb_format_double_printf(char buf[KB_DOUBLE_BUF], double v)
+{
+    return by_printf(buf, v, 15);
+}
+
 const char *kb_format_double(char buf[KB_DOUBLE_BUF], double v)
 {
     char g17[KB_DOUBLE_BUF];

@@ -12,16 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-static const char *three_printf(char buf[KB_DOUBLE_BUF], double v)
-{
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, KB_DOUBLE_BUF, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
-    return buf;
-}
-
 static double ns_per_value(const char *(*fmt)(char *, double), const double *v, size_t n,
                            size_t *sink)
 {
@@ -47,12 +37,12 @@ int main(int argc, char **argv)
                           : (double)rand_r(&seed) / ((double)RAND_MAX + 1.0);
     for (size_t i = 0; i < n; i++) {
         char a[KB_DOUBLE_BUF], b[KB_DOUBLE_BUF];
-        if (strcmp(kb_format_double(a, v[i]), three_printf(b, v[i])) != 0) {
+        if (strcmp(kb_format_double(a, v[i]), kb_format_double_printf(b, v[i])) != 0) {
             fprintf(stderr, "kb-numfmt-cost: %a prints %s, printf %s\n", v[i], a, b);
             return 1;
         }
     }
-    double old_ns = ns_per_value(three_printf, v, n, &sink);
+    double old_ns = ns_per_value(kb_format_double_printf, v, n, &sink);
     double new_ns = ns_per_value(kb_format_double, v, n, &sink);
     printf("{\"bench\":\"numfmt\",\"values\":%zu,\"three_printf_ns\":%.0f,"
            "\"kb_format_double_ns\":%.0f,\"sink\":%zu}\n", n, old_ns, new_ns, sink % 10);
