@@ -14,9 +14,9 @@
  * rounding except at an exact tie in them (a 5 and nothing after), where printf decides.
  * Whether such a form reads back is mostly clear from how far the rounding moved it
  * against v's ulp; strtod decides the close calls. Printing and parsing each real up to
- * three more times was a fifth of the daemon's CPU on small requests (docs/BENCHMARKS.md,
- * twenty-fourth session). The output is printf's, byte for byte (tests/unit/test_proto.c
- * checks it against the three printf calls).
+ * three more times was a tenth of the daemon's CPU under load, and rendering JSON as a
+ * whole a fifth (docs/BENCHMARKS.md, twenty-fourth session). The output is printf's, byte
+ * for byte (tests/unit/test_proto.c checks it against the three printf calls).
  */
 #include "numfmt.h"
 
