@@ -33,11 +33,13 @@
  * session.) Parameters the user fixed keep their values (they are left out of
  * the optimized vector). Large n: the fit uses at most `max_rows` observations, a seeded
  * uniform sample (kb__hyper_fit), so a fit costs O(max_rows^3) per evaluation whatever the
- * history (max_rows = 256: ~17 MFLOP for the factor and the inverse, ~2 ms at d = 8).
+ * history (max_rows = 256: ~17 MFLOP for the factor and the inverse, ~1.7 ms per
+ * evaluation with its gradient at d = 6).
  * Deterministic: same inputs and RNG state, same result.
  */
 #include "internal.h"
 
+#include <cblas.h>
 #include <lapacke.h>
 #include <math.h>
 #include <nlopt.h>
@@ -63,81 +65,103 @@ static double lognormal(double theta, double mu, double sd, double *dtheta)
     return -theta - 0.5 * z * z;
 }
 
-/* Work space of one objective: the data, the pairs' squared coordinate differences and
- * four n x n matrices. D2 holds, for each pair i > j in the order (1,0), (2,0), (2,1), ...,
- * the d per-coordinate terms of r2 (kb__coord_d2): computed once per fit, so an evaluation
- * forms r2 as a dot product with 1 / l^2 instead of d calls (n (n - 1) / 2 x d doubles:
- * 2 MB at n = 256, d = 8). */
+/* Work space of one objective: the data, the pairs' squared coordinate differences, per
+ * pair its r2, base(r2) and slope, and the n x n factor. Pairs i > j are numbered in the
+ * order (1,0), (2,0), (2,1), ... (the row-major lower triangle); column c of D2 (column-
+ * major, pairs x d) holds coordinate c's term of r2 for every pair (kb__coord_d2),
+ * computed once per fit, so an evaluation forms every r2 as one matrix-vector product with
+ * 1 / l^2 and the lengthscale gradient as one with the pairs' weights, both along columns
+ * of n (n - 1) / 2 doubles (D2: 2 MB at n = 256, d = 8). */
 typedef struct lml_work {
     kb_kernel_kind kind;
-    size_t n, d;
+    size_t n, d, pairs;
     const double *y;
-    double *D2, *K, *dK, *L, *a;
+    double *D2, *r2, *base, *slope, *L, *a;
 } lml_work;
 
 static int work_init(lml_work *w, const kb_kernel *k, const double *U, const double *y,
                      size_t n)
 {
-    size_t d = k->dim, pairs = n * (n - (n > 0)) / 2;
-    *w = (lml_work){.kind = k->kind, .n = n, .d = d, .y = y};
-    w->D2 = malloc((pairs ? pairs : 1) * d * sizeof *w->D2);
-    w->K = malloc(n * n * sizeof *w->K);
-    w->dK = malloc(n * n * sizeof *w->dK);
+    size_t d = k->dim, pairs = n * (n - (n > 0)) / 2, np = pairs ? pairs : 1;
+    *w = (lml_work){.kind = k->kind, .n = n, .d = d, .pairs = pairs, .y = y};
+    w->D2 = malloc(np * d * sizeof *w->D2);
+    w->r2 = malloc(np * sizeof *w->r2);
+    w->base = malloc(np * sizeof *w->base);
+    w->slope = malloc(np * sizeof *w->slope);
     w->L = malloc(n * n * sizeof *w->L);
     w->a = malloc(n * sizeof *w->a);
-    if (!w->D2 || !w->K || !w->dK || !w->L || !w->a)
+    if (!w->D2 || !w->r2 || !w->base || !w->slope || !w->L || !w->a)
         return KB_ENOMEM;
-    double *p = w->D2;
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < i; j++, p += d)
-            for (size_t c = 0; c < d; c++)
-                p[c] = kb__coord_d2(k->choices, c, U[i * d + c], U[j * d + c]);
+    for (size_t c = 0, p = 0; c < d; c++, p = 0)
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < i; j++, p++)
+                w->D2[c * pairs + p] = kb__coord_d2(k->choices, c, U[i * d + c], U[j * d + c]);
     return KB_OK;
 }
 
 static void work_free(lml_work *w)
 {
     free(w->D2);
-    free(w->K);
-    free(w->dK);
+    free(w->r2);
+    free(w->base);
+    free(w->slope);
     free(w->L);
     free(w->a);
 }
 
-/* K (noise-free) and s2 base'(r2) into w->K / w->dK, lower triangles. */
-static void kernel_and_slope(lml_work *w, const double *theta)
+/* base(r2) and its slope for every pair, at the lengthscales exp(theta[0..d)). */
+static void pair_profiles(lml_work *w, const double *theta)
 {
-    size_t n = w->n, d = w->d;
-    double s2 = exp(theta[d]), inv_l2[d > 0 ? d : 1], slope;
+    size_t d = w->d;
+    double inv_l2[d > 0 ? d : 1];
     for (size_t k = 0; k < d; k++)
         inv_l2[k] = exp(-2.0 * theta[k]);
-    const double *p = w->D2;
-    for (size_t i = 0; i < n; i++) {
-        for (size_t j = 0; j < i; j++, p += d) {
-            double r2 = 0.0;
-            for (size_t k = 0; k < d; k++)
-                r2 += p[k] * inv_l2[k];
-            w->K[i * n + j] = s2 * kb__kernel_profile(w->kind, r2, &slope);
-            w->dK[i * n + j] = s2 * slope;
-        }
-        w->K[i * n + i] = s2 * kb__kernel_profile(w->kind, 0.0, &slope);
-        w->dK[i * n + i] = s2 * slope;
+    if (w->pairs == 0)
+        return;
+    cblas_dgemv(CblasColMajor, CblasNoTrans, (int)w->pairs, (int)d, 1.0, w->D2,
+                (int)w->pairs, inv_l2, 1, 0.0, w->r2, 1);
+    kb__kernel_profiles(w->kind, w->r2, w->pairs, w->base, w->slope);
+}
+
+/* The inverse of the upper triangular U (column-major, leading dimension ld) in place, by
+ * halves: [A B; 0 C]^-1 = [A^-1, -A^-1 B C^-1; 0, C^-1], B's update as two triangular
+ * solves (level 3), LAPACK's dtrtri below 32. Why not dtrtri (dpotri) throughout: at
+ * these sizes OpenBLAS 0.3.21's dtrtri spends most of its time in its unblocked dtrti2
+ * (one dtrmv per column; perf), and dpotri took 2-3x dpotrf's time at n = 64-256 (1.03 ms
+ * against 0.33 at n = 256, one thread); this inverse and dlauum take 0.5-0.7 of it. */
+static void upper_inverse(double *U, size_t n, size_t ld)
+{
+    if (n <= 32) {
+        LAPACKE_dtrtri_work(LAPACK_COL_MAJOR, 'U', 'N', (int)n, U, (int)ld);
+        return;
     }
+    size_t n1 = n / 2, n2 = n - n1;
+    double *B = U + n1 * ld, *C = B + n1;
+    cblas_dtrsm(CblasColMajor, CblasLeft, CblasUpper, CblasNoTrans, CblasNonUnit, (int)n1,
+                (int)n2, -1.0, U, (int)ld, B, (int)ld);
+    cblas_dtrsm(CblasColMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)n1,
+                (int)n2, 1.0, C, (int)ld, B, (int)ld);
+    upper_inverse(U, n1, ld);
+    upper_inverse(C, n2, ld);
 }
 
 /* log p(y | theta), and its gradient into grad (d + 2) when not NULL; -HUGE_VAL when Ky
- * is not positive definite in floating point. Uses the lower triangles only. The
- * row-major lower triangle of a symmetric matrix is the column-major upper one, so LAPACK
- * is called column-major on 'U' through the _work entry points: no transposed copies, no
- * allocations, no NaN scans (the inputs are finite by construction). */
+ * is not positive definite in floating point. The row-major lower triangle of a
+ * symmetric matrix is the column-major upper one, so LAPACK is called column-major on 'U'
+ * through the _work entry points: no transposed copies, no allocations, no NaN scans (the
+ * inputs are finite by construction). */
 static double log_marginal(lml_work *w, const double *theta, double *grad)
 {
     size_t n = w->n, d = w->d;
-    double sn2 = exp(theta[d + 1]);
-    kernel_and_slope(w, theta);
-    memcpy(w->L, w->K, n * n * sizeof *w->L);
-    for (size_t i = 0; i < n; i++)
-        w->L[i * n + i] += sn2;
+    double s2 = exp(theta[d]), sn2 = exp(theta[d + 1]);
+    double base0 = kb__kernel_profile(w->kind, 0.0, NULL);
+    pair_profiles(w, theta);
+    const double *base = w->base;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < i; j++)
+            w->L[i * n + j] = s2 * *base++;
+        w->L[i * n + i] = s2 * base0 + sn2;
+    }
     if (LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'U', (int)n, w->L, (int)n) != 0)
         return -HUGE_VAL;
     memcpy(w->a, w->y, n * sizeof *w->a);
@@ -150,25 +174,33 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
     double lml = -0.5 * fit - logdet - 0.5 * (double)n * LOG_2PI;
     if (!grad)
         return lml;
-    /* W = a a^T - Ky^-1 overwrites L (lower triangle). */
-    if (LAPACKE_dpotri_work(LAPACK_COL_MAJOR, 'U', (int)n, w->L, (int)n) != 0)
+    /* Ky^-1 = U^-1 U^-T overwrites L (lower triangle); W = a a^T - Ky^-1. Per pair,
+     * dK/dlog s2 = K and dK/dlog l_k = s2 slope (-2 D2_k / l_k^2); off-diagonal pairs
+     * count twice, the 1/2 of eq. 5.9 cancelling. r2 is reused for the pairs' weights
+     * W_ij slope_ij. */
+    upper_inverse(w->L, n, n);
+    if (LAPACKE_dlauum_work(LAPACK_COL_MAJOR, 'U', (int)n, w->L, (int)n) != 0)
         return -HUGE_VAL;
-    memset(grad, 0, (d + 2) * sizeof *grad);
-    const double *p = w->D2;
+    double gs2 = 0.0, gsn2 = 0.0;
+    size_t p = 0;
     for (size_t i = 0; i < n; i++) {
-        for (size_t j = 0; j < i; j++, p += d) { /* off-diagonal pairs count twice */
+        for (size_t j = 0; j < i; j++, p++) {
             double Wij = w->a[i] * w->a[j] - w->L[i * n + j];
-            grad[d] += Wij * w->K[i * n + j];
-            double g = -2.0 * Wij * w->dK[i * n + j];
-            for (size_t k = 0; k < d; k++)
-                grad[k] += g * p[k];
+            gs2 += Wij * w->base[p];
+            w->r2[p] = Wij * w->slope[p];
         }
         double Wii = w->a[i] * w->a[i] - w->L[i * n + i];
-        grad[d] += 0.5 * Wii * w->K[i * n + i];
-        grad[d + 1] += 0.5 * sn2 * Wii;
+        gs2 += 0.5 * Wii * base0;
+        gsn2 += 0.5 * Wii;
     }
+    memset(grad, 0, (d + 2) * sizeof *grad);
+    if (w->pairs)
+        cblas_dgemv(CblasColMajor, CblasTrans, (int)w->pairs, (int)d, -2.0 * s2, w->D2,
+                    (int)w->pairs, w->r2, 1, 0.0, grad, 1);
     for (size_t k = 0; k < d; k++)
         grad[k] *= exp(-2.0 * theta[k]);
+    grad[d] = s2 * gs2;
+    grad[d + 1] = sn2 * gsn2;
     return lml;
 }
 

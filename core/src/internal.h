@@ -214,6 +214,10 @@ int kb__config_build_kernel(const kb_config *cfg, size_t dim, kb_kernel *k, kb_e
  * not NULL): the one place the gradients of hyperparameter fitting and acquisition
  * refinement come from. Matern 1/2 reports 0 at r = 0, where it has no derivative. */
 double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2);
+/* kb__kernel_profile over r2[0..n): val[j] = base(r2[j]), slope[j] its derivative; on
+ * x86-64 glibc through the vector exp (so within 4 ulp of the scalar form, not equal). */
+void kb__kernel_profiles(kb_kernel_kind kind, const double *r2, size_t n, double *val,
+                         double *slope);
 /* Width of a kernel's embedding: dim, plus c - 1 per categorical coordinate. */
 size_t kb__kernel_embed_dim(const kb_kernel *k);
 /* X (n x dim) embedded (n x kb__kernel_embed_dim, owned; NULL on OOM): ordered

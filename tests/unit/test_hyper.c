@@ -59,46 +59,51 @@ static double dense_log_marginal(const kb_kernel *shape, const double *theta, co
     return -0.5 * quad - 0.5 * logdet - 0.5 * (double)n * log(2.0 * M_PI);
 }
 
+/* At n = 40 and 100: the inverse behind the gradient recurses by halves down to blocks of
+ * 32 (hyper.c's upper_inverse), once and twice. */
 static void likelihood_matches_dense_and_gradient_matches_differences(void **state)
 {
     (void)state;
-    enum { N = 40 };
+    enum { NMAX = 100 };
     kb_kernel_kind kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN12, KB_KERNEL_MATERN32,
                               KB_KERNEL_MATERN52};
     kb_rng rng;
     kb_rng_seed(&rng, 11);
-    double U[N * D], y[N];
-    random_points(&rng, N, U);
-    for (size_t i = 0; i < N; i++)
+    double U[NMAX * D], y[NMAX];
+    random_points(&rng, NMAX, U);
+    for (size_t i = 0; i < NMAX; i++)
         y[i] = sin(6 * U[i * D]) + U[i * D + 1] * U[i * D + 2] + 0.1 * kb_rng_normal(&rng);
     double theta[D + 2] = {log(0.3), log(0.7), log(1.9), log(1.3), log(0.02)};
     size_t choices[D] = {0, 0, 3}; /* the third coordinate: 3 unordered choices */
-    for (size_t k = 0; k < 2 * sizeof kinds / sizeof kinds[0]; k++) {
-        kb_kernel *shape = tu_kernel(kinds[k / 2], D, 1.0);
-        assert_int_equal(kb_kernel_set_choices(shape, k % 2 ? choices : NULL, NULL), KB_OK);
-        for (int prior = 0; prior <= 1; prior++) {
-            double g[D + 2];
-            double v = kb__hyper_objective(shape, U, y, N, theta, g, prior);
-            if (!prior) {
-                double ref = dense_log_marginal(shape, theta, U, y, N);
-                assert_true(fabs(v - ref) <= 1e-9 * fabs(ref));
+    for (size_t N = 40; N <= NMAX; N += NMAX - 40)
+        for (size_t k = 0; k < 2 * sizeof kinds / sizeof kinds[0]; k++) {
+            kb_kernel *shape = tu_kernel(kinds[k / 2], D, 1.0);
+            assert_int_equal(kb_kernel_set_choices(shape, k % 2 ? choices : NULL, NULL),
+                             KB_OK);
+            for (int prior = 0; prior <= 1; prior++) {
+                double g[D + 2];
+                double v = kb__hyper_objective(shape, U, y, N, theta, g, prior);
+                if (!prior) {
+                    double ref = dense_log_marginal(shape, theta, U, y, N);
+                    assert_true(fabs(v - ref) <= 1e-9 * fabs(ref));
+                }
+                for (size_t j = 0; j < D + 2; j++) {
+                    double h = 1e-5, tp[D + 2], tm[D + 2];
+                    memcpy(tp, theta, sizeof tp);
+                    memcpy(tm, theta, sizeof tm);
+                    tp[j] += h;
+                    tm[j] -= h;
+                    double fd = (kb__hyper_objective(shape, U, y, N, tp, NULL, prior) -
+                                 kb__hyper_objective(shape, U, y, N, tm, NULL, prior)) /
+                                (2 * h);
+                    if (fabs(fd - g[j]) > 1e-5 * (1.0 + fabs(fd)))
+                        fail_msg("n %zu kernel %zu prior %d theta[%zu]: gradient %.10g, "
+                                 "differences %.10g",
+                                 N, k, prior, j, g[j], fd);
+                }
             }
-            for (size_t j = 0; j < D + 2; j++) {
-                double h = 1e-5, tp[D + 2], tm[D + 2];
-                memcpy(tp, theta, sizeof tp);
-                memcpy(tm, theta, sizeof tm);
-                tp[j] += h;
-                tm[j] -= h;
-                double fd = (kb__hyper_objective(shape, U, y, N, tp, NULL, prior) -
-                             kb__hyper_objective(shape, U, y, N, tm, NULL, prior)) /
-                            (2 * h);
-                if (fabs(fd - g[j]) > 1e-5 * (1.0 + fabs(fd)))
-                    fail_msg("kernel %zu prior %d theta[%zu]: gradient %.10g, differences %.10g",
-                             k, prior, j, g[j], fd);
-            }
+            kb_kernel_free(shape);
         }
-        kb_kernel_free(shape);
-    }
 }
 
 /* y = f + noise with f a draw from the GP with ARD lengthscales TRUE_L, amplitude 1. */
