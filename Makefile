@@ -58,7 +58,8 @@ DAEMON := $(if $(wildcard server/main.c),$(BUILD)/kbanditd)
 BENCH := $(if $(BENCH_SRC),$(BUILD)/kb-bench)
 LOAD := $(if $(wildcard bench/load/kb_load.c),$(BUILD)/kb-load $(BUILD)/kb-slow-fsync.so \
 	$(BUILD)/kb-numfmt-cost)
-ACQ_TOOLS := $(if $(wildcard bench/acq/acq_cost.c),$(BUILD)/kb-acq-cost $(BUILD)/kb-box-ask)
+ACQ_TOOLS := $(if $(wildcard bench/acq/acq_cost.c),$(BUILD)/kb-acq-cost $(BUILD)/kb-box-ask \
+	$(BUILD)/kb-fit-cost)
 FAULT := $(BUILD)/kb-fault.so
 
 .PHONY: all deps test unit asan run bench bench-quality install clean fuzz
@@ -98,12 +99,15 @@ $(BUILD)/kb-load: $(BUILD)/bench/load/kb_load.o
 $(BUILD)/kb-numfmt-cost: $(BUILD)/bench/proto/numfmt_cost.o $(BUILD)/proto/numfmt.o
 	$(CC) $(SAN) -o $@ $^ -ljansson -lm
 
-# The cost of box pool refinement and of box round trips in-process (bench/acq/: engine
-# internals, from the static library).
+# The cost of box pool refinement, of box round trips in-process and of a hyperparameter
+# fit (bench/acq/: engine internals, from the static library).
 $(BUILD)/kb-acq-cost: $(BUILD)/bench/acq/acq_cost.o $(LIB)
 	$(CC) $(SAN) -o $@ $^ $(LIBS_CORE)
 
 $(BUILD)/kb-box-ask: $(BUILD)/bench/acq/box_ask.o $(LIB)
+	$(CC) $(SAN) -o $@ $^ $(LIBS_CORE)
+
+$(BUILD)/kb-fit-cost: $(BUILD)/bench/acq/fit_cost.o $(LIB)
 	$(CC) $(SAN) -o $@ $^ $(LIBS_CORE)
 
 # LD_PRELOAD shim: a slower fsync, to benchmark the daemon as on a slower disk.
