@@ -127,7 +127,7 @@ static void pair_profiles(lml_work *w, const double *theta)
  * halves: [A B; 0 C]^-1 = [A^-1, -A^-1 B C^-1; 0, C^-1], B's update as two triangular
  * solves (level 3), LAPACK's dtrtri below 32. Why not dtrtri (dpotri) throughout: at
  * these sizes OpenBLAS 0.3.21's dtrtri spends most of its time in its unblocked dtrti2
- * (one dtrmv per column; perf), and dpotri took 2-3x dpotrf's time at n = 64-256 (1.03 ms
+ * (one dtrmv per column; perf), and dpotri took 3-5x dpotrf's time at n = 64-256 (1.03 ms
  * against 0.33 at n = 256, one thread); this inverse and dlauum take 0.5-0.7 of it. */
 static void upper_inverse(double *U, size_t n, size_t ld)
 {
