@@ -14,33 +14,13 @@
  * Engine internals (kb__refresh_pool) come from libkbandit.a, as in the unit tests.
  */
 #include "../../core/src/internal.h"
+#include "cpu_time.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* CPU seconds of this thread: less disturbed than wall time by other processes on a
- * shared machine (run with OPENBLAS_NUM_THREADS=1 so that BLAS stays on this thread). */
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
 
 /* A smooth function of x_0..x_5 with its maximum inside the cube. */
 static double objective(const double *x)

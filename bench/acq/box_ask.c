@@ -20,6 +20,7 @@
  * Engine internals (the fitted noise) come from libkbandit.a, as in the unit tests.
  */
 #include "../../core/src/internal.h"
+#include "cpu_time.h"
 
 #include <malloc.h>
 #include <math.h>
@@ -37,13 +38,6 @@ static struct {
     double noise;    /* sd of the noise added to told values */
     const char *set; /* NAME=NUMBER, or NULL */
 } opt = {"bbkb", 6, 750, 32, 250, 2048, 1, 0.0, NULL};
-
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static kb_engine *make_engine(kb_error *err)
 {

@@ -13,31 +13,12 @@
  * the unit tests.
  */
 #include "../../core/src/internal.h"
+#include "cpu_time.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, by_value);
-    return v[n / 2];
-}
 
 /* Median CPU seconds of one objective evaluation with its gradient. */
 static double objective_cost(const kb_kernel *k, const double *U, const double *y, size_t n,
