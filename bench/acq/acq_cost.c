@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A smooth function of x_0..x_5 with its maximum inside the cube. */
 static double objective(const double *x)
