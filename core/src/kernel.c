@@ -98,16 +98,27 @@ static double stationary(kb_kernel_kind kind, double r2)
  * (sourceware.org/glibc/wiki/libmvec); the kernel's own rounding is ~1e-16 anyway. */
 __m128d _ZGVbN2v_exp(__m128d x);
 
-/* Two entries at a time, the scalar path's operations in the same order (so only exp's
- * rounding differs from kb_kernel_eval); an odd last entry goes through the same vector
+/* base(q) two at a time, the scalar path's operations in the same order (so only exp's
+ * rounding differs from kb__kernel_profile); also r = sqrt(q) and the exponential, which
+ * the slopes reuse. */
+static inline __m128d base_pd(kb_kernel_kind kind, __m128d q, __m128d *r, __m128d *e)
+{
+    *r = _mm_sqrt_pd(q);
+    *e = _ZGVbN2v_exp(_mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(),
+                                            _mm_mul_pd(_mm_set1_pd(shape[kind].c), *r)),
+                                 _mm_mul_pd(_mm_set1_pd(shape[kind].h), q)));
+    __m128d a = _mm_set1_pd(shape[kind].a), b = _mm_set1_pd(shape[kind].b);
+    __m128d p = _mm_add_pd(_mm_add_pd(_mm_set1_pd(1.0), _mm_mul_pd(a, *r)),
+                           _mm_div_pd(_mm_mul_pd(b, q), _mm_set1_pd(3.0)));
+    return _mm_mul_pd(p, *e);
+}
+
+/* Two entries at a time through base_pd; an odd last entry goes through the same vector
  * function beside a dummy lane, so an entry does not depend on its column. */
 static void stationary_row(const kb_kernel *k, double nx, const double *ny, size_t m,
                            double *row)
 {
-    const __m128d a = _mm_set1_pd(shape[k->kind].a), b = _mm_set1_pd(shape[k->kind].b),
-                  c = _mm_set1_pd(shape[k->kind].c), h = _mm_set1_pd(shape[k->kind].h),
-                  one = _mm_set1_pd(1.0), three = _mm_set1_pd(3.0),
-                  variance = _mm_set1_pd(k->variance), na = _mm_set1_pd(nx),
+    const __m128d variance = _mm_set1_pd(k->variance), na = _mm_set1_pd(nx),
                   noise = _mm_set1_pd(CANCELLATION);
     for (size_t j = 0; j < m; j += 2) {
         int pair = j + 1 < m;
@@ -115,12 +126,7 @@ static void stationary_row(const kb_kernel *k, double nx, const double *ny, size
         __m128d q = _mm_add_pd(_mm_add_pd(pair ? _mm_loadu_pd(row + j) : _mm_set_sd(row[j]),
                                           na), nb);
         q = _mm_andnot_pd(_mm_cmplt_pd(q, _mm_mul_pd(noise, _mm_add_pd(na, nb))), q);
-        __m128d r = _mm_sqrt_pd(q);
-        __m128d arg = _mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(), _mm_mul_pd(c, r)),
-                                 _mm_mul_pd(h, q));
-        __m128d p = _mm_add_pd(_mm_add_pd(one, _mm_mul_pd(a, r)),
-                               _mm_div_pd(_mm_mul_pd(b, q), three));
-        __m128d v = _mm_mul_pd(variance, _mm_mul_pd(p, _ZGVbN2v_exp(arg)));
+        __m128d r, e, v = _mm_mul_pd(variance, base_pd(k->kind, q, &r, &e));
         if (pair)
             _mm_storeu_pd(row + j, v);
         else
@@ -170,24 +176,17 @@ static const struct {
 };
 
 #if defined __x86_64__ && defined __GLIBC__
-/* Two pairs at a time through libmvec's exp, as stationary_row; an odd last entry beside
- * a dummy lane. */
+/* Two pairs at a time through base_pd, as stationary_row; an odd last entry beside a
+ * dummy lane. */
 static void profiles_vec(kb_kernel_kind kind, const double *r2, size_t n, double *val,
                          double *slope)
 {
-    const __m128d a = _mm_set1_pd(shape[kind].a), b = _mm_set1_pd(shape[kind].b),
-                  c = _mm_set1_pd(shape[kind].c), h = _mm_set1_pd(shape[kind].h),
-                  u = _mm_set1_pd(slope_of[kind].u), w = _mm_set1_pd(slope_of[kind].w),
-                  one = _mm_set1_pd(1.0), three = _mm_set1_pd(3.0);
+    const __m128d u = _mm_set1_pd(slope_of[kind].u), w = _mm_set1_pd(slope_of[kind].w),
+                  one = _mm_set1_pd(1.0);
     for (size_t j = 0; j < n; j += 2) {
         int pair = j + 1 < n;
-        __m128d q = pair ? _mm_loadu_pd(r2 + j) : _mm_set_sd(r2[j]);
-        __m128d r = _mm_sqrt_pd(q);
-        __m128d e = _ZGVbN2v_exp(_mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(), _mm_mul_pd(c, r)),
-                                            _mm_mul_pd(h, q)));
-        __m128d p = _mm_add_pd(_mm_add_pd(one, _mm_mul_pd(a, r)),
-                               _mm_div_pd(_mm_mul_pd(b, q), three));
-        __m128d v = _mm_mul_pd(p, e);
+        __m128d q = pair ? _mm_loadu_pd(r2 + j) : _mm_set_sd(r2[j]), r, e;
+        __m128d v = base_pd(kind, q, &r, &e);
         __m128d s = _mm_mul_pd(_mm_mul_pd(u, _mm_add_pd(one, _mm_mul_pd(w, r))), e);
         if (pair) {
             _mm_storeu_pd(val + j, v);
