@@ -496,6 +496,10 @@ const double *kb__bbkb_embedding(const kb_engine *e, size_t *r);
  * its error bound (0 unless the epoch started by the low-rank update, bbkb/low_rank.c);
  * NULL for another engine or before the first epoch. */
 const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound);
+/* bbkb / bkb: sigma~^2_start of trial h's point as the epoch's model kept it for the
+ * closing variances (bbkb_internal.h, row_var; read by bbkb/dictionary.c, checked by the
+ * tests); NAN when it kept none. */
+double kb__bbkb_kept_variance(const kb_engine *e, uint64_t h);
 
 /* ------------------------------------------------------- snapshot */
 

@@ -657,6 +657,31 @@ static void sampled_dictionary_posterior_is_dtc(void **state)
  * column cache): the epoch-start variances over the new pool must be those of the DTC
  * posterior recomputed from scratch (tu_sparse_posterior) with the engine's dictionary
  * and data, at every epoch, while the dictionary grows and loses points. */
+/* The closing variances the epoch's model kept (kb__bbkb_kept_variance) of every told
+ * trial, all off the pool after its refresh: the dense DTC variance at the trial's point
+ * (rows N.. of X, in handle order, as told_data wrote them) over the dictionary S. */
+static void kept_variances_match(kb_engine *e, const kb_kernel *k, const double *S, size_t m,
+                                 const double *X, const double *y, size_t n, size_t N,
+                                 double lambda)
+{
+    size_t nt = n - N, t = 0, D = k->dim;
+    double *mean = malloc(nt * sizeof *mean), *cov = malloc(nt * nt * sizeof *cov);
+    assert_int_equal(tu_sparse_posterior(k, S, m, X, y, n, lambda, X + N * D, nt, mean, cov),
+                     0);
+    for (uint64_t h = 1; t < nt; h++) {
+        kb_point p;
+        kb_trial_state s;
+        assert_int_equal(kb_engine_trial(e, h, &p, &s), 0);
+        if (s != KB_TRIAL_TOLD)
+            continue;
+        double v = cov[t * nt + t] / lambda;
+        assert_true(fabs(kb__bbkb_kept_variance(e, h) - v) <= 1e-9 * v);
+        t++;
+    }
+    free(mean);
+    free(cov);
+}
+
 static void box_columns_match_recomputation(void **state)
 {
     (void)state;
@@ -698,6 +723,7 @@ static void box_columns_match_recomputation(void **state)
             double v = rcov[i * A + i] / lambda;
             assert_true(fabs(vs[i] - v) <= bound + 1e-9 * v);
         }
+        kept_variances_match(e, k, S, m, X, y, n, N, lambda);
         free(S);
         free(rmean);
         free(rcov);

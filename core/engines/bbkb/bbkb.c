@@ -147,7 +147,7 @@ static void bbkb_destroy(kb_engine *e)
     double *arrays[] = {st->S, st->W, st->Kc, st->kdiag, st->Z, st->resid, st->mu,
                         st->var_start, st->var, st->key, st->V, st->w,
                         st->buf, st->rsum, st->trial_var, st->obs_var, st->Mstart,
-                        st->Kgone, st->Kaway, st->gbuf};
+                        st->Kgone, st->Kaway, st->gbuf, st->row_var, st->zkeep};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]);
     kb__chol_free(&st->L);
@@ -164,6 +164,7 @@ static void bbkb_destroy(kb_engine *e)
     free(st->heap);
     free(st->out);
     free(st->epoch_h);
+    free(st->zkeep_row);
     free(st);
 }
 
@@ -317,6 +318,7 @@ static int resparsify(kb_engine *e)
     double t0 = kb__now(), embed0 = st->sec_embed;
     dataset ds = {NULL, 0, 0};
     int rc = kb__bbkb_draw_dictionary(e, &ds);
+    st->row_var_ok = 0; /* the closing variances are read; rebuild_model sets them anew */
     if (!rc)
         rc = refit_kernel(e, &ds);
     if (!rc)
@@ -594,6 +596,16 @@ const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound)
     const bbkb *st = e->impl;
     *err_bound = st->start_err;
     return st->have_epoch ? st->var_start : NULL;
+}
+
+double kb__bbkb_kept_variance(const kb_engine *e, uint64_t h)
+{
+    if (e->ops != &kb_engine_bbkb && e->ops != &kb_engine_bkb)
+        return NAN;
+    const bbkb *st = e->impl;
+    if (!st->row_var_ok || h == 0 || h > st->n_row_var)
+        return NAN;
+    return st->row_var[h - 1];
 }
 
 const kb_engine_ops kb_engine_bbkb = {

@@ -101,6 +101,16 @@ typedef struct bbkb {
     uint64_t pending_max; /* most trials pending at once after any hand-out */
     double *rsum;     /* local rule: sum_s k~_start(x, x_s)^2 per candidate */
     int rsum_valid;
+    /* sigma~^2_start of the current epoch's data rows that are trials off the pool,
+     * per trial handle (row_var[h - 1], NAN where not kept; n_row_var entries), valid
+     * while row_var_ok: computed when the epoch's model is built, so that closing the
+     * epoch does not embed those rows a second time (closing_variances). zkeep holds
+     * their z (n_zkeep rows of r, at most KB__ZKEEP_MAX doubles; zkeep_row: each one's
+     * row of the dataset) from embed_and_sum until then, and stays allocated from one
+     * epoch to the next (grow-only scratch). */
+    double *row_var, *zkeep;
+    size_t *zkeep_row, n_row_var, cap_row_var, n_zkeep, cap_zkeep, cap_zkeep_row;
+    int row_var_ok;
     /* per trial / observation: sigma~^2 at the start of its own epoch */
     double *trial_var, *obs_var;
     size_t cap_trial, cap_obs;
@@ -116,6 +126,7 @@ typedef struct bbkb {
 typedef struct datum {
     const double *u;
     size_t cand;
+    uint64_t trial;       /* its (first) trial's handle; 0 for an observe */
     double n_all, n_told, ysum; /* sum of standardized told y (dictionary.c) */
     double var;           /* sigma~^2 at the start of the closing epoch (for sampling) */
     int in;               /* drawn into the new dictionary */
@@ -132,6 +143,10 @@ typedef struct dataset {
  * 20,000 rows) were mapped afresh, page-faulted and zeroed at every epoch, a third of
  * the daemon's CPU on a long noisy study (docs/BENCHMARKS.md, twenty-second session). */
 #define KB__ROWS_BLOCK 512
+
+/* At most this many doubles (16 MB) of data rows' z are kept from an epoch's model to
+ * its closing variances (bbkb.row_var); rows beyond are embedded again at the closing. */
+#define KB__ZKEEP_MAX ((size_t)1 << 21)
 
 /* ------------------------------------------------------------ embedding.c */
 
@@ -154,6 +169,10 @@ double kb__bbkb_quad_form(const bbkb *st, const kb_chol *L, const double *z);
 /* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows z_i of Zr. KB_ENOMEM. */
 int kb__bbkb_row_variances(const bbkb *st, const kb_chol *L, const double *Zr,
                            const double *resid, size_t n, double *out);
+/* out[k] = sigma~^2_start of the n points U (n x d internal coordinates) whose
+ * embeddings are the rows of Zr (n x r). KB_ENOMEM. */
+int kb__bbkb_point_variances(const kb_engine *e, const double *U, const double *Zr, size_t n,
+                             double *out);
 /* sigma~^2_start(x_i) of candidate i, exact even after low_rank_start. */
 double kb__bbkb_start_variance(bbkb *st, size_t i);
 /* var[i] -= sum_j sign_j (k(x_i)^T H_j)^2 over the first k columns of H (leading

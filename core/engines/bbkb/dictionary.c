@@ -47,11 +47,11 @@ void kb__bbkb_new_pool(kb_engine *e)
     st->zgen++;
 }
 
-static int add_datum(dataset *ds, const double *u, size_t cand)
+static int add_datum(dataset *ds, const double *u, size_t cand, uint64_t trial)
 {
     if (kb__grow((void **)&ds->rows, &ds->cap, ds->n + 1, sizeof *ds->rows))
         return KB_ENOMEM;
-    ds->rows[ds->n++] = (datum){u, cand, 0.0, 0.0, 0.0, 0.0, 0};
+    ds->rows[ds->n++] = (datum){u, cand, trial, 0.0, 0.0, 0.0, 0.0, 0};
     return KB_OK;
 }
 
@@ -83,7 +83,7 @@ static int collect_data(kb_engine *e, dataset *ds, size_t *rowof)
         size_t cand = t->generation == e->space->generation ? t->index : NONE;
         size_t row = cand != NONE ? rowof[cand] : NONE;
         if (row == NONE) {
-            if (add_datum(ds, kb__trial_u(e, h), cand))
+            if (add_datum(ds, kb__trial_u(e, h), cand, h))
                 return KB_ENOMEM;
             row = ds->n - 1;
             if (cand != NONE)
@@ -99,7 +99,7 @@ static int collect_data(kb_engine *e, dataset *ds, size_t *rowof)
     for (size_t i = 0; i < e->n_obs; i++) {
         if (e->obs_trial[i] != 0)
             continue;
-        if (add_datum(ds, e->obs_u + i * e->space->dim, NONE))
+        if (add_datum(ds, e->obs_u + i * e->space->dim, NONE, 0))
             return KB_ENOMEM;
         datum *dt = &ds->rows[ds->n - 1];
         dt->n_all = dt->n_told = 1.0;
@@ -178,32 +178,28 @@ static int embedded_variances(kb_engine *e, dataset *ds, const size_t *idx, size
 {
     bbkb *st = e->impl;
     size_t d = e->space->dim, r = st->r;
-    double *U = calloc(nb * d, sizeof *U), *kd = malloc(nb * sizeof *kd);
+    double *U = calloc(nb * d, sizeof *U);
     double *Zr = malloc(nb * (r ? r : 1) * sizeof *Zr), *v = malloc(nb * sizeof *v);
-    int rc = U && kd && Zr && v ? KB_OK : KB_ENOMEM;
+    int rc = U && Zr && v ? KB_OK : KB_ENOMEM;
     if (!rc) {
         for (size_t k = 0; k < nb; k++)
             memcpy(U + d * k, ds->rows[idx[k]].u, d * sizeof *U);
-        kb_kernel_diag(&e->kernel, U, nb, kd);
         rc = kb__bbkb_embed_rows(e, U, nb, Zr);
     }
-    if (!rc) {
-        for (size_t k = 0; k < nb && r; k++)
-            kd[k] -= cblas_ddot((int)r, Zr + k * r, 1, Zr + k * r, 1);
-        rc = kb__bbkb_row_variances(st, &st->Lstart, Zr, kd, nb, v);
-    }
+    if (!rc)
+        rc = kb__bbkb_point_variances(e, U, Zr, nb, v);
     for (size_t k = 0; !rc && k < nb; k++)
         ds->rows[idx[k]].var = v[k];
     free(U);
-    free(kd);
     free(Zr);
     free(v);
     return rc;
 }
 
 /* ds->rows[].var = sigma~^2 at the start of the epoch that is closing (k(x,x)/lambda
- * before the first epoch). Candidates read it from var_start; others are embedded,
- * KB__ROWS_BLOCK at a time. */
+ * before the first epoch). Candidates read it from var_start, rows the epoch's model
+ * kept from row_var (the same computation, done when the model was built); others are
+ * embedded, KB__ROWS_BLOCK at a time. */
 static int closing_variances(kb_engine *e, dataset *ds)
 {
     bbkb *st = e->impl;
@@ -212,6 +208,11 @@ static int closing_variances(kb_engine *e, dataset *ds)
     for (size_t j = 0; !rc && j < ds->n; j++) {
         if (!embedded_row(st, &ds->rows[j])) {
             ds->rows[j].var = kb__bbkb_start_variance(st, ds->rows[j].cand);
+            continue;
+        }
+        double kept = st->have_epoch ? kb__bbkb_kept_variance(e, ds->rows[j].trial) : NAN;
+        if (!isnan(kept)) {
+            ds->rows[j].var = kept;
             continue;
         }
         idx[nb++] = j;

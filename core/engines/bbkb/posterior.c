@@ -49,6 +49,22 @@ int kb__bbkb_row_variances(const bbkb *st, const kb_chol *L, const double *Zr,
     return KB_OK;
 }
 
+int kb__bbkb_point_variances(const kb_engine *e, const double *U, const double *Zr, size_t n,
+                             double *out)
+{
+    const bbkb *st = e->impl;
+    size_t r = st->r;
+    double *kd = malloc((n ? n : 1) * sizeof *kd);
+    if (!kd)
+        return KB_ENOMEM;
+    kb_kernel_diag(&e->kernel, U, n, kd);
+    for (size_t k = 0; k < n && r; k++)
+        kd[k] -= cblas_ddot((int)r, Zr + k * r, 1, Zr + k * r, 1);
+    int rc = kb__bbkb_row_variances(st, &st->Lstart, Zr, kd, n, out);
+    free(kd);
+    return rc;
+}
+
 /* sigma~^2_start(x_i), exactly: var_start[i] carries low_rank_start's error. */
 double kb__bbkb_start_variance(bbkb *st, size_t i)
 {
@@ -215,6 +231,19 @@ static void gram_add(const bbkb *st, const datum *rows, size_t n, const double *
                     1.0, M, (int)r);
 }
 
+/* Keeps z of data row j, a trial off the pool, for keep_row_variances. Rows beyond
+ * KB__ZKEEP_MAX doubles, or without the memory, are left to the closing. */
+static void keep_z(bbkb *st, size_t j, const double *z)
+{
+    size_t n = st->n_zkeep, r = st->r;
+    if ((n + 1) * r > KB__ZKEEP_MAX ||
+        kb__grow((void **)&st->zkeep, &st->cap_zkeep, (n + 1) * r, sizeof *st->zkeep) ||
+        kb__grow((void **)&st->zkeep_row, &st->cap_zkeep_row, n + 1, sizeof *st->zkeep_row))
+        return;
+    memcpy(st->zkeep + n * r, z, r * sizeof *z);
+    st->zkeep_row[st->n_zkeep++] = j;
+}
+
 /* Embeds the data KB__ROWS_BLOCK rows at a time and, when r > 0, sums V = R^T diag(n_all)
  * R, V_told likewise with n_told (when some selection is still pending) and b = R^T ysum
  * into md->V, md->Vt and md->w (zeroed by the caller). */
@@ -233,6 +262,9 @@ static int embed_and_sum(kb_engine *e, const dataset *ds, int all_told, model *m
             gram_add(st, rows, nb, R, Ra, told, told ? md->Vt : md->V);
         for (size_t j = 0; !rc && r && j < nb; j++)
             cblas_daxpy((int)r, rows[j].ysum, R + j * r, 1, md->w, 1);
+        for (size_t j = 0; !rc && r && j < nb; j++)
+            if (rows[j].trial && rows[j].cand == NONE)
+                keep_z(st, j0 + j, R + j * r);
     }
     free(R);
     free(Ra);
@@ -263,6 +295,37 @@ static int solve_model(const bbkb *st, int all_told, model *md)
     return rc;
 }
 
+/* row_var from the rows embed_and_sum kept, with the new Lstart in place: the closing
+ * variances of this epoch, computed now from the z at hand instead of embedding those
+ * rows again at the closing (that second embedding, m kernel values and an m x r product
+ * per row, was 40% of a long noisy study's resparsification time; kb-box-ask, twenty-sixth
+ * session, docs/BENCHMARKS.md). A cache: without the memory for it the closing embeds
+ * them. */
+static void keep_row_variances(kb_engine *e, const dataset *ds)
+{
+    bbkb *st = e->impl;
+    size_t d = e->space->dim, nt = e->n_trials, n = st->n_zkeep;
+    double *U = malloc(KB__ROWS_BLOCK * d * sizeof *U), *v = malloc(KB__ROWS_BLOCK * sizeof *v);
+    int rc = U && v ? KB_OK : KB_ENOMEM;
+    if (!rc)
+        rc = kb__grow((void **)&st->row_var, &st->cap_row_var, nt ? nt : 1,
+                      sizeof *st->row_var);
+    for (size_t h = 0; !rc && h < nt; h++)
+        st->row_var[h] = NAN;
+    for (size_t k0 = 0; !rc && k0 < n; k0 += KB__ROWS_BLOCK) {
+        size_t nb = n - k0 < KB__ROWS_BLOCK ? n - k0 : KB__ROWS_BLOCK;
+        for (size_t k = 0; k < nb; k++)
+            memcpy(U + k * d, ds->rows[st->zkeep_row[k0 + k]].u, d * sizeof *U);
+        rc = kb__bbkb_point_variances(e, U, st->zkeep + k0 * st->r, nb, v);
+        for (size_t k = 0; !rc && k < nb; k++)
+            st->row_var[ds->rows[st->zkeep_row[k0 + k]].trial - 1] = v[k];
+    }
+    st->n_row_var = rc == KB_OK ? nt : 0;
+    st->row_var_ok = rc == KB_OK;
+    free(U);
+    free(v);
+}
+
 /* V, L, Lstart and the mean weights w from the data, embedded with the new dictionary. */
 int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
 {
@@ -279,6 +342,7 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
     for (size_t j = 0; j < ds->n; j++)
         all_told &= ds->rows[j].n_told == ds->rows[j].n_all;
     int rc = md.V && md.Vt && md.w && md.buf ? KB_OK : KB_ENOMEM;
+    st->n_zkeep = 0;
     if (!rc)
         rc = embed_and_sum(e, ds, all_told, &md);
     if (!rc && r)
@@ -304,5 +368,6 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
     st->Lstart = md.Ls;
     st->w = md.w;
     st->buf = md.buf;
+    keep_row_variances(e, ds);
     return KB_OK;
 }
