@@ -560,7 +560,7 @@ int main(int argc, char **argv)
            "\"batch_mean_first_half\": %.4g, \"batch_mean_second_half\": %.4g, "
            "\"dict_mean\": %.4g, \"dict_max\": %.0f, \"idle_fraction\": %.4f, "
            "\"peak_rss_mb\": %.1f, \"ask_us_mean\": %s, \"gflops_resparsify\": %.2f, "
-           "\"epochs_low_rank\": %llu",
+           "\"epochs_low_rank\": %llu, \"dict_capped\": %llu",
            o.engine, o.problem, p.A, p.d, r.evals, (unsigned long long)o.seed, o.W, o.mode,
            r.evals && gap > 0 ? r.cum_regret / ((double)r.evals * gap) : 0.0,
            r.evals ? r.fstar - r.best_f : r.fstar, wall, sec_embed, sec_resparsify,
@@ -569,7 +569,8 @@ int main(int argc, char **argv)
            (double)ru.ru_maxrss / 1024.0, ask_us,
            sec_embed + sec_resparsify > 0
                ? figure(r.e, "flop_l3") / (sec_embed + sec_resparsify) / 1e9 : 0.0,
-           (unsigned long long)figure(r.e, "epochs_low_rank"));
+           (unsigned long long)figure(r.e, "epochs_low_rank"),
+           (unsigned long long)figure(r.e, "dict_capped"));
     print_hyperparameters(r.e);
     print_curve(&r, gap);
     printf("}\n");

@@ -306,6 +306,53 @@ static void rows_beyond_one_block(void **state)
     free(y);
 }
 
+/* cap_growth (dictionary.c): once there is a model, one resparsification takes at most
+ * max(2 m, 512) of the rows its draw took (q = 1e6: every row's p is 1), each one of
+ * the data's points; before the first epoch, and with dictionary = all, every row. */
+static void dictionary_growth_is_capped(void **state)
+{
+    (void)state;
+    enum { N0 = 10, N = 1000, D = 3 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 41);
+    double *X = tu_uniform_matrix(&rng, N0 + N, D, 0, 1);
+    const char *modes[] = {"sampled", "all"};
+    for (int k = 0; k < 2; k++) {
+        kb_error err;
+        kb_config *c = make_config("bkb", KB_KERNEL_RBF, 0.3, 0.05, "q", "1e6", "dictionary",
+                                   modes[k], NULL);
+        kb_space *s = kb_space_new_box(D, 64, &err);
+        kb_engine *e = kb_engine_create(c, s, &err);
+        assert_non_null(e);
+        kb_point p;
+        kb_ask_result res;
+        for (size_t i = 0; i < N0 + N; i++) {
+            if (i == N0) { /* the first epoch: its dictionary is every observe */
+                assert_true(ask1(e, &p, &res));
+                assert_int_equal(tu_stat(e, "dict_size"), N0);
+                tell_all_pending(e, D);
+            }
+            assert_int_equal(kb_engine_observe(e, X + i * D, objective(X + i * D, D), &err), 0);
+        }
+        assert_true(ask1(e, &p, &res));
+        assert_int_equal(tu_stat(e, "dict_size"), k == 0 ? 512 : N0 + N + 1);
+        assert_int_equal(tu_stat(e, "dict_capped"), k == 0);
+        size_t m, found = 0;
+        const double *S = kb__bbkb_dictionary(e, &m);
+        for (size_t j = 0; j < m; j++)
+            for (size_t i = 0; i < N0 + N; i++)
+                if (!memcmp(S + j * D, X + i * D, D * sizeof *S)) {
+                    found++;
+                    break;
+                }
+        assert_true(found + 1 >= m); /* the one told trial is not in X */
+        kb_engine_free(e);
+        kb_space_free(s);
+        kb_config_free(c);
+    }
+    free(X);
+}
+
 /* The told trials' rows (repeats included), values and the distinct-point output
  * statistics (tu_distinct_stats). */
 static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dmean,
@@ -1832,6 +1879,7 @@ int main(void)
         cmocka_unit_test(full_dictionary_matches_exact_gp),
         cmocka_unit_test(clustered_dictionary_is_dtc_over_kept_points),
         cmocka_unit_test(rows_beyond_one_block),
+        cmocka_unit_test(dictionary_growth_is_capped),
         cmocka_unit_test(fitted_kernel_epochs_match_exact_gp),
         cmocka_unit_test(off_pool_observes_across_epochs_match_exact_gp),
         cmocka_unit_test(outputs_standardized_over_distinct_points),

@@ -19,9 +19,11 @@
  *     efficient variant"; its analysis is open there), which keeps consecutive
  *     dictionaries mostly equal; and members of the previous dictionary that the draw
  *     left out are kept, up to a fraction (retain) of the draw (a superset is as
- *     accurate). The kernel columns k(x_i, s) of every candidate are cached per
- *     dictionary point and reused while the point stays in the dictionary or when it
- *     comes back;
+ *     accurate); once there is a model, one resparsification takes at most max(2 m,
+ *     512) points, a uniform sample of the draw (cap_growth: after a refit the closing
+ *     dictionary overstates every variance). The kernel columns k(x_i, s) of every
+ *     candidate are cached per dictionary point and reused while the point stays in
+ *     the dictionary or when it comes back;
  *   - posterior.c: the DTC posterior of eqs. (1)-(3): mu~(x) = z^T V_f^{-1} Z_f^T y over
  *     the told points, sigma~^2_t(x) = (k(x,x) - ||z||^2) / lambda + z^T V_t^{-1} z with
  *     V_t = Z_t^T Z_t + lambda I over every point selected so far, pending points being
@@ -557,6 +559,7 @@ static const kb__stat bbkb_stats[] = {
     KB__STAT("init_phase", bbkb, init_phase),
     KB__STAT("start_var_max", bbkb, var_max),
     KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),
+    KB__STAT("dict_capped", bbkb, dict_capped),
     KB__STAT("sec_embed", bbkb, sec_embed),
     KB__STAT("sec_resparsify", bbkb, sec_resparsify),
     KB__STAT("sec_fit", bbkb, sec_fit),

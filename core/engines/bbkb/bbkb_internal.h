@@ -116,6 +116,7 @@ typedef struct bbkb {
     size_t cap_trial, cap_obs;
     /* statistics */
     uint64_t epoch, epoch_asks, last_batch, epochs_low_rank;
+    uint64_t dict_capped; /* resparsifications whose draw cap_growth subsampled */
     size_t rows;    /* data rows of the current epoch's model */
     double sec_embed, sec_resparsify, sec_ask, sec_tell, flop_l3;
     double sec_fit; /* the hyperparameter refits, part of sec_resparsify */
@@ -147,6 +148,10 @@ typedef struct dataset {
 /* At most this many doubles (16 MB) of data rows' z are kept from an epoch's model to
  * its closing variances (bbkb.row_var); rows beyond are embedded again at the closing. */
 #define KB__ZKEEP_MAX ((size_t)1 << 21)
+
+/* A resparsification draws at most max(2 m, this) rows once there is a model
+ * (dictionary.c, cap_growth). */
+#define KB__DICT_STEP 512
 
 /* ------------------------------------------------------------ embedding.c */
 

@@ -291,8 +291,46 @@ static int retain_members(bbkb *st, dataset *ds)
     return KB_OK;
 }
 
+/* Caps one resparsification's growth once there is a model: when more than max(2 m,
+ * KB__DICT_STEP) rows are drawn, a uniform sample of that many of them (from the
+ * engine's RNG) is the new dictionary. Why: the draw's variances come from the closing
+ * epoch's dictionary, and after a refit that brings dimensions back into the model
+ * (drop_hidden_dims) that dictionary spans the new kernel poorly: its Nystrom residuals
+ * overstate every row's variance, and on a long noisy box run all 14,793 rows entered
+ * at once (kb-box-ask seed 3, twenty-sixth session: 378 ms per round trip). A uniform
+ * subsample of the draw is a draw with a smaller q; the next closing, over the larger
+ * dictionary, re-estimates, so the dictionary grows to what the data need by doublings.
+ * dictionary = all keeps every row. */
+static int cap_growth(kb_engine *e, dataset *ds)
+{
+    bbkb *st = e->impl;
+    size_t drawn = 0, cap = 2 * st->m > KB__DICT_STEP ? 2 * st->m : KB__DICT_STEP;
+    for (size_t j = 0; j < ds->n; j++)
+        drawn += ds->rows[j].in != 0;
+    if (!st->have_epoch || st->dict_mode == DICT_ALL || drawn <= cap)
+        return KB_OK;
+    size_t *idx = malloc(drawn * sizeof *idx), k = 0;
+    if (!idx)
+        return KB_ENOMEM;
+    for (size_t j = 0; j < ds->n; j++)
+        if (ds->rows[j].in) {
+            idx[k++] = j;
+            ds->rows[j].in = 0;
+        }
+    for (size_t i = 0; i < cap; i++) {
+        size_t t = i + (size_t)kb_rng_below(&e->rng, drawn - i), h = idx[i];
+        idx[i] = idx[t];
+        idx[t] = h;
+        ds->rows[idx[i]].in = 1;
+    }
+    free(idx);
+    st->dict_capped++;
+    return KB_OK;
+}
+
 /* Algorithm 1 L11-16 with the data of every selection and observe: ds gets one row per
- * point, rows[].in marking the new dictionary (sample_dictionary, retain_members). */
+ * point, rows[].in marking the new dictionary (sample_dictionary, retain_members,
+ * cap_growth). */
 int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds)
 {
     bbkb *st = e->impl;
@@ -309,6 +347,8 @@ int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds)
         sample_dictionary(e, ds);
         rc = retain_members(st, ds);
     }
+    if (!rc)
+        rc = cap_growth(e, ds);
     return rc;
 }
 
