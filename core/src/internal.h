@@ -218,6 +218,10 @@ double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2);
  * x86-64 glibc through the vector exp (so within 4 ulp of the scalar form, not equal). */
 void kb__kernel_profiles(kb_kernel_kind kind, const double *r2, size_t n, double *val,
                          double *slope);
+/* e[j] = exp(x[j]) for j < n, the kernel's exponentials: on x86-64 glibc through libmvec,
+ * `lanes` 4 (AVX2; only where the CPU has it) or 2 (SSE2), else scalar. Exposed for
+ * test_base, which checks both widths; the kernel picks by CPU. */
+void kb__exp_many(const double *x, size_t n, double *e, int lanes);
 /* Width of a kernel's embedding: dim, plus c - 1 per categorical coordinate. */
 size_t kb__kernel_embed_dim(const kb_kernel *k);
 /* X (n x dim) embedded (n x kb__kernel_embed_dim, owned; NULL on OOM): ordered
