@@ -218,10 +218,13 @@ double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2);
  * x86-64 glibc through the vector exp (so within 4 ulp of the scalar form, not equal). */
 void kb__kernel_profiles(kb_kernel_kind kind, const double *r2, size_t n, double *val,
                          double *slope);
-/* e[j] = exp(x[j]) for j < n, the kernel's exponentials: on x86-64 glibc through libmvec,
- * `lanes` 4 (AVX2; only where the CPU has it) or 2 (SSE2), else scalar. Exposed for
- * test_base, which checks both widths; the kernel picks by CPU. */
-void kb__exp_many(const double *x, size_t n, double *e, int lanes);
+/* out[j] = f(x[j]) for j < n (vecmath.c; x and out may be the same array): on x86-64 glibc
+ * through libmvec, 4 lanes where the CPU has AVX2, else 2; elsewhere libm. Within 4 ulp
+ * of libm; out[j] depends on x[j] alone. kb__vmath_lanes forces a width (2, or 4 where
+ * the CPU has AVX2), for test_base, which checks both. */
+typedef enum kb_vfun { KB_VLOG, KB_VCOS } kb_vfun;
+void kb__vmath(kb_vfun f, const double *x, size_t n, double *out);
+void kb__vmath_lanes(kb_vfun f, const double *x, size_t n, double *out, int lanes);
 /* Width of a kernel's embedding: dim, plus c - 1 per categorical coordinate. */
 size_t kb__kernel_embed_dim(const kb_kernel *k);
 /* X (n x dim) embedded (n x kb__kernel_embed_dim, owned; NULL on OOM): ordered

@@ -15,7 +15,7 @@
 
 #include <cblas.h>
 #if defined __x86_64__ && defined __GLIBC__
-#include <immintrin.h>
+#include <emmintrin.h>
 #endif
 #include <float.h>
 #include <math.h>
@@ -85,145 +85,66 @@ static double stationary(kb_kernel_kind kind, double r2)
  * CANCELLATION is that level over |a|^2 + |b|^2. */
 #define CANCELLATION (8.0 * DBL_EPSILON)
 
-/* The slopes kb__kernel_profile returns, as u (1 + w r) e for every kind but Matern 1/2:
- * the same operations in the same order, so that kb__kernel_profiles differs from it only
- * in exp's rounding. */
-static const struct {
-    double u, w;
-} slope_of[] = {
-    [KB_KERNEL_RBF] = {-0.5, 0.0},
-    [KB_KERNEL_MATERN32] = {-1.5, 0.0},
-    [KB_KERNEL_MATERN52] = {-5.0 / 6.0, 2.2360679774997896},
-};
-
-/* The kernel matrix's and the fit's exponentials go through exp_many, BLOCK at a time (a
- * box study's kernel columns spent 12-19% of the daemon's CPU in scalar exp:
- * docs/BENCHMARKS.md, eleventh and twelfth sessions). */
-enum { BLOCK = 256 };
-
+/* row[j] = variance * base(r^2) for j < m, where row[j] holds -2 a.b on entry, nx = |a|^2
+ * and ny[j] = |b|^2: the kernel matrix's hot loop (a box study's kernel columns spent
+ * 12-19% of the daemon's CPU in scalar exp: docs/BENCHMARKS.md, eleventh and twelfth
+ * sessions). */
 #if defined __x86_64__ && defined __GLIBC__
 /* glibc's vector exp from libmvec (GLIBC_2.22, linked as needed through -lm), by its
- * x86-64 Vector Function ABI names: 'b' SSE2, 2 lanes (baseline x86-64; glibc picks its
- * SSE4.1 code at load time where the CPU has it) and 'd' AVX2, 4 lanes, called only where
- * the CPU has AVX2 (twice the lanes: 7% of a one-worker box study's CPU; twenty-seventh
- * session); 'N' unmasked, 'v' a vector argument. glibc tests these to 4 ulp maximum
- * relative error in round-to-nearest and hands special values (underflow to 0 here) to
- * the scalar exp (sourceware.org/glibc/wiki/libmvec); the two differ in the last bit on
- * about 1 argument in 10^4. A short last vector is padded, so that an entry's value does
- * not depend on its position. */
+ * x86-64 Vector Function ABI name: 'b' SSE2 (baseline x86-64, so no dispatch here; glibc
+ * picks its SSE4.1 code at load time where the CPU has it), 'N' unmasked, 2 lanes, 'v' a
+ * vector argument. glibc tests these to 4 ulp maximum relative error in round-to-nearest
+ * and hands special values (underflow to 0 here) to the scalar exp
+ * (sourceware.org/glibc/wiki/libmvec); the kernel's own rounding is ~1e-16 anyway. */
 __m128d _ZGVbN2v_exp(__m128d x);
-__attribute__((target("avx2"))) __m256d _ZGVdN4v_exp(__m256d x);
 
-__attribute__((target("avx2"))) static void exp_avx2(const double *x, size_t n, double *e)
+/* base(q) two at a time, the scalar path's operations in the same order (so only exp's
+ * rounding differs from kb__kernel_profile); also r = sqrt(q) and the exponential, which
+ * the slopes reuse. */
+static inline __m128d base_pd(kb_kernel_kind kind, __m128d q, __m128d *r, __m128d *e)
 {
-    size_t j = 0;
-    for (; j + 4 <= n; j += 4)
-        _mm256_storeu_pd(e + j, _ZGVdN4v_exp(_mm256_loadu_pd(x + j)));
-    if (j < n) {
-        double t[4] = {0.0, 0.0, 0.0, 0.0};
-        memcpy(t, x + j, (n - j) * sizeof *t);
-        _mm256_storeu_pd(t, _ZGVdN4v_exp(_mm256_loadu_pd(t)));
-        memcpy(e + j, t, (n - j) * sizeof *t);
-    }
+    *r = _mm_sqrt_pd(q);
+    *e = _ZGVbN2v_exp(_mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(),
+                                            _mm_mul_pd(_mm_set1_pd(shape[kind].c), *r)),
+                                 _mm_mul_pd(_mm_set1_pd(shape[kind].h), q)));
+    __m128d a = _mm_set1_pd(shape[kind].a), b = _mm_set1_pd(shape[kind].b);
+    __m128d p = _mm_add_pd(_mm_add_pd(_mm_set1_pd(1.0), _mm_mul_pd(a, *r)),
+                           _mm_div_pd(_mm_mul_pd(b, q), _mm_set1_pd(3.0)));
+    return _mm_mul_pd(p, *e);
 }
 
-void kb__exp_many(const double *x, size_t n, double *e, int lanes)
-{
-    if (lanes == 4) {
-        exp_avx2(x, n, e);
-        return;
-    }
-    for (size_t j = 0; j < n; j += 2) {
-        int pair = j + 1 < n;
-        __m128d v = _ZGVbN2v_exp(pair ? _mm_loadu_pd(x + j) : _mm_set_sd(x[j]));
-        if (pair)
-            _mm_storeu_pd(e + j, v);
-        else
-            e[j] = _mm_cvtsd_f64(v);
-    }
-}
-
-static void exp_many(const double *x, size_t n, double *e)
-{
-    kb__exp_many(x, n, e, __builtin_cpu_supports("avx2") ? 4 : 2);
-}
-#else
-void kb__exp_many(const double *x, size_t n, double *e, int lanes)
-{
-    for (size_t j = 0; j < n; j++)
-        e[j] = exp(x[j]);
-}
-
-static void exp_many(const double *x, size_t n, double *e)
-{
-    kb__exp_many(x, n, e, 1);
-}
-#endif
-
-/* val[j] = base(q[j]) for j < n <= BLOCK and, when slope is not NULL, slope[j] its slope
- * (slope_of; not for Matern 1/2): exp_arg, poly and the slope's operations in their
- * order, around one exp_many; on x86-64 two entries at a time (scalar sqrt and division
- * made this loop cost more than the exponentials it feeds), a short last pair beside a
- * zero lane. */
-static void base_block(kb_kernel_kind kind, const double *q, size_t n, double *val,
-                       double *slope)
-{
-    double r[BLOCK + 1], e[BLOCK + 1], qq[BLOCK + 1];
-    memcpy(qq, q, n * sizeof *qq);
-    qq[n] = 0.0;
-#if defined __x86_64__ && defined __GLIBC__
-    const __m128d a = _mm_set1_pd(shape[kind].a), b = _mm_set1_pd(shape[kind].b),
-                  c = _mm_set1_pd(shape[kind].c), h = _mm_set1_pd(shape[kind].h),
-                  u = _mm_set1_pd(slope_of[kind].u), w = _mm_set1_pd(slope_of[kind].w),
-                  one = _mm_set1_pd(1.0), three = _mm_set1_pd(3.0);
-    for (size_t j = 0; j < n; j += 2) {
-        __m128d x = _mm_loadu_pd(qq + j), s = _mm_sqrt_pd(x);
-        _mm_storeu_pd(r + j, s);
-        _mm_storeu_pd(e + j, _mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(), _mm_mul_pd(c, s)),
-                                        _mm_mul_pd(h, x)));
-    }
-    exp_many(e, n, e);
-    for (size_t j = 0; j < n; j += 2) {
-        __m128d x = _mm_loadu_pd(qq + j), s = _mm_loadu_pd(r + j), ex = _mm_loadu_pd(e + j);
-        __m128d p = _mm_add_pd(_mm_add_pd(one, _mm_mul_pd(a, s)),
-                               _mm_div_pd(_mm_mul_pd(b, x), three));
-        _mm_storeu_pd(r + j, _mm_mul_pd(_mm_mul_pd(u, _mm_add_pd(one, _mm_mul_pd(w, s))), ex));
-        _mm_storeu_pd(e + j, _mm_mul_pd(p, ex));
-    }
-    memcpy(val, e, n * sizeof *val);
-    if (slope)
-        memcpy(slope, r, n * sizeof *slope);
-#else
-    for (size_t j = 0; j < n; j++) {
-        r[j] = sqrt(qq[j]);
-        e[j] = -(shape[kind].c * r[j]) - shape[kind].h * qq[j];
-    }
-    exp_many(e, n, e);
-    for (size_t j = 0; j < n; j++)
-        val[j] = (1.0 + shape[kind].a * r[j] + shape[kind].b * qq[j] / 3.0) * e[j];
-    for (size_t j = 0; slope && j < n; j++)
-        slope[j] = slope_of[kind].u * (1.0 + slope_of[kind].w * r[j]) * e[j];
-#endif
-}
-
-/* row[j] = variance * base(r^2) for j < m, where row[j] holds -2 a.b on entry, nx = |a|^2
- * and ny[j] = |b|^2. */
+/* Two entries at a time through base_pd; an odd last entry goes through the same vector
+ * function beside a dummy lane, so an entry does not depend on its column. */
 static void stationary_row(const kb_kernel *k, double nx, const double *ny, size_t m,
                            double *row)
 {
-    for (size_t j0 = 0; j0 < m; j0 += BLOCK) {
-        size_t n = m - j0 < BLOCK ? m - j0 : BLOCK;
-        double *q = row + j0;
-        for (size_t j = 0; j < n; j++) {
-            q[j] = q[j] + nx + ny[j0 + j];
-            if (q[j] < CANCELLATION * (nx + ny[j0 + j]))
-                q[j] = 0.0;
-        }
-        base_block(k->kind, q, n, q, NULL);
-        for (size_t j = 0; j < n; j++)
-            q[j] = k->variance * q[j];
+    const __m128d variance = _mm_set1_pd(k->variance), na = _mm_set1_pd(nx),
+                  noise = _mm_set1_pd(CANCELLATION);
+    for (size_t j = 0; j < m; j += 2) {
+        int pair = j + 1 < m;
+        __m128d nb = pair ? _mm_loadu_pd(ny + j) : _mm_set_sd(ny[j]);
+        __m128d q = _mm_add_pd(_mm_add_pd(pair ? _mm_loadu_pd(row + j) : _mm_set_sd(row[j]),
+                                          na), nb);
+        q = _mm_andnot_pd(_mm_cmplt_pd(q, _mm_mul_pd(noise, _mm_add_pd(na, nb))), q);
+        __m128d r, e, v = _mm_mul_pd(variance, base_pd(k->kind, q, &r, &e));
+        if (pair)
+            _mm_storeu_pd(row + j, v);
+        else
+            row[j] = _mm_cvtsd_f64(v);
     }
 }
+#else
+static void stationary_row(const kb_kernel *k, double nx, const double *ny, size_t m,
+                           double *row)
+{
+    for (size_t j = 0; j < m; j++) {
+        double r2 = row[j] + nx + ny[j];
+        if (r2 < CANCELLATION * (nx + ny[j]))
+            r2 = 0.0;
+        row[j] = k->variance * stationary(k->kind, r2);
+    }
+}
+#endif
 
 double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2)
 {
@@ -243,16 +164,52 @@ double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2)
     return poly(kind, r2) * e;
 }
 
+/* The slopes kb__kernel_profile returns, as u (1 + w r) e for every kind but Matern 1/2:
+ * the same operations in the same order, so that kb__kernel_profiles differs from it only
+ * in exp's rounding. */
+static const struct {
+    double u, w;
+} slope_of[] = {
+    [KB_KERNEL_RBF] = {-0.5, 0.0},
+    [KB_KERNEL_MATERN32] = {-1.5, 0.0},
+    [KB_KERNEL_MATERN52] = {-5.0 / 6.0, 2.2360679774997896},
+};
+
+#if defined __x86_64__ && defined __GLIBC__
+/* Two pairs at a time through base_pd, as stationary_row; an odd last entry beside a
+ * dummy lane. */
+static void profiles_vec(kb_kernel_kind kind, const double *r2, size_t n, double *val,
+                         double *slope)
+{
+    const __m128d u = _mm_set1_pd(slope_of[kind].u), w = _mm_set1_pd(slope_of[kind].w),
+                  one = _mm_set1_pd(1.0);
+    for (size_t j = 0; j < n; j += 2) {
+        int pair = j + 1 < n;
+        __m128d q = pair ? _mm_loadu_pd(r2 + j) : _mm_set_sd(r2[j]), r, e;
+        __m128d v = base_pd(kind, q, &r, &e);
+        __m128d s = _mm_mul_pd(_mm_mul_pd(u, _mm_add_pd(one, _mm_mul_pd(w, r))), e);
+        if (pair) {
+            _mm_storeu_pd(val + j, v);
+            _mm_storeu_pd(slope + j, s);
+        } else {
+            val[j] = _mm_cvtsd_f64(v);
+            slope[j] = _mm_cvtsd_f64(s);
+        }
+    }
+}
+#endif
+
 void kb__kernel_profiles(kb_kernel_kind kind, const double *r2, size_t n, double *val,
                          double *slope)
 {
-    if (kind == KB_KERNEL_MATERN12) {
-        for (size_t j = 0; j < n; j++)
-            val[j] = kb__kernel_profile(kind, r2[j], &slope[j]);
+#if defined __x86_64__ && defined __GLIBC__
+    if (kind != KB_KERNEL_MATERN12) {
+        profiles_vec(kind, r2, n, val, slope);
         return;
     }
-    for (size_t j0 = 0; j0 < n; j0 += BLOCK)
-        base_block(kind, r2 + j0, n - j0 < BLOCK ? n - j0 : BLOCK, val + j0, slope + j0);
+#endif
+    for (size_t j = 0; j < n; j++)
+        val[j] = kb__kernel_profile(kind, r2[j], &slope[j]);
 }
 
 double kb_kernel_eval(const kb_kernel *k, const double *x, const double *y)

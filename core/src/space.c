@@ -345,12 +345,47 @@ static double reflect_unit(double v)
  * picked for a move takes a uniformly drawn choice with probability L / 0.8 (a
  * Hamming-distance trust region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021):
  * its choices have no order for a normal step to follow. */
+/* The normal steps of local_points, drawn in the order of the calls but evaluated a block
+ * at a time: Box-Muller's log and cos, one value per call (kb_rng_normal), were half of a
+ * box pool's redraw (docs/BENCHMARKS.md, twenty-seventh session). Step k moves
+ * rows[pos[k]] by scale[k] sqrt(-2 log u1[k]) cos(2 pi u2[k]), kb_rng_normal's formula. */
+enum { STEPS = 256 };
+typedef struct steps {
+    size_t n, pos[STEPS];
+    double scale[STEPS], u1[STEPS], u2[STEPS];
+} steps;
+
+static void apply_steps(double *rows, steps *st)
+{
+    double lg[STEPS], c[STEPS];
+    for (size_t k = 0; k < st->n; k++)
+        c[k] = 2.0 * M_PI * st->u2[k];
+    kb__vmath(KB_VLOG, st->u1, st->n, lg);
+    kb__vmath(KB_VCOS, c, st->n, c);
+    for (size_t k = 0; k < st->n; k++)
+        rows[st->pos[k]] = reflect_unit(rows[st->pos[k]] +
+                                        st->scale[k] * (sqrt(-2.0 * lg[k]) * c[k]));
+    st->n = 0;
+}
+
+/* Queues a normal step of sd `scale` for rows[pos], drawing its two uniforms now. */
+static void queue_step(double *rows, steps *st, kb_rng *rng, size_t pos, double scale)
+{
+    st->pos[st->n] = pos;
+    st->scale[st->n] = scale;
+    st->u1[st->n] = 1.0 - kb_rng_uniform(rng); /* (0, 1] */
+    st->u2[st->n] = kb_rng_uniform(rng);
+    if (++st->n == STEPS)
+        apply_steps(rows, st);
+}
+
 static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *best,
                          size_t nbest, const double *w)
 {
     enum { LEVELS = 7 };
     size_t d = s->dim;
     double p_dim = d > 20 ? 20.0 / (double)d : 1.0;
+    steps st = {.n = 0};
     for (size_t i = first; i < s->n; i++) {
         size_t k = i - first;
         const double *c = best + (k % 4 == 3 && nbest > 1 ? 1 + (k / 4) % (nbest - 1) : 0) * d;
@@ -361,15 +396,15 @@ static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *b
             /* a library user may tell a box point outside the cube: its clipped copy */
             double v = c[j] < 0.0 ? 0.0 : c[j] > 1.0 ? 1.0 : c[j];
             int move = j == forced || kb_rng_uniform(rng) < p_dim;
-            if (move && s->categorical && s->categorical[j]) {
-                if (kb_rng_uniform(rng) < L / 0.8)
-                    v = ((double)kb_rng_below(rng, s->levels[j]) + 0.5) / (double)s->levels[j];
-            } else if (move) {
-                v = reflect_unit(v + 0.5 * L * w[j] * kb_rng_normal(rng));
-            }
+            int cat = s->categorical && s->categorical[j];
+            if (move && cat && kb_rng_uniform(rng) < L / 0.8)
+                v = ((double)kb_rng_below(rng, s->levels[j]) + 0.5) / (double)s->levels[j];
             x[j] = v;
+            if (move && !cat)
+                queue_step(s->rows, &st, rng, i * d + j, 0.5 * L * w[j]);
         }
     }
+    apply_steps(s->rows, &st);
 }
 
 void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest,
