@@ -218,6 +218,9 @@ double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2);
  * x86-64 glibc through the vector exp (so within 4 ulp of the scalar form, not equal). */
 void kb__kernel_profiles(kb_kernel_kind kind, const double *r2, size_t n, double *val,
                          double *slope);
+/* Set (by test_base only, before any other thread runs) to make the kernel's loops take
+ * their SSE2 path where the CPU has AVX2; read by every kernel matrix and profile. */
+extern int kb__kernel_sse2_only;
 /* out[j] = f(x[j]) for j < n (vecmath.c; x and out may be the same array): on x86-64 glibc
  * through libmvec, 4 lanes where the CPU has AVX2, else 2; elsewhere libm. Within 4 ulp
  * of libm; out[j] depends on x[j] alone. kb__vmath_lanes forces a width (2, or 4 where

@@ -100,9 +100,10 @@ static double textbook_base(kb_kernel_kind kind, double r)
 }
 
 /* kb_kernel_matrix takes a row's exponentials through glibc's vector exp (4 ulp) on
- * x86-64: on points whose scaled distances are exact (quarter grid, lengthscales 1 and
- * 1/2) every entry is the textbook formula to 1e-14 relative, for every row width, so odd
- * tails included; r = 0 gives the variance, r > 1000 underflows to exactly 0. */
+ * x86-64, 4 lanes where the CPU has AVX2 and 2 otherwise (both checked): on points whose
+ * scaled distances are exact (quarter grid, lengthscales 1 and 1/2) every entry is the
+ * textbook formula to 1e-14 relative, for every row width, so short tails included; r = 0
+ * gives the variance, r > 1000 underflows to exactly 0. */
 static void kernel_matrix_is_textbook_to_rounding(void **state)
 {
     (void)state;
@@ -116,21 +117,23 @@ static void kernel_matrix_is_textbook_to_rounding(void **state)
         Y[2 * i + 1] = 0.25 * (double)((10 * i) % 9);
     }
     Y[2 * 8] = 1024.0; /* r > 1000 from every X: exp underflows */
-    for (size_t t = 0; t < sizeof kinds / sizeof kinds[0]; t++) {
-        kb_kernel *k = tu_kernel_with(kinds[t], 2, 1.5, ls);
+    for (size_t t = 0; t < 2 * sizeof kinds / sizeof kinds[0]; t++) {
+        kb__kernel_sse2_only = t % 2; /* both paths where the CPU has AVX2 */
+        kb_kernel *k = tu_kernel_with(kinds[t / 2], 2, 1.5, ls);
         for (size_t m = 1; m <= 9; m++) {
             kb_kernel_matrix(k, X, 9, Y, m, K);
             for (size_t i = 0; i < 9; i++)
                 for (size_t j = 0; j < m; j++) {
                     double dx = X[2 * i] - Y[2 * j], dy = (X[2 * i + 1] - Y[2 * j + 1]) / 0.5;
-                    double want = 1.5 * textbook_base(kinds[t], sqrt(dx * dx + dy * dy));
+                    double want = 1.5 * textbook_base(kinds[t / 2], sqrt(dx * dx + dy * dy));
                     assert_true(fabs(K[i * m + j] - want) <= 1e-14 * want);
                 }
         }
-        assert_true(K[0] == 1.5 * textbook_base(kinds[t], 0.0)); /* X[0] = Y[0] */
+        assert_true(K[0] == 1.5 * textbook_base(kinds[t / 2], 0.0)); /* X[0] = Y[0] */
         assert_true(K[8] == 0.0);                                /* X[0], Y[8] */
         kb_kernel_free(k);
     }
+    kb__kernel_sse2_only = 0;
 }
 
 /* kb__vmath at every width this CPU runs (2 lanes, and 4 where the CPU has AVX2, the only
@@ -169,6 +172,31 @@ static void vector_math_within_4_ulp_at_every_width(void **state)
             assert_memory_equal(part, full, n * sizeof *part);
         }
     }
+}
+
+/* kb__kernel_profiles (the fit's values and slopes, through the vector exp, 4 lanes where
+ * the CPU has AVX2 and 2 otherwise: both checked) equals kb__kernel_profile to 4 ulp of
+ * exp, for every count 1..9, so short last vectors included. */
+static void kernel_profiles_match_scalar_at_both_widths(void **state)
+{
+    (void)state;
+    kb_kernel_kind kinds[] = {KB_KERNEL_RBF, KB_KERNEL_MATERN12, KB_KERNEL_MATERN32,
+                              KB_KERNEL_MATERN52};
+    double r2[9], val[9], slope[9];
+    for (size_t i = 0; i < 9; i++)
+        r2[i] = 0.37 * (double)(i * i); /* 0 and up to r = 8.6 */
+    for (size_t t = 0; t < 2 * sizeof kinds / sizeof kinds[0]; t++) {
+        kb__kernel_sse2_only = t % 2;
+        for (size_t n = 1; n <= 9; n++) {
+            kb__kernel_profiles(kinds[t / 2], r2, n, val, slope);
+            for (size_t i = 0; i < n; i++) {
+                double ds, v = kb__kernel_profile(kinds[t / 2], r2[i], &ds);
+                assert_true(fabs(val[i] - v) <= 1e-14 * fabs(v));
+                assert_true(fabs(slope[i] - ds) <= 1e-14 * fabs(ds));
+            }
+        }
+    }
+    kb__kernel_sse2_only = 0;
 }
 
 /* kb__kernel_profile (one exp for the value and the slope): the value is the textbook
@@ -1143,6 +1171,7 @@ int main(void)
         cmocka_unit_test(kernel_matrix_matches_pairwise),
         cmocka_unit_test(kernel_matrix_is_textbook_to_rounding),
         cmocka_unit_test(vector_math_within_4_ulp_at_every_width),
+        cmocka_unit_test(kernel_profiles_match_scalar_at_both_widths),
         cmocka_unit_test(kernel_profile_is_textbook),
         cmocka_unit_test(config_rejects_bad_options),
         cmocka_unit_test(kernel_create_and_setters_validate),
