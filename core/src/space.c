@@ -335,16 +335,6 @@ static double reflect_unit(double v)
     return r > 1.0 ? 2.0 - r : r;
 }
 
-/* The local half of a pool, around the best points, as a trust region at several sizes
- * at once (TuRBO grows and shrinks one base length L on successes and failures; a pool
- * redrawn from the data alone, with no state to replay, instead spreads its points over
- * L = 0.4, 0.2, ..., 0.4 / 2^6): point k perturbs its center by N(0, (L w_j / 2)^2) in
- * each dimension, each dimension with probability min(1, 20 / d) (TuRBO's rule for large
- * d; at least one), reflected at the cube's faces. Three points in four are centered on
- * the best observation, the fourth cycles over the next best. A categorical coordinate
- * picked for a move takes a uniformly drawn choice with probability L / 0.8 (a
- * Hamming-distance trust region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021):
- * its choices have no order for a normal step to follow. */
 /* The normal steps of local_points, drawn in the order of the calls but evaluated a block
  * at a time: Box-Muller's log and cos, one value per call (kb_rng_normal), were half of a
  * box pool's redraw (docs/BENCHMARKS.md, twenty-seventh session). Step k moves
@@ -379,6 +369,16 @@ static void queue_step(double *rows, steps *st, kb_rng *rng, size_t pos, double 
         apply_steps(rows, st);
 }
 
+/* The local half of a pool, around the best points, as a trust region at several sizes
+ * at once (TuRBO grows and shrinks one base length L on successes and failures; a pool
+ * redrawn from the data alone, with no state to replay, instead spreads its points over
+ * L = 0.4, 0.2, ..., 0.4 / 2^6): point k perturbs its center by N(0, (L w_j / 2)^2) in
+ * each dimension, each dimension with probability min(1, 20 / d) (TuRBO's rule for large
+ * d; at least one), reflected at the cube's faces. Three points in four are centered on
+ * the best observation, the fourth cycles over the next best. A categorical coordinate
+ * picked for a move takes a uniformly drawn choice with probability L / 0.8 (a
+ * Hamming-distance trust region that shrinks with L, as CASMOPOLITAN's, Wan et al. 2021):
+ * its choices have no order for a normal step to follow. */
 static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *best,
                          size_t nbest, const double *w)
 {
