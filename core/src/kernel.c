@@ -385,10 +385,11 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)e,
                 linear ? k->variance : -2.0, SX, (int)e, SY, (int)e, 0.0, out, (int)m);
     if (!linear) {
+        row_fn row = row_of();
         sq_norms(SX, n, e, nx);
         sq_norms(SY, m, e, ny);
         for (size_t i = 0; i < n; i++)
-            row_of()(k, nx[i], ny, m, out + i * m);
+            row(k, nx[i], ny, m, out + i * m);
     }
 done:
     free(SX);
