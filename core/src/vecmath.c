@@ -20,7 +20,7 @@
 #include <string.h>
 
 /* out[l] = f(x[l]) for l < 4. */
-typedef void (*kb_quad_fn)(const double *x, double *out);
+typedef void (*quad_fn)(const double *x, double *out);
 
 #if defined __x86_64__ && defined __GLIBC__
 #include <immintrin.h>
@@ -46,10 +46,10 @@ QUAD_SSE2(cos_sse2, _ZGVbN2v_cos)
 QUAD_AVX2(log_avx2, _ZGVdN4v_log)
 QUAD_AVX2(cos_avx2, _ZGVdN4v_cos)
 
-static kb_quad_fn quad_of(kb_vfun f, int lanes)
+static quad_fn quad_of(kb_vfun f, int lanes)
 {
-    static const kb_quad_fn sse2[] = {log_sse2, cos_sse2};
-    static const kb_quad_fn avx2[] = {log_avx2, cos_avx2};
+    static const quad_fn sse2[] = {log_sse2, cos_sse2};
+    static const quad_fn avx2[] = {log_avx2, cos_avx2};
     return lanes == 4 ? avx2[f] : sse2[f];
 }
 
@@ -69,9 +69,9 @@ static void cos_libm(const double *x, double *out)
         out[l] = cos(x[l]);
 }
 
-static kb_quad_fn quad_of(kb_vfun f, int lanes)
+static quad_fn quad_of(kb_vfun f, int lanes)
 {
-    static const kb_quad_fn libm[] = {log_libm, cos_libm};
+    static const quad_fn libm[] = {log_libm, cos_libm};
     return libm[f];
 }
 
@@ -83,7 +83,7 @@ static int cpu_lanes(void)
 
 void kb__vmath_lanes(kb_vfun f, const double *x, size_t n, double *out, int lanes)
 {
-    kb_quad_fn quad = quad_of(f, lanes);
+    quad_fn quad = quad_of(f, lanes);
     size_t j = 0;
     for (; j + 4 <= n; j += 4)
         quad(x + j, out + j);
