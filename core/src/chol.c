@@ -250,6 +250,27 @@ void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t l
                 (int)f->cap, B, (int)ldb);
 }
 
+int kb__chol_inverse(const kb_chol *f, double *inv)
+{
+    if (!f->n)
+        return KB_OK;
+    int order = f->colmajor ? LAPACK_COL_MAJOR : LAPACK_ROW_MAJOR;
+    LAPACKE_dlacpy(order, 'L', (lapack_int)f->n, (lapack_int)f->n, f->L, (lapack_int)f->cap, inv,
+                   (lapack_int)f->n);
+    return kb__lapack_status(LAPACKE_dtrtri(order, 'L', 'N', (lapack_int)f->n, inv,
+                                            (lapack_int)f->n));
+}
+
+/* kb__chol_trsm_rows with the inverse: z <- L^{-1} z is a multiplication. */
+void kb__chol_trmm_rows(const kb_chol *f, const double *inv, double *Z, size_t m, size_t ldz)
+{
+    if (!f->n || !m)
+        return;
+    cblas_dtrmm(CblasRowMajor, CblasRight, f->colmajor ? CblasUpper : CblasLower,
+                f->colmajor ? CblasNoTrans : CblasTrans, CblasNonUnit, (int)m, (int)f->n, 1.0,
+                inv, (int)f->n, Z, (int)ldz);
+}
+
 void kb__chol_trsm_rows(const kb_chol *f, double *Z, size_t m, size_t ldz)
 {
     if (!f->n || !m)

@@ -146,15 +146,17 @@ static void bbkb_destroy(kb_engine *e)
     bbkb *st = e->impl;
     if (!st)
         return;
-    double *arrays[] = {st->S, st->W, st->Kc, st->kdiag, st->Z, st->resid, st->mu,
+    double *arrays[] = {st->S, st->W, st->Wp, st->Sp, st->Kc, st->kdiag, st->Z, st->resid, st->mu,
                         st->var_start, st->var, st->key, st->V, st->w,
                         st->buf, st->rsum, st->trial_var, st->obs_var, st->Mstart,
-                        st->Kgone, st->Kaway, st->gbuf, st->row_var, st->zkeep};
+                        st->Kgone, st->Kaway, st->gbuf, st->row_var, st->zkeep,
+                        st->Lsinv};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]);
     kb__chol_free(&st->L);
     kb__chol_free(&st->Lstart);
     free(st->dcand);
+    free(st->pslot);
     free(st->old_to_new);
     free(st->away_cand);
     free(st->away_of);

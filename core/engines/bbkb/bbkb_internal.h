@@ -45,6 +45,12 @@ typedef struct bbkb {
     int cols_valid;   /* the slots' Kc columns are of the current pool (see kb__bbkb_new_pool) */
     double kdict_max; /* max k(s, s) over every dictionary point since kb__bbkb_new_pool */
     double *W;        /* m x r */
+    /* The same map in pivot order, for embedding many points at once
+     * (kb__bbkb_embed_rows, kb__bbkb_zrows): z(x) = Wp^T k_Sp(x) with pslot[i] the slot
+     * of the i-th pivot (i < r), Sp (r x d) those points and Wp (r x r, upper
+     * triangular) the rows of W at those slots. */
+    double *Wp, *Sp;
+    size_t *pslot;
     /* candidates (A = space->n) */
     size_t A;
     double *Kc;       /* column-major A x m: Kc[j A + i] = k(x_i, S_j), room for cap_k columns */
@@ -88,6 +94,7 @@ typedef struct bbkb {
      * rank-one update of every hand-out (kb__chol_update) rotates contiguous columns */
     double *V;
     kb_chol L, Lstart;
+    double *Lsinv;          /* r x r: Lstart^{-1} (kb__chol_inverse), set with Lstart */
     double *w;              /* mean weights, r */
     double *buf;            /* r scratch */
     double alpha;
@@ -171,9 +178,10 @@ int kb__bbkb_build_embedding(kb_engine *e);
 
 /* ||L^{-1} z||^2 = z^T V^{-1} z for V = L L^T (r x r); uses st->buf. */
 double kb__bbkb_quad_form(const bbkb *st, const kb_chol *L, const double *z);
-/* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows z_i of Zr. KB_ENOMEM. */
-int kb__bbkb_row_variances(const bbkb *st, const kb_chol *L, const double *Zr,
-                           const double *resid, size_t n, double *out);
+/* out[i] = resid[i] / lambda + ||Lstart^{-1} z_i||^2 for the n rows z_i of Zr.
+ * KB_ENOMEM. */
+int kb__bbkb_row_variances(const bbkb *st, const double *Zr, const double *resid, size_t n,
+                           double *out);
 /* out[k] = sigma~^2_start of the n points U (n x d internal coordinates) whose
  * embeddings are the rows of Zr (n x r). KB_ENOMEM. */
 int kb__bbkb_point_variances(const kb_engine *e, const double *U, const double *Zr, size_t n,

@@ -30,19 +30,19 @@
  * (test_bbkb's clustered_dictionary_is_dtc_over_kept_points fails). */
 #define PIVOT_RTOL 1e-10
 
-/* Zout (n x r) = embeddings of the rows of U (n x d) with the current dictionary. */
+/* Zout (n x r) = embeddings of the rows of U (n x d) with the current dictionary: the
+ * kernel values against the r pivot points, times the triangular Wp in place (dtrmm,
+ * n r^2 flops where a product with the dense W, zero rows and zero lower triangle
+ * included, took 2 n m r: the embedding of every data row was two fifths of a long
+ * noisy study's CPU; docs/BENCHMARKS.md, twenty-eighth session). */
 int kb__bbkb_embed_rows(const kb_engine *e, const double *U, size_t n, double *Zout)
 {
-    bbkb *st = e->impl;
+    const bbkb *st = e->impl;
     if (n == 0 || st->r == 0)
         return KB_OK;
-    double *K = malloc(n * st->m * sizeof *K);
-    if (!K)
-        return KB_ENOMEM;
-    kb_kernel_matrix(&e->kernel, U, n, st->S, st->m, K);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)st->r, (int)st->m,
-                1.0, K, (int)st->m, st->W, (int)st->r, 0.0, Zout, (int)st->r);
-    free(K);
+    kb_kernel_matrix(&e->kernel, U, n, st->Sp, st->r, Zout);
+    cblas_dtrmm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)n,
+                (int)st->r, 1.0, st->Wp, (int)st->r, Zout, (int)st->r);
     return KB_OK;
 }
 
@@ -61,26 +61,27 @@ const double *kb__bbkb_zrow(bbkb *st, size_t i)
     return z;
 }
 
-/* kb__bbkb_zrow for every candidate of cand[0..n) (NONE entries skipped) at once: one gemm over
- * their gathered kernel rows instead of a gemv each, for kb__bbkb_rebuild_model, which embeds
- * every selected point at each resparsification. */
+/* kb__bbkb_zrow for every candidate of cand[0..n) (NONE entries skipped) at once: their
+ * kernel values at the pivots gathered and multiplied by Wp in place, instead of a gemv
+ * each, for kb__bbkb_rebuild_model, which embeds every selected point at each
+ * resparsification. */
 int kb__bbkb_zrows(bbkb *st, const size_t *cand, size_t n)
 {
-    size_t m = st->m, r = st->r, k = 0;
+    size_t r = st->r, k = 0;
     size_t *todo = malloc((n + 1) * sizeof *todo);
-    double *G = malloc((n * m + 1) * sizeof *G), *Zr = malloc((n * r + 1) * sizeof *Zr);
-    int rc = todo && G && Zr ? KB_OK : KB_ENOMEM;
+    double *Zr = malloc((n * r + 1) * sizeof *Zr);
+    int rc = todo && Zr ? KB_OK : KB_ENOMEM;
     for (size_t j = 0; !rc && j < n; j++)
         if (cand[j] != NONE && st->zstamp[cand[j]] != st->zgen) {
             st->zstamp[cand[j]] = st->zgen; /* also skips repeats */
             todo[k++] = cand[j];
         }
-    for (size_t s = 0; s < m; s++)
+    for (size_t i = 0; i < r; i++)
         for (size_t j = 0; j < k; j++)
-            G[j * m + s] = st->Kc[s * st->A + todo[j]];
+            Zr[j * r + i] = st->Kc[st->pslot[i] * st->A + todo[j]];
     if (k && r)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)k, (int)r, (int)m, 1.0, G,
-                    (int)m, st->W, (int)r, 0.0, Zr, (int)r);
+        cblas_dtrmm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)k,
+                    (int)r, 1.0, st->Wp, (int)r, Zr, (int)r);
     for (size_t j = 0; j < k; j++) {
         const double *z = Zr + j * r;
         if (r) /* Z may be unallocated when r == 0 */
@@ -88,7 +89,6 @@ int kb__bbkb_zrows(bbkb *st, const size_t *cand, size_t n)
         st->resid[todo[j]] = st->kdiag[todo[j]] - (r ? cblas_ddot((int)r, z, 1, z, 1) : 0.0);
     }
     free(todo);
-    free(G);
     free(Zr);
     return rc;
 }
@@ -103,7 +103,7 @@ int kb__bbkb_zrows(bbkb *st, const size_t *cand, size_t n)
  * to a rotation, which no posterior quantity sees. m^3 / 3 flops against the ~9 m^3 of
  * an eigendecomposition, one path for well- and ill-conditioned K_S. K (m x m,
  * symmetric, both triangles set) is destroyed. */
-static int pivoted_embedding(bbkb *st, double *K, double kmax)
+static int pivoted_embedding(bbkb *st, double *K, double kmax, size_t d)
 {
     lapack_int m = (lapack_int)st->m, rank = 0, *piv = malloc(st->m * sizeof *piv);
     if (!piv)
@@ -117,10 +117,14 @@ static int pivoted_embedding(bbkb *st, double *K, double kmax)
     size_t r = rc ? 0 : (size_t)rank;
     st->r = r;
     memset(st->W, 0, st->m * r * sizeof *st->W);
-    /* W[piv_i, j] = (L11^{-1})(j, i), column-major at K[i m + j], j >= i */
-    for (size_t i = 0; i < r; i++)
+    memset(st->Wp, 0, r * r * sizeof *st->Wp);
+    /* W[piv_i, j] = Wp[i, j] = (L11^{-1})(j, i), column-major at K[i m + j], j >= i */
+    for (size_t i = 0; i < r; i++) {
+        size_t s = st->pslot[i] = (size_t)(piv[i] - 1);
         for (size_t j = i; j < r; j++)
-            st->W[(size_t)(piv[i] - 1) * r + j] = K[i * st->m + j];
+            st->W[s * r + j] = st->Wp[i * r + j] = K[i * st->m + j];
+        memcpy(st->Sp + i * d, st->S + s * d, d * sizeof *st->Sp);
+    }
     free(piv);
     return rc;
 }
@@ -131,13 +135,20 @@ int kb__bbkb_build_embedding(kb_engine *e)
     bbkb *st = e->impl;
     size_t m = st->m, d = e->space->dim;
     free(st->W);
-    st->W = NULL;
+    free(st->Wp);
+    free(st->Sp);
+    free(st->pslot);
+    st->W = st->Wp = st->Sp = NULL;
+    st->pslot = NULL;
     st->r = 0;
     if (m == 0)
         return KB_OK;
     double *K = malloc(m * m * sizeof *K);
     st->W = malloc(m * m * sizeof *st->W);
-    int rc = K && st->W ? KB_OK : KB_ENOMEM;
+    st->Wp = malloc(m * m * sizeof *st->Wp);
+    st->Sp = malloc(m * d * sizeof *st->Sp);
+    st->pslot = malloc(m * sizeof *st->pslot);
+    int rc = K && st->W && st->Wp && st->Sp && st->pslot ? KB_OK : KB_ENOMEM;
     if (!rc) {
         /* Pairwise, not kb_kernel_matrix: its |a|^2 + |b|^2 - 2ab distances leave ~1e-16
          * on the diagonal, which Matern 1/2's sqrt turns into 1e-8 errors in K_S. */
@@ -149,7 +160,7 @@ int kb__bbkb_build_embedding(kb_engine *e)
         for (size_t i = 0; i < m; i++)
             kmax = K[i * m + i] > kmax ? K[i * m + i] : kmax;
         st->kdict_max = kmax > st->kdict_max ? kmax : st->kdict_max;
-        rc = pivoted_embedding(st, K, kmax);
+        rc = pivoted_embedding(st, K, kmax, d);
     }
     if (!rc && kb__grow((void **)&st->Z, &st->cap_z, st->A * st->r, sizeof *st->Z))
         rc = KB_ENOMEM;

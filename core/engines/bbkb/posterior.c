@@ -31,9 +31,11 @@ double kb__bbkb_quad_form(const bbkb *st, const kb_chol *L, const double *z)
     return cblas_ddot((int)st->r, st->buf, 1, st->buf, 1);
 }
 
-/* out[i] = resid[i] / lambda + ||L^{-1} z_i||^2 for the n rows of Zr (BLAS-3). */
-int kb__bbkb_row_variances(const bbkb *st, const kb_chol *L, const double *Zr,
-                           const double *resid, size_t n, double *out)
+/* out[i] = resid[i] / lambda + ||Lstart^{-1} z_i||^2 for the n rows of Zr (BLAS-3, by
+ * the inverse: the closing variances of a long noisy study spent a third of its CPU in
+ * dtrsm; docs/BENCHMARKS.md, twenty-eighth session). */
+int kb__bbkb_row_variances(const bbkb *st, const double *Zr, const double *resid, size_t n,
+                           double *out)
 {
     size_t r = st->r;
     double *T = r ? malloc(n * r * sizeof *T) : NULL;
@@ -41,7 +43,7 @@ int kb__bbkb_row_variances(const bbkb *st, const kb_chol *L, const double *Zr,
         return KB_ENOMEM;
     if (r && n) {
         memcpy(T, Zr, n * r * sizeof *T);
-        kb__chol_trsm_rows(L, T, n, r);
+        kb__chol_trmm_rows(&st->Lstart, st->Lsinv, T, n, r);
     }
     for (size_t i = 0; i < n; i++)
         out[i] = resid[i] / st->lambda + (r ? cblas_ddot((int)r, T + i * r, 1, T + i * r, 1) : 0);
@@ -60,7 +62,7 @@ int kb__bbkb_point_variances(const kb_engine *e, const double *U, const double *
     kb_kernel_diag(&e->kernel, U, n, kd);
     for (size_t k = 0; k < n && r; k++)
         kd[k] -= cblas_ddot((int)r, Zr + k * r, 1, Zr + k * r, 1);
-    int rc = kb__bbkb_row_variances(st, &st->Lstart, Zr, kd, n, out);
+    int rc = kb__bbkb_row_variances(st, Zr, kd, n, out);
     free(kd);
     return rc;
 }
@@ -209,9 +211,9 @@ static int embed_data(kb_engine *e, const datum *rows, size_t n, double *R)
 }
 
 /* What rebuild_model makes: V, Vt (V_told), r x r each; L and Ls (Lstart), column-major
- * factors; w and buf, r. */
+ * factors, and Lsinv = Ls^{-1}; w and buf, r. */
 typedef struct model {
-    double *V, *Vt, *w, *buf;
+    double *V, *Vt, *w, *buf, *Lsinv;
     kb_chol L, Ls;
 } model;
 
@@ -331,17 +333,18 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
 {
     bbkb *st = e->impl;
     size_t r = st->r, rr = r ? r : 1;
-    model md = {NULL, NULL, NULL, NULL, {0}, {0}};
+    model md = {NULL, NULL, NULL, NULL, NULL, {0}, {0}};
     kb__chol_init(&md.L, 1);
     kb__chol_init(&md.Ls, 1);
     md.V = calloc(rr * rr, sizeof *md.V);
     md.Vt = calloc(rr * rr, sizeof *md.Vt);
     md.w = calloc(rr, sizeof *md.w);
     md.buf = malloc(rr * sizeof *md.buf);
+    md.Lsinv = malloc(rr * rr * sizeof *md.Lsinv);
     int all_told = 1;
     for (size_t j = 0; j < ds->n; j++)
         all_told &= ds->rows[j].n_told == ds->rows[j].n_all;
-    int rc = md.V && md.Vt && md.w && md.buf ? KB_OK : KB_ENOMEM;
+    int rc = md.V && md.Vt && md.w && md.buf && md.Lsinv ? KB_OK : KB_ENOMEM;
     st->n_zkeep = 0;
     if (!rc)
         rc = embed_and_sum(e, ds, all_told, &md);
@@ -349,6 +352,8 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
         rc = solve_model(st, all_told, &md);
     if (!rc)
         rc = kb__chol_copy(&md.Ls, &md.L);
+    if (!rc)
+        rc = kb__chol_inverse(&md.Ls, md.Lsinv);
     free(md.Vt);
     if (rc) {
         free(md.V);
@@ -356,6 +361,7 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
         kb__chol_free(&md.Ls);
         free(md.w);
         free(md.buf);
+        free(md.Lsinv);
         return rc;
     }
     free(st->V);
@@ -363,11 +369,13 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds)
     kb__chol_free(&st->Lstart);
     free(st->w);
     free(st->buf);
+    free(st->Lsinv);
     st->V = md.V;
     st->L = md.L;
     st->Lstart = md.Ls;
     st->w = md.w;
     st->buf = md.buf;
+    st->Lsinv = md.Lsinv;
     keep_row_variances(e, ds);
     return KB_OK;
 }
