@@ -2,7 +2,8 @@
  * chol.c - the one Cholesky factor every engine uses (kb_chol, internal.h): a growable
  * lower-triangular L with L L^T = A, built from scratch (LAPACKE dpotrf), grown by one
  * row (CBLAS dtrsv), changed by a rank-one update (Givens rotations, drot) or downdate
- * (hyperbolic rotations), and the triangular solves on it (dtrsv / dtrsm).
+ * (hyperbolic rotations), and the triangular solves on it (dtrsv / dtrsm), or for many
+ * rows at once by its inverse (dtrtri, then dtrmm).
  *
  * Storage. L is cap x cap with the factor's n x n lower triangle in its top-left corner,
  * row-major or column-major (`colmajor`). Both orders exist because the engines' hot
@@ -261,7 +262,8 @@ int kb__chol_inverse(const kb_chol *f, double *inv)
                                             (lapack_int)f->n));
 }
 
-/* kb__chol_trsm_rows with the inverse: z <- L^{-1} z is a multiplication. */
+/* Row z <- L^{-1} z is z^T <- z^T L^{-T}: the inverse's transpose from the right. A
+ * column-major inverse is, read row-major, that transpose already. */
 void kb__chol_trmm_rows(const kb_chol *f, const double *inv, double *Z, size_t m, size_t ldz)
 {
     if (!f->n || !m)
@@ -269,13 +271,4 @@ void kb__chol_trmm_rows(const kb_chol *f, const double *inv, double *Z, size_t m
     cblas_dtrmm(CblasRowMajor, CblasRight, f->colmajor ? CblasUpper : CblasLower,
                 f->colmajor ? CblasNoTrans : CblasTrans, CblasNonUnit, (int)m, (int)f->n, 1.0,
                 inv, (int)f->n, Z, (int)ldz);
-}
-
-void kb__chol_trsm_rows(const kb_chol *f, double *Z, size_t m, size_t ldz)
-{
-    if (!f->n || !m)
-        return;
-    cblas_dtrsm(CblasRowMajor, CblasRight, f->colmajor ? CblasUpper : CblasLower,
-                f->colmajor ? CblasNoTrans : CblasTrans, CblasNonUnit, (int)m, (int)f->n, 1.0,
-                f->L, (int)f->cap, Z, (int)ldz);
 }

@@ -96,14 +96,13 @@ void kb__chol_trsv(const kb_chol *f, int trans, double *x);
 void kb__chol_solve(const kb_chol *f, double *x);
 /* B (n x nrhs, row-major, leading dimension ldb) = L^{-1} B, or L^{-T} B with trans. */
 void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t ldb);
-/* Each of the m rows z_i of Z (m x n, row-major, ldz) replaced by L^{-1} z_i. */
-void kb__chol_trsm_rows(const kb_chol *f, double *Z, size_t m, size_t ldz);
-/* inv (n x n, f's storage order, leading dimension n) = L^{-1} (LAPACK dtrtri); then
- * kb__chol_trmm_rows(f, inv, ...) does kb__chol_trsm_rows' work, equal up to rounding, as
- * a triangular multiplication: OpenBLAS's dtrsm is 2-4x slower than its dtrmm on m x n
- * blocks of rows (512 x 100-450; docs/BENCHMARKS.md, twenty-eighth session), so a caller
- * applying one factor to many rows inverts it once. KB_ENUMERIC, KB_ENOMEM. */
+/* inv (n x n, f's storage order, leading dimension n) = L^{-1} (LAPACK dtrtri).
+ * KB_ENUMERIC, KB_ENOMEM. */
 int kb__chol_inverse(const kb_chol *f, double *inv);
+/* Each of the m rows z_i of Z (m x n, row-major, ldz) replaced by L^{-1} z_i, with inv
+ * from kb__chol_inverse: a triangular multiplication, since OpenBLAS's dtrsm is 2-4x
+ * slower than its dtrmm on such blocks of rows (512 x 100-450; docs/BENCHMARKS.md,
+ * twenty-eighth session): a caller applying one factor to many rows inverts it once. */
 void kb__chol_trmm_rows(const kb_chol *f, const double *inv, double *Z, size_t m, size_t ldz);
 static inline double kb__chol_pivot(const kb_chol *f, size_t i)
 {

@@ -31,7 +31,8 @@
 /* M (m x m, row-major, lower triangle) = W (I / lambda - V^{-1}) W^T with V = L L^T, so
  * that sigma~^2(x) = k(x,x) / lambda - k_S(x)^T M k_S(x) (kb__bbkb_candidate_posterior's form).
  * *scale = max_i ||W_i||^2 / lambda + ||(W L^{-T})_i||^2 bounds the magnitude of the
- * products each entry sums, which sets its rounding error (low_rank_start). */
+ * products each entry sums, which sets its rounding error (low_rank_start). At an epoch
+ * start L is still Lstart, whose inverse the model rebuild made. */
 static int start_matrix(const bbkb *st, double *M, double *scale)
 {
     size_t m = st->m, r = st->r;
@@ -39,7 +40,7 @@ static int start_matrix(const bbkb *st, double *M, double *scale)
     if (!G)
         return KB_ENOMEM;
     memcpy(G, st->W, m * r * sizeof *G);
-    kb__chol_trsm_rows(&st->L, G, m, r);
+    kb__chol_trmm_rows(&st->Lstart, st->Lsinv, G, m, r);
     cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, (int)m, (int)r, 1.0 / st->lambda,
                 st->W, (int)r, 0.0, M, (int)m);
     cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, (int)m, (int)r, -1.0, G, (int)r, 1.0,
@@ -196,7 +197,8 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
 }
 
 /* var_start and mu for the new epoch (low_rank_start, else kb__bbkb_candidate_posterior), and
- * Mstart for the next one. */
+ * Mstart for the next one. Runs right after kb__bbkb_rebuild_model, while L is still Lstart
+ * (Lsinv its inverse). */
 int kb__bbkb_epoch_start_posterior(bbkb *st)
 {
     size_t m = st->m;
