@@ -251,15 +251,20 @@ void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t l
                 (int)f->cap, B, (int)ldb);
 }
 
+/* inv is zeroed first so that it may itself go to LAPACKE, which checks a general matrix
+ * for NaNs over all of it: a dlacpy from a buffer with NaN garbage above the diagonal
+ * returns -5 and copies nothing. */
 int kb__chol_inverse(const kb_chol *f, double *inv)
 {
     if (!f->n)
         return KB_OK;
     int order = f->colmajor ? LAPACK_COL_MAJOR : LAPACK_ROW_MAJOR;
-    LAPACKE_dlacpy(order, 'L', (lapack_int)f->n, (lapack_int)f->n, f->L, (lapack_int)f->cap, inv,
-                   (lapack_int)f->n);
-    return kb__lapack_status(LAPACKE_dtrtri(order, 'L', 'N', (lapack_int)f->n, inv,
-                                            (lapack_int)f->n));
+    memset(inv, 0, f->n * f->n * sizeof *inv);
+    int info = LAPACKE_dlacpy(order, 'L', (lapack_int)f->n, (lapack_int)f->n, f->L,
+                              (lapack_int)f->cap, inv, (lapack_int)f->n);
+    if (info == 0)
+        info = LAPACKE_dtrtri(order, 'L', 'N', (lapack_int)f->n, inv, (lapack_int)f->n);
+    return kb__lapack_status(info);
 }
 
 /* Row z <- L^{-1} z is z^T <- z^T L^{-T}: the inverse's transpose from the right. A

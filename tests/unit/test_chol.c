@@ -116,7 +116,8 @@ static void append_sequence_matches_dpotrf(void **state)
 
 /* Solves against the reference: L (or L^T) times the solution, with dpotrf's factor,
  * gives the right-hand side back; the vector, matrix and row forms (the last by the
- * inverse, kb__chol_trmm_rows) agree; A^{-1} r matches an LU solve of A (dgesv). */
+ * inverse, kb__chol_trmm_rows, whose buffer is left without the NaNs it was given)
+ * agree; A^{-1} r matches an LU solve of A (dgesv). */
 static void solves_match_direct(void **state)
 {
     enum { M = 7 };
@@ -159,7 +160,11 @@ static void solves_match_direct(void **state)
         for (size_t k = 0; k < M; k++) /* Z = B^T: its rows solved are L^{-1} B's columns */
             for (size_t i = 0; i < N; i++)
                 Z[k * N + i] = B[i * M + k];
+        for (size_t i = 0; i < N * N; i++) /* garbage, as in a reused malloc block */
+            inv[i] = NAN;
         assert_int_equal(kb__chol_inverse(&f, inv), KB_OK);
+        for (size_t i = 0; i < N * N; i++) /* LAPACKE's NaN checks see all of it */
+            assert_true(isfinite(inv[i]));
         kb__chol_trmm_rows(&f, inv, Z, M, N);
         memcpy(X, B, sizeof X);
         kb__chol_trsm(&f, 0, X, M, M);

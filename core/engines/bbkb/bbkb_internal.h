@@ -194,8 +194,10 @@ double kb__bbkb_start_variance(bbkb *st, size_t i);
 int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
                             const double *sign, double *var, double *mu);
 /* var[i] = sigma~^2(x_i) with V = L L^T for every candidate, and mu[i] = mu~(x_i) when mu
- * is not NULL. KB_ENOMEM, KB_ENUMERIC. */
-int kb__bbkb_candidate_posterior(bbkb *st, const kb_chol *L, double *var, double *mu);
+ * is not NULL; Linv = L^{-1} from kb__chol_inverse when the caller has it, else NULL.
+ * KB_ENOMEM, KB_ENUMERIC. */
+int kb__bbkb_candidate_posterior(bbkb *st, const kb_chol *L, const double *Linv, double *var,
+                                 double *mu);
 /* V, L, Lstart and w from the data rows, embedded with the new dictionary; the state is
  * unchanged on failure (KB_ENOMEM, KB_ENUMERIC). */
 int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds);

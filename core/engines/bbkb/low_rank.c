@@ -212,7 +212,7 @@ int kb__bbkb_epoch_start_posterior(bbkb *st)
     }
     st->mstart_valid = 0;
     if (!rc && !done) {
-        rc = kb__bbkb_candidate_posterior(st, &st->L, st->var_start, st->mu);
+        rc = kb__bbkb_candidate_posterior(st, &st->Lstart, st->Lsinv, st->var_start, st->mu);
         st->start_err = 0.0;
     }
     if (!rc && M) {

@@ -78,20 +78,26 @@ double kb__bbkb_start_variance(bbkb *st, size_t i)
 
 /* F (r x rank, column-major) with F F^T = I / lambda - V^{-1}, V = L L^T: pivoted
  * Cholesky, since the matrix is only semidefinite (no data along a direction leaves a
- * zero eigenvalue). tol 0 stops at a non-positive pivot: what is dropped is round-off. */
-static int variance_factor(const bbkb *st, const kb_chol *L, double **F, size_t *rank)
+ * zero eigenvalue). tol 0 stops at a non-positive pivot: what is dropped is round-off.
+ * V^{-1} = L^{-T} L^{-1}: dpotri (dtrtri, then dlauum), or dlauum alone from Linv when
+ * the caller has L's inverse from kb__chol_inverse (the same dtrtri: the same result). */
+static int variance_factor(const bbkb *st, const kb_chol *L, const double *Linv, double **F,
+                           size_t *rank)
 {
     size_t r = st->r;
     lapack_int rk = 0, *piv = malloc(r * sizeof *piv);
     double *M = malloc(r * r * sizeof *M);
     *F = calloc(r * r, sizeof **F);
     int rc = piv && M && *F ? KB_OK : KB_ENOMEM;
-    if (!rc) {
-        LAPACKE_dlacpy(LAPACK_COL_MAJOR, 'L', (lapack_int)r, (lapack_int)r, L->L,
-                       (lapack_int)L->cap, M, (lapack_int)r);
-        rc = kb__lapack_status(LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M,
+    if (!rc)
+        rc = kb__lapack_status(LAPACKE_dlacpy(LAPACK_COL_MAJOR, 'L', (lapack_int)r,
+                                              (lapack_int)r, Linv ? Linv : L->L,
+                                              (lapack_int)(Linv ? r : L->cap), M,
                                               (lapack_int)r));
-    }
+    if (!rc)
+        rc = kb__lapack_status(
+            Linv ? LAPACKE_dlauum(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r)
+                 : LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r));
     /* V^{-1}(i, j), i >= j, is at M[j r + i] (column-major); the row-major lower triangle
      * written here occupies the other half */
     for (size_t i = 0; !rc && i < r; i++)
@@ -151,7 +157,8 @@ int kb__bbkb_subtract_forms(bbkb *st, const double *H, size_t ld, size_t k,
  * mu is not NULL: eq. (3), (k - ||z||^2) / lambda + z^T V^{-1} z, is
  * k / lambda - z^T (I / lambda - V^{-1}) z = k / lambda - ||k_S(x)^T W F||^2, and
  * mu = k_S(x)^T (W w) rides along as one more column (kb__bbkb_subtract_forms). */
-int kb__bbkb_candidate_posterior(bbkb *st, const kb_chol *L, double *var, double *mu)
+int kb__bbkb_candidate_posterior(bbkb *st, const kb_chol *L, const double *Linv, double *var,
+                                 double *mu)
 {
     size_t A = st->A, r = st->r, m = st->m, k = 0;
     for (size_t i = 0; i < A; i++)
@@ -162,7 +169,7 @@ int kb__bbkb_candidate_posterior(bbkb *st, const kb_chol *L, double *var, double
         return KB_OK;
     }
     double *F = NULL;
-    int rc = variance_factor(st, L, &F, &k);
+    int rc = variance_factor(st, L, Linv, &F, &k);
     double *H = rc ? NULL : malloc(m * (k + 1) * sizeof *H);
     rc = rc ? rc : H ? KB_OK : KB_ENOMEM;
     if (!rc) {

@@ -169,7 +169,7 @@ int kb__bbkb_pick(kb_engine *e, size_t *index)
 
 int kb__bbkb_refresh_all_variances(bbkb *st)
 {
-    int rc = kb__bbkb_candidate_posterior(st, &st->L, st->var, NULL);
+    int rc = kb__bbkb_candidate_posterior(st, &st->L, NULL, st->var, NULL);
     if (rc)
         return rc;
     st->vstamp++;
