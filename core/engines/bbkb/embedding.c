@@ -33,8 +33,8 @@
 /* Zout (n x r) = embeddings of the rows of U (n x d) with the current dictionary: the
  * kernel values against the r pivot points, times the triangular Wp in place (dtrmm,
  * n r^2 flops where a product with the dense W, zero rows and zero lower triangle
- * included, took 2 n m r: the embedding of every data row was two fifths of a long
- * noisy study's CPU; docs/BENCHMARKS.md, twenty-eighth session). */
+ * included, took 2 n m r: embedding every data row was nearly half of a long noisy
+ * study's CPU; docs/BENCHMARKS.md, twenty-eighth session). */
 int kb__bbkb_embed_rows(const kb_engine *e, const double *U, size_t n, double *Zout)
 {
     const bbkb *st = e->impl;

@@ -32,7 +32,7 @@ double kb__bbkb_quad_form(const bbkb *st, const kb_chol *L, const double *z)
 }
 
 /* out[i] = resid[i] / lambda + ||Lstart^{-1} z_i||^2 for the n rows of Zr (BLAS-3, by
- * the inverse: the closing variances of a long noisy study spent a third of its CPU in
+ * the inverse: the rows' variances of a long noisy study spent a quarter of its CPU in
  * dtrsm; docs/BENCHMARKS.md, twenty-eighth session). */
 int kb__bbkb_row_variances(const bbkb *st, const double *Zr, const double *resid, size_t n,
                            double *out)
