@@ -9,7 +9,9 @@
  * Invariants: row i of Z and resid[i] = k(x_i, x_i) - ||z(x_i)||^2 hold for the current
  * W and candidate pool exactly when zstamp[i] == zgen; zgen changes whenever W
  * (kb__bbkb_build_embedding) or the pool (kb__bbkb_new_pool) does; kdict_max >= k(s, s)
- * over every dictionary point since the pool was drawn.
+ * over every dictionary point since the pool was drawn. Wp, Sp and pslot are built with W
+ * and are the same map in pivot order (W's nonzero rows, a triangle), which the many-row
+ * products use.
  */
 #include "bbkb_internal.h"
 
