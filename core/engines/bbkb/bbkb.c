@@ -287,7 +287,7 @@ static int build_model(kb_engine *e, const dataset *ds)
     if (!rc)
         rc = kb__bbkb_rebuild_model(e, ds);
     if (!rc)
-        rc = kb__bbkb_epoch_start_posterior(st);
+        rc = kb__bbkb_epoch_start_posterior(st, e->space->finite);
     return rc;
 }
 

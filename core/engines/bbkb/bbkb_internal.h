@@ -205,9 +205,9 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds);
 /* ------------------------------------------------------------- low_rank.c */
 
 /* var_start and mu for the new epoch (low_rank_start when it applies, else
- * candidate_posterior; start_err set), and Mstart for the next one. KB_ENOMEM,
- * KB_ENUMERIC. */
-int kb__bbkb_epoch_start_posterior(bbkb *st);
+ * candidate_posterior; start_err set), and Mstart for the next one when keep_pool (the
+ * next epoch may keep these candidates). KB_ENOMEM, KB_ENUMERIC. */
+int kb__bbkb_epoch_start_posterior(bbkb *st, int keep_pool);
 
 /* ----------------------------------------------------------- dictionary.c */
 

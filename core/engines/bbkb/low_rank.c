@@ -197,14 +197,16 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
 }
 
 /* var_start and mu for the new epoch (low_rank_start, else kb__bbkb_candidate_posterior), and
- * Mstart for the next one. Runs right after kb__bbkb_rebuild_model, while L is still Lstart
- * (Lsinv its inverse). */
-int kb__bbkb_epoch_start_posterior(bbkb *st)
+ * Mstart for the next one when it may keep these candidates (keep_pool: a finite set; a
+ * box redraws its pool at every epoch start, which leaves Mstart unused: its m^2 r flops
+ * were a tenth of a noise-free box study's CPU, docs/BENCHMARKS.md, twenty-ninth session).
+ * Runs right after kb__bbkb_rebuild_model, while L is still Lstart (Lsinv its inverse). */
+int kb__bbkb_epoch_start_posterior(bbkb *st, int keep_pool)
 {
     size_t m = st->m;
     double *M = NULL, scale = 0.0;
     int rc = KB_OK, done = 0;
-    if (!st->full_start && st->r) {
+    if (!st->full_start && st->r && keep_pool) {
         M = malloc(m * m * sizeof *M);
         rc = M ? start_matrix(st, M, &scale) : KB_ENOMEM;
         if (!rc)
