@@ -8,7 +8,8 @@
  * engine answers with no trial (a closed batch waiting for feedback) is counted and the
  * next trial is told. Every --every tells it prints one JSON line: the thread's CPU time
  * per round trip over those tells, the engine's epochs, dictionary size, draws the growth
- * cap subsampled (dict_capped), fitted noise and cumulative timers (kb_engine_stat), the
+ * cap subsampled (dict_capped), fitted noise, cumulative timers, epochs started with bounded
+ * variances and the candidates those resolved exactly (kb_engine_stat), the
  * simple regret so far (of the noiseless objective at the points told) and, where the
  * engine fits them, its kernel variance and lengthscales.
  *
@@ -60,8 +61,11 @@ static kb_engine *make_engine(kb_error *err)
 
 static void report(const kb_engine *e, size_t told, double cpu_s, size_t empty, double best)
 {
-    double epoch, dict_size, capped, rows, embed, resparsify, ask; /* 0: the engine has none */
+    double epoch, dict_size, capped, rows, embed, resparsify, ask, bounded, resolved;
+    /* 0 where the engine has none */
     kb_engine_stat(e, "epoch", &epoch, NULL);
+    kb_engine_stat(e, "epochs_bounded", &bounded, NULL);
+    kb_engine_stat(e, "bound_resolved", &resolved, NULL);
     kb_engine_stat(e, "dict_size", &dict_size, NULL);
     kb_engine_stat(e, "dict_capped", &capped, NULL);
     kb_engine_stat(e, "model_rows", &rows, NULL);
@@ -72,10 +76,12 @@ static void report(const kb_engine *e, size_t told, double cpu_s, size_t empty, 
            "\"seed\":%llu,\"told\":%zu,\"cpu_ms_per_round_trip\":%.3f,\"epochs\":%llu,"
            "\"dict_size\":%zu,\"dict_capped\":%zu,\"model_rows\":%zu,\"noise\":%.3g,"
            "\"sec_embed\":%.3f,\"sec_resparsify\":%.3f,"
-           "\"sec_ask\":%.3f,\"empty_asks\":%zu,\"simple_regret\":%.3g",
+           "\"sec_ask\":%.3f,\"empty_asks\":%zu,\"epochs_bounded\":%zu,"
+           "\"bound_resolved\":%zu,\"simple_regret\":%.3g",
            opt.engine, opt.dim, opt.pool, opt.pending, (unsigned long long)opt.seed, told,
            cpu_s * 1e3 / (double)opt.every, (unsigned long long)epoch, (size_t)dict_size,
-           (size_t)capped, (size_t)rows, e->noise, embed, resparsify, ask, empty, -best);
+           (size_t)capped, (size_t)rows, e->noise, embed, resparsify, ask, empty,
+           (size_t)bounded, (size_t)resolved, -best);
     kb_hyperparameters h;
     if (kb_engine_hyperparameters(e, &h) == KB_OK && h.fitting) {
         printf(",\"kernel_variance\":%.3g,\"lengthscales\":[", h.kernel_variance);

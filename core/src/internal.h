@@ -509,9 +509,11 @@ const double *kb__bbkb_dictionary(const kb_engine *e, size_t *m);
 const double *kb__bbkb_embedding(const kb_engine *e, size_t *r);
 /* bbkb / bkb, for tests: sigma~^2_start of every candidate as the engine keeps it for
  * its choices (space->n entries, borrowed, valid until the next ask), with *err_bound
- * its error bound (0 unless the epoch started by the low-rank update, bbkb/low_rank.c);
- * NULL for another engine or before the first epoch. */
-const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound);
+ * its error bound (0 unless the epoch started by the low-rank update, bbkb/low_rank.c),
+ * except where (*bounded)[i]: there only an upper bound (a box epoch's start,
+ * bbkb/start_bound.c); NULL for another engine or before the first epoch. */
+const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound,
+                                       const unsigned char **bounded);
 /* bbkb / bkb: sigma~^2_start of trial h's point as the epoch's model kept it for the
  * closing variances (bbkb_internal.h, row_var; read by bbkb/dictionary.c, checked by the
  * tests); NAN when it kept none. */

@@ -786,11 +786,11 @@ static void stats_follow_the_callers_size(void **state)
 static const char *const engine_figures[][2] = {
     {"random", ""},
     {"bbkb", "epoch epoch_asks last_batch dict_size model_rows init_phase start_var_max "
-             "epochs_low_rank dict_capped sec_embed sec_resparsify sec_fit sec_ask sec_tell "
-             "flop_l3"},
+             "epochs_low_rank epochs_bounded bound_resolved dict_capped sec_embed sec_resparsify "
+             "sec_fit sec_ask sec_tell flop_l3"},
     {"bkb", "epoch epoch_asks last_batch dict_size model_rows init_phase start_var_max "
-            "epochs_low_rank dict_capped sec_embed sec_resparsify sec_fit sec_ask sec_tell "
-            "flop_l3"},
+            "epochs_low_rank epochs_bounded bound_resolved dict_capped sec_embed sec_resparsify "
+            "sec_fit sec_ask sec_tell flop_l3"},
     {"gp-ucb", "sec_embed sec_resparsify sec_ask sec_tell"},
     {"gp-bucb", "epoch epoch_asks last_batch sec_embed sec_resparsify sec_ask sec_tell"},
     {"pi-gp-ucb", "dict_size sec_ask sec_tell"},

@@ -682,7 +682,8 @@ static void sampled_dictionary_posterior_is_dtc(void **state)
             assert_true(tu_max_rel_err(mean, rmean, M, 1e-3) <= 1e-10);
             assert_true(tu_max_rel_err(sd, rcov, M, 1e-3) <= 1e-10);
             double bound;
-            const double *vs = kb__bbkb_start_variances(e, &bound);
+            const unsigned char *bounded;
+            const double *vs = kb__bbkb_start_variances(e, &bound, &bounded);
             for (size_t i = 0; i < M; i++)
                 assert_true(fabs(vs[i] - rcov[i] / lambda) <= bound + 1e-10 * rcov[i] / lambda);
             assert_true(fabs(tu_stat(e, "start_var_max") - vmax) <= bound + 1e-10 * vmax);
@@ -764,7 +765,8 @@ static void box_columns_match_recomputation(void **state)
         m_prev = m;
         assert_int_equal(tu_sparse_posterior(k, S, m, X, y, n, lambda, e->space->u, A, rmean,
                                              rcov), 0);
-        const double *vs = kb__bbkb_start_variances(e, &bound);
+        const unsigned char *bounded;
+        const double *vs = kb__bbkb_start_variances(e, &bound, &bounded);
         assert_non_null(vs);
         for (size_t i = 0; i < A; i++) {
             double v = rcov[i * A + i] / lambda;
@@ -1449,6 +1451,88 @@ static void deterministic_and_snapshot_restore(void **state)
     free(Xc);
 }
 
+/* A box epoch past initialization with a large model opens with bounds on the
+ * epoch-start variances (bbkb/start_bound.c): every bound is at least the dense DTC
+ * variance (tu_sparse_posterior over the engine's dictionary and data), every value the
+ * engine resolved equals it, the points handed out equal those of epoch_start = full
+ * (every variance computed), and the bounds spared most candidates. Observes give the
+ * model its size (rank >= 128) from the first epoch; each epoch hands out its batch, then
+ * opens the next with one ask, undone so that V is the data's. */
+static void box_bounded_start_asks_as_full(void **state)
+{
+    (void)state;
+    enum { D = 4, A = 512, N = 200, EPOCHS = 8, NMAX = 600 };
+    const double lambda = 1e-3;
+    kb_rng rng;
+    kb_rng_seed(&rng, 41);
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 0.25);
+    double *X = tu_uniform_matrix(&rng, NMAX, D, 0, 1), *y = malloc(NMAX * sizeof *y);
+    kb_engine *e[2];
+    kb_space *s[2];
+    kb_error err;
+    for (int full = 0; full < 2; full++) {
+        kb_config *c = make_config("bbkb", KB_KERNEL_MATERN52, 0.25, lambda, "dictionary",
+                                   "all", "parallelism", "0", "C", "6000", "seed", "9",
+                                   "epoch_start", full ? "full" : "auto", NULL);
+        s[full] = kb_space_new_box(D, A, &err);
+        e[full] = kb_engine_create(c, s[full], &err);
+        assert_non_null(e[full]);
+        kb_config_free(c);
+        for (size_t i = 0; i < N; i++)
+            assert_int_equal(kb_engine_observe(e[full], X + i * D,
+                                               y[i] = objective(X + i * D, D), &err), 0);
+    }
+    size_t bounded_seen = 0;
+    for (int epoch = 0; epoch < EPOCHS; epoch++) {
+        kb_point p[2];
+        kb_ask_result res[2];
+        for (int more = 1; more;) {
+            more = ask1(e[0], &p[0], &res[0]);
+            assert_int_equal(ask1(e[1], &p[1], &res[1]), more);
+            if (more)
+                assert_memory_equal(p[0].x, p[1].x, D * sizeof(double));
+        }
+        for (int full = 0; full < 2; full++) {
+            tell_all_pending(e[full], D);
+            assert_true(ask1(e[full], &p[full], &res[full]));
+            assert_int_equal(kb_engine_abandon(e[full], p[full].handle, &err), 0);
+        }
+        assert_memory_equal(p[0].x, p[1].x, D * sizeof(double));
+        double dm, dsd, bound, *rmean = malloc(A * sizeof *rmean);
+        double *rcov = malloc(A * A * sizeof *rcov);
+        size_t m, n = N + told_data(e[0], D, X + N * D, y + N, &dm, &dsd);
+        double *S = dictionary_copy(e[0], D, &m);
+        assert_true(n <= NMAX);
+        assert_int_equal(tu_sparse_posterior(k, S, m, X, y, n, lambda, e[0]->space->u, A,
+                                             rmean, rcov), 0);
+        const unsigned char *bounded;
+        const double *vs = kb__bbkb_start_variances(e[0], &bound, &bounded);
+        assert_non_null(vs);
+        for (size_t i = 0; i < A; i++) {
+            double v = rcov[i * A + i] / lambda;
+            bounded_seen += bounded[i];
+            if (bounded[i])
+                assert_true(vs[i] >= v * (1.0 - 1e-9));
+            else
+                assert_true(fabs(vs[i] - v) <= 1e-9 * v);
+        }
+        free(S);
+        free(rmean);
+        free(rcov);
+    }
+    double eb = tu_stat(e[0], "epochs_bounded"), resolved = tu_stat(e[0], "bound_resolved");
+    assert_true(eb >= EPOCHS);
+    assert_int_equal(tu_stat(e[1], "epochs_bounded"), 0);
+    assert_true(resolved < eb * A / 2 && bounded_seen > EPOCHS * A / 2);
+    for (int full = 0; full < 2; full++) {
+        kb_engine_free(e[full]);
+        kb_space_free(s[full]);
+    }
+    kb_kernel_free(k);
+    free(X);
+    free(y);
+}
+
 /* epoch_start = auto (low-rank updates of the epoch-start variances, heap keys widened
  * by their error bound, exact values recomputed for every decision) hands out the same
  * points as recomputing every variance at every epoch start, through dictionary
@@ -1899,6 +1983,7 @@ int main(void)
         cmocka_unit_test(figures_match_a_recount),
         cmocka_unit_test(box_space_runs),
         cmocka_unit_test(box_columns_match_recomputation),
+        cmocka_unit_test(box_bounded_start_asks_as_full),
         cmocka_unit_test(batch_floor_on_boxes),
         cmocka_unit_test(model_window_is_exact_gp_on_kept_rows),
         cmocka_unit_test(model_window_keeps_every_row_under_noise),

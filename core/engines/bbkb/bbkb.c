@@ -34,6 +34,9 @@
  *     evaluations and 2 A m r flops, Appendix C's A m^2 term;
  *   - low_rank.c: or, when few points entered or left the dictionary, 2 A m (rank + 1)
  *     flops for a low-rank update of the previous epoch's variances;
+ *   - start_bound.c: or, on a box (whose pool is new at every epoch), exact means, upper
+ *     bounds on the variances from a few pivots, and exact variances only for the
+ *     candidates that reach the top of the UCB heap;
  *   - selection.c: Algorithm 1's UCB mu~ + alpha sigma~_t with the dictionary and the
  *     mean frozen within an epoch, lazy re-evaluation of the UCBs (L8, appendix A.3) with
  *     a max-heap of stale upper bounds, the global batch rule of Lemma 1 (L5: the epoch
@@ -106,9 +109,11 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
      "(points drawn), largest sampling probability first: a superset of the draw is as "    \
      "accurate, and fewer departures keep epoch starts cheap (0: Algorithm 1's draw)"},     \
     {"epoch_start", KB_OPT_STRING, 0, 0, 0, 0, "auto", start_choices,                          \
-     "auto: when few points entered or left the dictionary, update every candidate's "      \
-     "epoch-start variance by the low-rank change of the posterior (selections stay "       \
-     "exact; see bbkb/low_rank.c); full: recompute it at every epoch start"},              \
+     "auto: on a finite set, when few points entered or left the dictionary, update "      \
+     "every candidate's epoch-start variance by the low-rank change of the posterior "     \
+     "(bbkb/low_rank.c); on a box, bound every variance and compute exactly only those "   \
+     "that can reach the top of the UCB (bbkb/start_bound.c); selections stay exact "      \
+     "either way; full: compute every variance at every epoch start"},                      \
     {"model_rows", KB_OPT_INTEGER, 0, 1e9, 0, 1024, NULL, NULL,                              \
      "box spaces, while the dictionary holds a quarter or more of the rows (a noise-free "  \
      "objective): an epoch's model keeps at most this many data rows, every pending one, "  \
@@ -157,6 +162,8 @@ static void bbkb_destroy(kb_engine *e)
     kb__chol_free(&st->Lstart);
     free(st->dcand);
     free(st->pslot);
+    free(st->vs_bound);
+    free(st->border);
     free(st->old_to_new);
     free(st->away_cand);
     free(st->away_of);
@@ -236,7 +243,9 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     st->heap = malloc(A * sizeof *st->heap);
     st->out = malloc(A * sizeof *st->out);
     st->away_of = malloc(A * sizeof *st->away_of);
-    if (!st->resid || !st->kdiag || !st->slot_of || !st->coin || !st->zstamp || !st->mu ||
+    st->vs_bound = calloc(A ? A : 1, 1);
+    st->border = malloc(A * sizeof *st->border);
+    if (!st->vs_bound || !st->border || !st->resid || !st->kdiag || !st->slot_of || !st->coin || !st->zstamp || !st->mu ||
         !st->var_start || !st->var || !st->key || !st->rsum || !st->stamp || !st->heap ||
         !st->out || !st->away_of) {
         bbkb_destroy(e);
@@ -287,7 +296,7 @@ static int build_model(kb_engine *e, const dataset *ds)
     if (!rc)
         rc = kb__bbkb_rebuild_model(e, ds);
     if (!rc)
-        rc = kb__bbkb_epoch_start_posterior(st, e->space->finite);
+        rc = kb__bbkb_epoch_start_posterior(e);
     return rc;
 }
 
@@ -305,7 +314,8 @@ static void open_epoch(kb_engine *e, int empty)
     st->init_epoch = st->init_phase;
     kb__bbkb_update_alpha(e, st);
     st->vstamp++;
-    kb__bbkb_heap_rebuild(st, st->start_err == 0.0);
+    st->vstamp_open = st->vstamp;
+    kb__bbkb_heap_rebuild(st, st->start_err == 0.0 && !st->bounded);
     st->have_epoch = 1;
     st->closed = st->dirty = st->rsum_valid = 0;
     st->epoch_sum = 0.0;
@@ -561,6 +571,8 @@ static const kb__stat bbkb_stats[] = {
     KB__STAT("init_phase", bbkb, init_phase),
     KB__STAT("start_var_max", bbkb, var_max),
     KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),
+    KB__STAT("epochs_bounded", bbkb, epochs_bounded),
+    KB__STAT("bound_resolved", bbkb, bound_resolved),
     KB__STAT("dict_capped", bbkb, dict_capped),
     KB__STAT("sec_embed", bbkb, sec_embed),
     KB__STAT("sec_resparsify", bbkb, sec_resparsify),
@@ -593,13 +605,16 @@ const double *kb__bbkb_embedding(const kb_engine *e, size_t *r)
     return st->W;
 }
 
-const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound)
+const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound,
+                                       const unsigned char **bounded)
 {
     *err_bound = 0.0;
+    *bounded = NULL;
     if (e->ops != &kb_engine_bbkb && e->ops != &kb_engine_bkb)
         return NULL;
     const bbkb *st = e->impl;
     *err_bound = st->start_err;
+    *bounded = st->vs_bound;
     return st->have_epoch ? st->var_start : NULL;
 }
 

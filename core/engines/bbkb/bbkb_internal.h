@@ -12,7 +12,8 @@
  *   - for j < m, column j of Kc is k(., S_j) over the current candidates, and slot_of and
  *     dcand are inverse maps between candidates and the slots that hold them;
  *   - |var_start[i] - sigma~^2_start(x_i)| <= start_err, a rounding estimate (0 unless
- *     low_rank_start ran; measured errors stay 1e3-1e4 times below it);
+ *     low_rank_start ran; measured errors stay 1e3-1e4 times below it), except while
+ *     vs_bound[i], when var_start[i] >= sigma~^2_start(x_i) only (start_bound.c);
  *   - var[i] >= the current sigma~^2 of candidate i, equal when stamp[i] == vstamp; the
  *     heap and out together hold every candidate once, keyed by its UCB (or variance
  *     during initialization) computed from var[i].
@@ -66,6 +67,14 @@ typedef struct bbkb {
     double *resid;    /* k(x,x) - ||z||^2, valid with row i of Z */
     double *mu, *var_start, *var, *key;
     double start_err; /* estimated bound on |var_start[i] - sigma~^2_start(x_i)| */
+    /* a box epoch started with bounds (start_bound.c): var_start[i] only bounds
+     * sigma~^2_start(x_i) from above while vs_bound[i]; border[border_at..n_border)
+     * the candidates still to resolve, by decreasing key (valid: border_valid);
+     * vstamp_open the vstamp the epoch opened with (L is still Lstart while equal) */
+    unsigned char *vs_bound;
+    size_t *border, n_border, border_at;
+    int border_valid, bounded;
+    uint64_t vstamp_open;
     double kdiag_max; /* max_i k(x_i, x_i) */
     /* epoch-start matrix M = W (I / lambda - V_start^{-1}) W^T, m_start x m_start over the
      * slots of that epoch's dictionary (lower triangle), and its rounding scale */
@@ -122,7 +131,8 @@ typedef struct bbkb {
     double *trial_var, *obs_var;
     size_t cap_trial, cap_obs;
     /* statistics */
-    uint64_t epoch, epoch_asks, last_batch, epochs_low_rank;
+    uint64_t epoch, epoch_asks, last_batch, epochs_low_rank, epochs_bounded;
+    uint64_t bound_resolved; /* candidates given exact start variances in bounded epochs */
     uint64_t dict_capped; /* resparsifications whose draw cap_growth subsampled */
     size_t rows;    /* data rows of the current epoch's model */
     double sec_embed, sec_resparsify, sec_ask, sec_tell, flop_l3;
@@ -204,10 +214,27 @@ int kb__bbkb_rebuild_model(kb_engine *e, const dataset *ds);
 
 /* ------------------------------------------------------------- low_rank.c */
 
-/* var_start and mu for the new epoch (low_rank_start when it applies, else
- * candidate_posterior; start_err set), and Mstart for the next one when keep_pool (the
- * next epoch may keep these candidates). KB_ENOMEM, KB_ENUMERIC. */
-int kb__bbkb_epoch_start_posterior(bbkb *st, int keep_pool);
+/* var_start and mu for the new epoch (bounds when kb__bbkb_bounds_apply, else
+ * low_rank_start when it applies, else candidate_posterior; start_err, bounded and
+ * vs_bound set), and Mstart for the next one on a finite set (a box redraws its pool).
+ * KB_ENOMEM, KB_ENUMERIC. */
+int kb__bbkb_epoch_start_posterior(const kb_engine *e);
+
+/* ----------------------------------------------------------- start_bound.c */
+
+/* Candidates whose exact epoch-start variances kb__bbkb_resolve_next computes at once. */
+#define KB__RESOLVE_BLOCK 32
+
+/* Does this epoch start bound the variances instead of computing them all (a box past
+ * initialization with a large enough model, neither epoch_start = full nor the local
+ * rule, which reads every variance)? */
+int kb__bbkb_bounds_apply(const kb_engine *e, const bbkb *st);
+/* mu exact and var_start >= sigma~^2_start for every candidate (vs_bound set). KB_ENOMEM,
+ * KB_ENUMERIC: then nothing is promised and the caller runs the full product. */
+int kb__bbkb_bound_start(const kb_engine *e);
+/* Exact var_start for the bounded candidate i and the next bounded ones by key, at most
+ * KB__RESOLVE_BLOCK, listed in idx[0..*n). KB_ENOMEM (then *n = 0). */
+int kb__bbkb_resolve_next(bbkb *st, size_t i, size_t *idx, size_t *n);
 
 /* ----------------------------------------------------------- dictionary.c */
 

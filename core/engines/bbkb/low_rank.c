@@ -196,17 +196,26 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
     return rc;
 }
 
-/* var_start and mu for the new epoch (low_rank_start, else kb__bbkb_candidate_posterior), and
- * Mstart for the next one when it may keep these candidates (keep_pool: a finite set; a
- * box redraws its pool at every epoch start, which leaves Mstart unused: its m^2 r flops
- * were a tenth of a noise-free box study's CPU, docs/BENCHMARKS.md, twenty-ninth session).
+/* var_start and mu for the new epoch: bounds on a box (start_bound.c), else low_rank_start,
+ * else kb__bbkb_candidate_posterior; and Mstart for the next one on a finite set (a box
+ * redraws its pool at every epoch start, which leaves Mstart unused: its m^2 r flops were
+ * a tenth of a noise-free box study's CPU, docs/BENCHMARKS.md, twenty-ninth session).
  * Runs right after kb__bbkb_rebuild_model, while L is still Lstart (Lsinv its inverse). */
-int kb__bbkb_epoch_start_posterior(bbkb *st, int keep_pool)
+int kb__bbkb_epoch_start_posterior(const kb_engine *e)
 {
+    bbkb *st = e->impl;
     size_t m = st->m;
     double *M = NULL, scale = 0.0;
     int rc = KB_OK, done = 0;
-    if (!st->full_start && st->r && keep_pool) {
+    st->bounded = kb__bbkb_bounds_apply(e, st) && kb__bbkb_bound_start(e) == KB_OK;
+    if (st->bounded) {
+        st->mstart_valid = 0;
+        st->start_err = 0.0;
+        st->epochs_bounded++;
+        return KB_OK;
+    }
+    memset(st->vs_bound, 0, st->A);
+    if (!st->full_start && st->r && e->space->finite) {
         M = malloc(m * m * sizeof *M);
         rc = M ? start_matrix(st, M, &scale) : KB_ENOMEM;
         if (!rc)

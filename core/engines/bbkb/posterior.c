@@ -67,13 +67,20 @@ int kb__bbkb_point_variances(const kb_engine *e, const double *U, const double *
     return rc;
 }
 
-/* sigma~^2_start(x_i), exactly: var_start[i] carries low_rank_start's error. */
+/* sigma~^2_start(x_i), exactly: var_start[i] carries low_rank_start's error, or is a
+ * bound (start_bound.c), which the exact value then replaces. */
 double kb__bbkb_start_variance(bbkb *st, size_t i)
 {
-    if (st->start_err == 0.0)
+    if (st->start_err == 0.0 && !st->vs_bound[i])
         return st->var_start[i];
     const double *z = kb__bbkb_zrow(st, i);
-    return st->resid[i] / st->lambda + kb__bbkb_quad_form(st, &st->Lstart, z);
+    double v = st->resid[i] / st->lambda + kb__bbkb_quad_form(st, &st->Lstart, z);
+    if (st->vs_bound[i]) {
+        st->var_start[i] = v;
+        st->vs_bound[i] = 0;
+        st->bound_resolved++;
+    }
+    return v;
 }
 
 /* F (r x rank, column-major) with F F^T = I / lambda - V^{-1}, V = L L^T: pivoted

@@ -12,7 +12,9 @@
  * vstamp (variances only shrink within an epoch, so a stale key is an upper bound); the
  * heap and out together hold every candidate once, keyed by key_of(i) (out: found
  * excluded since the last rebuild); when rsum_valid, rsum[i] = sum_s
- * k~_start(x_i, x_s)^2 over the epoch's points.
+ * k~_start(x_i, x_s)^2 over the epoch's points. A box epoch may open with bounds for
+ * var_start (start_bound.c): keys from bounds are upper bounds like any stale key, and
+ * the top's bound is resolved before its variance is used.
  */
 #include "bbkb_internal.h"
 
@@ -130,6 +132,28 @@ static void readmit_allowed(kb_engine *e, bbkb *st)
     st->n_out = k;
 }
 
+/* A bounded start variance at the heap's top (start_bound.c): it and the next bounded
+ * candidates by key get their exact ones, which bound their current variances more
+ * tightly (exactly while L is still Lstart); their keys only fall, so the heap is
+ * rebuilt in place. 0 when that could not be done (then the caller re-evaluates i). */
+static int resolve_top(bbkb *st, size_t i)
+{
+    size_t idx[KB__RESOLVE_BLOCK], n = 0;
+    if (kb__bbkb_resolve_next(st, i, idx, &n) != KB_OK)
+        return 0;
+    st->bound_resolved += n;
+    for (size_t k = 0; k < n; k++) {
+        size_t j = idx[k];
+        st->var[j] = fmin(st->var[j], st->var_start[j]);
+        if (st->vstamp == st->vstamp_open)
+            st->stamp[j] = st->vstamp;
+        st->key[j] = key_of(st, j);
+    }
+    for (size_t p = st->n_heap / 2; p-- > 0;)
+        sift_down(st, p);
+    return 1;
+}
+
 /* Lazy argmax (Algorithm 1 L8): stale keys are upper bounds since variances only
  * shrink within an epoch, so refreshing the top until it is current gives exactly the
  * full argmax (ties to the lowest index), whatever the heap's layout. */
@@ -145,6 +169,8 @@ static int lazy_pick(kb_engine *e, size_t *index)
             sift_down(st, 0);
             continue;
         }
+        if (st->stamp[i] != st->vstamp && st->vs_bound[i] && resolve_top(st, i))
+            continue;
         if (st->stamp[i] != st->vstamp) {
             const double *z = kb__bbkb_zrow(st, i);
             st->var[i] = st->resid[i] / st->lambda + kb__bbkb_quad_form(st, &st->L, z);
