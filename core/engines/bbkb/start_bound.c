@@ -38,12 +38,15 @@
 #include <string.h>
 
 /* Pivots near the best mean whose joint conditioning bounds every candidate: at 64 a
- * noise-free 6-d study's epoch computes 5-30% of its 2,048 candidates exactly, for A p^2
- * = 8 Mflop (docs/BENCHMARKS.md, twenty-ninth session). */
+ * noise-free 6-d study with 32 pending computes about 12% of its 2,048 candidates
+ * exactly per epoch, for A p^2 = 8 Mflop; 32 or 128 here cost about the same in all
+ * (kb-box-ask, docs/BENCHMARKS.md, twenty-ninth session). */
 #define BOUND_PIVOTS 64
 
-/* Bounds only pay once the full product is dear: below this rank it is a few Mflop. */
-#define BOUND_MIN_RANK 128
+/* Bounds pay once the full product (2 A r^2 flops) is dearer than theirs (A p^2 and the
+ * resolved candidates): one-worker noise-free studies of 250 trials took 8% less CPU
+ * with 64 here than with 128, and no less with 32 (kb-box-ask, twenty-ninth session). */
+#define BOUND_MIN_RANK 64
 
 /* Relative slack on each bound: both sides are sums of at most A r products of numbers
  * bounded by k(x, x), so their rounding stays many orders below it. */
@@ -85,8 +88,10 @@ static int nearest_pivot_reduction(const kb_engine *e, const bbkb *st, double *r
     for (size_t j = 0; j < r; j++) {
         const double *col = st->Kc + st->pslot[j] * A;
         double inv = 1.0 / (kd[j] + st->lambda);
-        for (size_t i = 0; i < A; i++)
-            red[i] = fmax(red[i], col[i] * col[i] * inv);
+        for (size_t i = 0; i < A; i++) { /* not fmax: a call per element, never NaN here */
+            double v = col[i] * col[i] * inv;
+            red[i] = v > red[i] ? v : red[i];
+        }
     }
     free(kd);
     return KB_OK;
@@ -143,7 +148,7 @@ static int joint_reduction(const kb_engine *e, const bbkb *st, const size_t *tp,
             for (size_t i = 0; i < A; i++)
                 acc[i] += B[t * A + i] * B[t * A + i];
         for (size_t i = 0; i < A; i++)
-            red[i] = fmax(red[i], acc[i]);
+            red[i] = acc[i] > red[i] ? acc[i] : red[i];
     }
     free(ST);
     free(K);
