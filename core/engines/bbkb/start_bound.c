@@ -137,12 +137,17 @@ static int joint_reduction(const kb_engine *e, const bbkb *st, const size_t *tp,
         kb_kernel_matrix(&e->kernel, ST, p, ST, p, K);
         for (size_t t = 0; t < p; t++)
             K[t * p + t] += st->lambda;
-        rc = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)p, K, (lapack_int)p)
+        rc = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)p, K, (lapack_int)p) ||
+                     LAPACKE_dtrtri(LAPACK_ROW_MAJOR, 'L', 'N', (lapack_int)p, K, (lapack_int)p)
                  ? KB_ENUMERIC
                  : KB_OK;
     }
-    if (!rc) { /* B (A x p, column-major) := B C^{-T}, C = chol(K_TT + lambda I) */
-        cblas_dtrsm(CblasColMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)A,
+    /* B (A x p, column-major) := B C^{-T}, C = chol(K_TT + lambda I), by a product with
+     * the inverse: OpenBLAS's dtrsm took 11% of a daemon serving 32 noise-free studies
+     * at this shape (twenty-ninth session). K holds C^{-1} row-major, i.e. C^{-T}
+     * column-major (upper). */
+    if (!rc) {
+        cblas_dtrmm(CblasColMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)A,
                     (int)p, 1.0, K, (int)p, B, (int)A);
         for (size_t t = 0; t < p; t++)
             for (size_t i = 0; i < A; i++)
