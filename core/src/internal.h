@@ -518,6 +518,11 @@ const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound,
  * closing variances (bbkb_internal.h, row_var; read by bbkb/dictionary.c, checked by the
  * tests); NAN when it kept none. */
 double kb__bbkb_kept_variance(const kb_engine *e, uint64_t h);
+/* bbkb / bkb, for tests: how far the UCB heap's variances break their invariant
+ * (bbkb/selection.c: var[i] >= sigma~^2_t(x_i), equal where current), relative to each
+ * exact value computed afresh; 0 when they hold (or before an epoch, or while an abandon
+ * awaits the refresh), NAN for another engine. */
+double kb__bbkb_heap_violation(kb_engine *e);
 
 /* ------------------------------------------------------- snapshot */
 

@@ -1455,9 +1455,10 @@ static void deterministic_and_snapshot_restore(void **state)
  * epoch-start variances (bbkb/start_bound.c): every bound is at least the dense DTC
  * variance (tu_sparse_posterior over the engine's dictionary and data), every value the
  * engine resolved equals it, the points handed out equal those of epoch_start = full
- * (every variance computed), and the bounds spared most candidates. Observes give the
- * model its size (rank >= 128) from the first epoch; each epoch hands out its batch, then
- * opens the next with one ask, undone so that V is the data's. */
+ * (every variance computed), the heap's variances keep selection.c's invariant after
+ * every ask (kb__bbkb_heap_violation), and the bounds spared most candidates. Observes
+ * give the model a rank above the bounds' threshold from the first epoch; each epoch
+ * hands out its batch, then opens the next with one ask, undone so that V is the data's. */
 static void box_bounded_start_asks_as_full(void **state)
 {
     (void)state;
@@ -1491,6 +1492,8 @@ static void box_bounded_start_asks_as_full(void **state)
             assert_int_equal(ask1(e[1], &p[1], &res[1]), more);
             if (more)
                 assert_memory_equal(p[0].x, p[1].x, D * sizeof(double));
+            for (int full = 0; full < 2; full++)
+                assert_true(kb__bbkb_heap_violation(e[full]) <= 1e-9);
         }
         for (int full = 0; full < 2; full++) {
             tell_all_pending(e[full], D);

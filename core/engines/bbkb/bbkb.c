@@ -618,6 +618,24 @@ const double *kb__bbkb_start_variances(const kb_engine *e, double *err_bound,
     return st->have_epoch ? st->var_start : NULL;
 }
 
+double kb__bbkb_heap_violation(kb_engine *e)
+{
+    if (e->ops != &kb_engine_bbkb && e->ops != &kb_engine_bkb)
+        return NAN;
+    bbkb *st = e->impl;
+    double worst = 0.0;
+    if (!st->have_epoch || st->empty_model || st->dirty)
+        return worst;
+    for (size_t i = 0; i < st->A; i++) {
+        const double *z = kb__bbkb_zrow(st, i);
+        double v = st->resid[i] / st->lambda + kb__bbkb_quad_form(st, &st->L, z);
+        double gap = (st->stamp[i] == st->vstamp ? fabs(st->var[i] - v) : v - st->var[i]) /
+                     fmax(v, 1e-300);
+        worst = gap > worst ? gap : worst;
+    }
+    return worst;
+}
+
 double kb__bbkb_kept_variance(const kb_engine *e, uint64_t h)
 {
     if (e->ops != &kb_engine_bbkb && e->ops != &kb_engine_bkb)
