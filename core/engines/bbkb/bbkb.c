@@ -151,11 +151,10 @@ static void bbkb_destroy(kb_engine *e)
     bbkb *st = e->impl;
     if (!st)
         return;
-    double *arrays[] = {st->S, st->W, st->Wp, st->Sp, st->Kc, st->kdiag, st->Z, st->resid, st->mu,
-                        st->var_start, st->var, st->key, st->V, st->w,
-                        st->buf, st->rsum, st->trial_var, st->obs_var, st->Mstart,
-                        st->Kgone, st->Kaway, st->gbuf, st->row_var, st->zkeep,
-                        st->Lsinv};
+    double *arrays[] = {st->S, st->W, st->Wp, st->Sp, st->Kc, st->kdiag, st->Z, st->resid,
+                        st->mu, st->var_start, st->var, st->key, st->V, st->w, st->buf,
+                        st->rsum, st->trial_var, st->obs_var, st->Mstart, st->Kgone,
+                        st->Kaway, st->gbuf, st->row_var, st->zkeep, st->Lsinv};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]);
     kb__chol_free(&st->L);
@@ -245,9 +244,9 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     st->away_of = malloc(A * sizeof *st->away_of);
     st->vs_bound = calloc(A ? A : 1, 1);
     st->border = malloc(A * sizeof *st->border);
-    if (!st->vs_bound || !st->border || !st->resid || !st->kdiag || !st->slot_of || !st->coin || !st->zstamp || !st->mu ||
+    if (!st->resid || !st->kdiag || !st->slot_of || !st->coin || !st->zstamp || !st->mu ||
         !st->var_start || !st->var || !st->key || !st->rsum || !st->stamp || !st->heap ||
-        !st->out || !st->away_of) {
+        !st->out || !st->away_of || !st->vs_bound || !st->border) {
         bbkb_destroy(e);
         e->impl = NULL;
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
