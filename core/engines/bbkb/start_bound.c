@@ -32,7 +32,6 @@
 #include "bbkb_internal.h"
 
 #include <cblas.h>
-#include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,44 +120,45 @@ static int nearest_pivots(const bbkb *st, size_t best, size_t p, size_t *tp)
     return KB_OK;
 }
 
-/* red[i] = max(red[i], k_T(x_i)^T (K_TT + lambda I)^{-1} k_T(x_i)) for T the pivots tp. */
+/* red[i] = max(red[i], k_T(x_i)^T (K_TT + lambda I)^{-1} k_T(x_i)) for T the pivots tp:
+ * ||C^{-1} k_T(x_i)||^2 with C the kb_chol factor (whose jitter, if it needs any, only
+ * loosens the bound), by its inverse (kb__chol_trmm_rows: OpenBLAS's dtrsm at A x 64 took
+ * 11% of a daemon serving 32 noise-free studies, twenty-ninth session). */
 static int joint_reduction(const kb_engine *e, const bbkb *st, const size_t *tp, size_t p,
                            double *red)
 {
     size_t A = st->A, d = e->space->dim;
     double *ST = malloc(p * d * sizeof *ST), *K = malloc(p * p * sizeof *K);
-    double *B = malloc(A * p * sizeof *B), *acc = calloc(A, sizeof *acc);
-    int rc = ST && K && B && acc ? KB_OK : KB_ENOMEM;
-    for (size_t t = 0; !rc && t < p; t++) {
+    double *inv = malloc(p * p * sizeof *inv), *B = malloc(A * p * sizeof *B);
+    kb_chol C;
+    kb__chol_init(&C, 1);
+    int rc = ST && K && inv && B ? KB_OK : KB_ENOMEM;
+    for (size_t t = 0; !rc && t < p; t++) { /* row i of B: k_T(x_i) */
+        const double *col = st->Kc + st->pslot[tp[t]] * A;
         memcpy(ST + t * d, st->Sp + tp[t] * d, d * sizeof *ST);
-        memcpy(B + t * A, st->Kc + st->pslot[tp[t]] * A, A * sizeof *B);
+        for (size_t i = 0; i < A; i++)
+            B[i * p + t] = col[i];
     }
     if (!rc) {
         kb_kernel_matrix(&e->kernel, ST, p, ST, p, K);
         for (size_t t = 0; t < p; t++)
             K[t * p + t] += st->lambda;
-        rc = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)p, K, (lapack_int)p) ||
-                     LAPACKE_dtrtri(LAPACK_ROW_MAJOR, 'L', 'N', (lapack_int)p, K, (lapack_int)p)
-                 ? KB_ENUMERIC
-                 : KB_OK;
+        rc = kb__chol_factor(&C, K, p, p);
     }
-    /* B (A x p, column-major) := B C^{-T}, C = chol(K_TT + lambda I), by a product with
-     * the inverse: OpenBLAS's dtrsm took 11% of a daemon serving 32 noise-free studies
-     * at this shape (twenty-ninth session). K holds C^{-1} row-major, i.e. C^{-T}
-     * column-major (upper). */
+    if (!rc)
+        rc = kb__chol_inverse(&C, inv);
     if (!rc) {
-        cblas_dtrmm(CblasColMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)A,
-                    (int)p, 1.0, K, (int)p, B, (int)A);
-        for (size_t t = 0; t < p; t++)
-            for (size_t i = 0; i < A; i++)
-                acc[i] += B[t * A + i] * B[t * A + i];
-        for (size_t i = 0; i < A; i++)
-            red[i] = acc[i] > red[i] ? acc[i] : red[i];
+        kb__chol_trmm_rows(&C, inv, B, A, p);
+        for (size_t i = 0; i < A; i++) {
+            double a = cblas_ddot((int)p, B + i * p, 1, B + i * p, 1);
+            red[i] = a > red[i] ? a : red[i];
+        }
     }
+    kb__chol_free(&C);
     free(ST);
     free(K);
+    free(inv);
     free(B);
-    free(acc);
     return rc;
 }
 
