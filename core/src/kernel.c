@@ -69,6 +69,19 @@ static double exp_arg(kb_kernel_kind kind, double r2)
     return -(shape[kind].c * sqrt(r2)) - shape[kind].h * r2;
 }
 
+/* log(DBL_MIN): below it exp is subnormal, then 0, and every path here returns 0. Why:
+ * glibc's exp and libmvec's vector exp take a slow special case there (the vector exp one
+ * scalar call per such lane), which at short lengthscales is most of a kernel row: a
+ * 2,048 x 200 RBF matrix at lengthscale 0.02 in 6-d took 10.5 ms instead of 1.1
+ * (docs/BENCHMARKS.md, thirtieth session). A value below 2.2e-308 next to the variance
+ * changes no sum. */
+#define EXP_FLUSH (-708.3964185322641)
+
+static double base_exp(double x)
+{
+    return x < EXP_FLUSH ? 0.0 : exp(x);
+}
+
 static double poly(kb_kernel_kind kind, double r2)
 {
     return 1.0 + shape[kind].a * sqrt(r2) + shape[kind].b * r2 / 3.0;
@@ -77,7 +90,7 @@ static double poly(kb_kernel_kind kind, double r2)
 /* base(r^2) for the stationary kernels (not linear). */
 static double stationary(kb_kernel_kind kind, double r2)
 {
-    return poly(kind, r2) * exp(exp_arg(kind, r2));
+    return poly(kind, r2) * base_exp(exp_arg(kind, r2));
 }
 
 /* Cancellation in |a|^2 + |b|^2 - 2 a.b leaves ~eps (|a|^2 + |b|^2) for a == b, which
@@ -106,9 +119,10 @@ __m128d _ZGVbN2v_exp(__m128d x);
 static inline __m128d base_pd(kb_kernel_kind kind, __m128d q, __m128d *r, __m128d *e)
 {
     *r = _mm_sqrt_pd(q);
-    *e = _ZGVbN2v_exp(_mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(),
-                                            _mm_mul_pd(_mm_set1_pd(shape[kind].c), *r)),
-                                 _mm_mul_pd(_mm_set1_pd(shape[kind].h), q)));
+    __m128d x = _mm_sub_pd(_mm_sub_pd(_mm_setzero_pd(), _mm_mul_pd(_mm_set1_pd(shape[kind].c), *r)),
+                           _mm_mul_pd(_mm_set1_pd(shape[kind].h), q));
+    __m128d flush = _mm_cmplt_pd(x, _mm_set1_pd(EXP_FLUSH)); /* exp(0) there, then 0 */
+    *e = _mm_andnot_pd(flush, _ZGVbN2v_exp(_mm_andnot_pd(flush, x)));
     __m128d a = _mm_set1_pd(shape[kind].a), b = _mm_set1_pd(shape[kind].b);
     __m128d p = _mm_add_pd(_mm_add_pd(_mm_set1_pd(1.0), _mm_mul_pd(a, *r)),
                            _mm_div_pd(_mm_mul_pd(b, q), _mm_set1_pd(3.0)));
@@ -151,8 +165,10 @@ AVX2 static inline __m256d base_pd4(kb_kernel_kind kind, __m256d q, __m256d *r, 
 {
     *r = _mm256_sqrt_pd(q);
     __m256d c = _mm256_set1_pd(shape[kind].c), h = _mm256_set1_pd(shape[kind].h);
-    *e = _ZGVdN4v_exp(_mm256_sub_pd(_mm256_sub_pd(_mm256_setzero_pd(), _mm256_mul_pd(c, *r)),
-                                    _mm256_mul_pd(h, q)));
+    __m256d x = _mm256_sub_pd(_mm256_sub_pd(_mm256_setzero_pd(), _mm256_mul_pd(c, *r)),
+                              _mm256_mul_pd(h, q));
+    __m256d flush = _mm256_cmp_pd(x, _mm256_set1_pd(EXP_FLUSH), _CMP_LT_OQ);
+    *e = _mm256_andnot_pd(flush, _ZGVdN4v_exp(_mm256_andnot_pd(flush, x)));
     __m256d a = _mm256_set1_pd(shape[kind].a), b = _mm256_set1_pd(shape[kind].b);
     __m256d p = _mm256_add_pd(_mm256_add_pd(_mm256_set1_pd(1.0), _mm256_mul_pd(a, *r)),
                               _mm256_div_pd(_mm256_mul_pd(b, q), _mm256_set1_pd(3.0)));
@@ -220,7 +236,7 @@ double kb__kernel_profile(kb_kernel_kind kind, double r2, double *dk_dr2)
     /* d base / d r2 = (d base / d r) / (2 r); each closed form below is that quotient
      * simplified, finite at r = 0 except Matern 1/2 (its cusp), reported as 0 there. Each
      * is a multiple of the base's own exponential, so exp is taken once. */
-    double r = sqrt(r2), e = exp(exp_arg(kind, r2)), d;
+    double r = sqrt(r2), e = base_exp(exp_arg(kind, r2)), d;
     switch (kind) {
     case KB_KERNEL_RBF: d = -0.5 * e; break;
     case KB_KERNEL_MATERN12: d = r > 0 ? -e / (2.0 * r) : 0.0; break;

@@ -136,6 +136,37 @@ static void kernel_matrix_is_textbook_to_rounding(void **state)
     kb__kernel_sse2_only = 0;
 }
 
+/* A kernel value whose exponent is below log(DBL_MIN) is exactly 0 on every path
+ * (kb_kernel_matrix at both widths, kb_kernel_eval, kb__kernel_profiles), where exp would
+ * give a subnormal or 0 through its slow special case, and one above it is the exp
+ * itself: nothing normal is flushed. RBF, lengthscale 1: the exponent is -r^2 / 2. */
+static void kernel_flushes_exponents_below_dbl_min(void **state)
+{
+    (void)state;
+    double arg[] = {-700.0, -708.2, -708.6, -740.0, -800.0}, ls = 1.0, x = 0.0;
+    double y[5], r2[5], K[5], val[5], slope[5];
+    enum { N = sizeof arg / sizeof arg[0] };
+    for (size_t i = 0; i < N; i++) {
+        r2[i] = -2.0 * arg[i];
+        y[i] = sqrt(r2[i]);
+    }
+    kb_kernel *k = tu_kernel_with(KB_KERNEL_RBF, 1, 1.0, &ls);
+    for (int t = 0; t < 2; t++) {
+        kb__kernel_sse2_only = t;
+        kb_kernel_matrix(k, &x, 1, y, N, K);
+        kb__kernel_profiles(KB_KERNEL_RBF, r2, N, val, slope);
+        for (size_t i = 0; i < N; i++) {
+            double want = arg[i] < log(DBL_MIN) ? 0.0 : exp(arg[i]);
+            double got[] = {K[i], kb_kernel_eval(k, &x, &y[i]), val[i]};
+            for (size_t g = 0; g < sizeof got / sizeof got[0]; g++)
+                assert_true(want == 0.0 ? got[g] == 0.0 : fabs(got[g] - want) <= 1e-10 * want);
+            assert_true(want == 0.0 ? slope[i] == 0.0 : slope[i] < 0.0);
+        }
+    }
+    kb__kernel_sse2_only = 0;
+    kb_kernel_free(k);
+}
+
 /* kb__vmath at every width this CPU runs (2 lanes, and 4 where the CPU has AVX2, the only
  * place they are used): log and cos each within 4 ulp of libm (glibc's bound for
  * libmvec), a short last quad padded so that a value does not depend on how many were
@@ -1175,6 +1206,7 @@ int main(void)
         cmocka_unit_test(kernel_matrix_is_textbook_to_rounding),
         cmocka_unit_test(vector_math_within_4_ulp_at_every_width),
         cmocka_unit_test(kernel_profiles_match_scalar_at_both_widths),
+        cmocka_unit_test(kernel_flushes_exponents_below_dbl_min),
         cmocka_unit_test(kernel_profile_is_textbook),
         cmocka_unit_test(config_rejects_bad_options),
         cmocka_unit_test(kernel_create_and_setters_validate),
