@@ -3,7 +3,8 @@
  * lower-triangular L with L L^T = A, built from scratch (LAPACKE dpotrf), grown by one
  * row (CBLAS dtrsv), changed by a rank-one update (Givens rotations, drot) or downdate
  * (hyperbolic rotations), and the triangular solves on it (dtrsv / dtrsm), or for many
- * rows at once by its inverse (dtrtri, then dtrmm).
+ * rows at once by its inverse (kb__tri_inverse, then dtrmm); that triangular inverse
+ * also serves the hyperparameter fit and BBKB's embedding.
  *
  * Storage. L is cap x cap with the factor's n x n lower triangle in its top-left corner,
  * row-major or column-major (`colmajor`). Both orders exist because the engines' hot
@@ -251,9 +252,36 @@ void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t l
                 (int)f->cap, B, (int)ldb);
 }
 
+/* By halves: [A 0; B C]^-1 = [A^-1 0; -C^-1 B A^-1 C^-1] (upper: the transpose's
+ * pattern, B <- -A^-1 B C^-1), B's update as two triangular solves (level 3), LAPACK's
+ * dtrtri below 32. Why not dtrtri throughout: at these sizes OpenBLAS 0.3.21's dtrtri
+ * spends most of its time in its unblocked dtrti2 (one dtrmv per column; perf: 5% of a
+ * noise-free bbkb daemon, docs/BENCHMARKS.md, thirtieth session), and dpotri took 3-5x
+ * dpotrf's time at n = 64-256 (1.03 ms against 0.33 at n = 256, one thread); this inverse
+ * and dlauum take 0.5-0.7 of it. A zero pivot ends in dtrtri's info > 0. */
+int kb__tri_inverse(double *T, size_t n, size_t ld, int upper)
+{
+    if (n <= 32)
+        return n ? LAPACKE_dtrtri_work(LAPACK_COL_MAJOR, upper ? 'U' : 'L', 'N', (lapack_int)n,
+                                       T, (lapack_int)ld)
+                 : 0;
+    size_t n1 = n / 2, n2 = n - n1;
+    double *C = T + n1 * ld + n1, *B = upper ? T + n1 * ld : T + n1;
+    /* B is rows x cols, between the triangle on its left and the one on its right */
+    int rows = (int)(upper ? n1 : n2), cols = (int)(upper ? n2 : n1);
+    const double *left = upper ? T : C, *right = upper ? C : T;
+    CBLAS_UPLO uplo = upper ? CblasUpper : CblasLower;
+    cblas_dtrsm(CblasColMajor, CblasLeft, uplo, CblasNoTrans, CblasNonUnit, rows, cols, -1.0,
+                left, (int)ld, B, (int)ld);
+    cblas_dtrsm(CblasColMajor, CblasRight, uplo, CblasNoTrans, CblasNonUnit, rows, cols, 1.0,
+                right, (int)ld, B, (int)ld);
+    int info = kb__tri_inverse(T, n1, ld, upper);
+    return info ? info : kb__tri_inverse(C, n2, ld, upper);
+}
+
 /* inv is zeroed first so that it may itself go to LAPACKE, which checks a general matrix
  * for NaNs over all of it: a dlacpy from a buffer with NaN garbage above the diagonal
- * returns -5 and copies nothing. */
+ * returns -5 and copies nothing. A row-major lower triangle is a column-major upper one. */
 int kb__chol_inverse(const kb_chol *f, double *inv)
 {
     if (!f->n)
@@ -263,7 +291,7 @@ int kb__chol_inverse(const kb_chol *f, double *inv)
     int info = LAPACKE_dlacpy(order, 'L', (lapack_int)f->n, (lapack_int)f->n, f->L,
                               (lapack_int)f->cap, inv, (lapack_int)f->n);
     if (info == 0)
-        info = LAPACKE_dtrtri(order, 'L', 'N', (lapack_int)f->n, inv, (lapack_int)f->n);
+        info = kb__tri_inverse(inv, f->n, f->n, !f->colmajor);
     return kb__lapack_status(info);
 }
 

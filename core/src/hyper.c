@@ -123,28 +123,6 @@ static void pair_profiles(lml_work *w, const double *theta)
     kb__kernel_profiles(w->kind, w->r2, w->pairs, w->base, w->slope);
 }
 
-/* The inverse of the upper triangular U (column-major, leading dimension ld) in place, by
- * halves: [A B; 0 C]^-1 = [A^-1, -A^-1 B C^-1; 0, C^-1], B's update as two triangular
- * solves (level 3), LAPACK's dtrtri below 32. Why not dtrtri (dpotri) throughout: at
- * these sizes OpenBLAS 0.3.21's dtrtri spends most of its time in its unblocked dtrti2
- * (one dtrmv per column; perf), and dpotri took 3-5x dpotrf's time at n = 64-256 (1.03 ms
- * against 0.33 at n = 256, one thread); this inverse and dlauum take 0.5-0.7 of it. */
-static void upper_inverse(double *U, size_t n, size_t ld)
-{
-    if (n <= 32) {
-        LAPACKE_dtrtri_work(LAPACK_COL_MAJOR, 'U', 'N', (int)n, U, (int)ld);
-        return;
-    }
-    size_t n1 = n / 2, n2 = n - n1;
-    double *B = U + n1 * ld, *C = B + n1;
-    cblas_dtrsm(CblasColMajor, CblasLeft, CblasUpper, CblasNoTrans, CblasNonUnit, (int)n1,
-                (int)n2, -1.0, U, (int)ld, B, (int)ld);
-    cblas_dtrsm(CblasColMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, (int)n1,
-                (int)n2, 1.0, C, (int)ld, B, (int)ld);
-    upper_inverse(U, n1, ld);
-    upper_inverse(C, n2, ld);
-}
-
 /* log p(y | theta), and its gradient into grad (d + 2) when not NULL; -HUGE_VAL when Ky
  * is not positive definite in floating point. The row-major lower triangle of a
  * symmetric matrix is the column-major upper one, so LAPACK is called column-major on 'U'
@@ -178,8 +156,8 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
      * dK/dlog s2 = K and dK/dlog l_k = s2 slope (-2 D2_k / l_k^2); off-diagonal pairs
      * count twice, the 1/2 of eq. 5.9 cancelling. r2 is reused for the pairs' weights
      * W_ij slope_ij. */
-    upper_inverse(w->L, n, n);
-    if (LAPACKE_dlauum_work(LAPACK_COL_MAJOR, 'U', (int)n, w->L, (int)n) != 0)
+    if (kb__tri_inverse(w->L, n, n, 1) != 0 ||
+        LAPACKE_dlauum_work(LAPACK_COL_MAJOR, 'U', (int)n, w->L, (int)n) != 0)
         return -HUGE_VAL;
     double gs2 = 0.0, gsn2 = 0.0;
     size_t p = 0;

@@ -96,8 +96,11 @@ void kb__chol_trsv(const kb_chol *f, int trans, double *x);
 void kb__chol_solve(const kb_chol *f, double *x);
 /* B (n x nrhs, row-major, leading dimension ldb) = L^{-1} B, or L^{-T} B with trans. */
 void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t ldb);
-/* inv (n x n, f's storage order, leading dimension n) = L^{-1} (LAPACK dtrtri) in its
- * lower triangle, finite values above. KB_ENUMERIC, KB_ENOMEM. */
+/* The n x n triangle of T (column-major, leading dimension ld; upper or lower) replaced
+ * by its inverse, the other one untouched; LAPACK's info (> 0: a zero pivot). */
+int kb__tri_inverse(double *T, size_t n, size_t ld, int upper);
+/* inv (n x n, f's storage order, leading dimension n) = L^{-1} (kb__tri_inverse) in its
+ * lower triangle, zeros above. KB_ENUMERIC, KB_ENOMEM. */
 int kb__chol_inverse(const kb_chol *f, double *inv);
 /* Each of the m rows z_i of Z (m x n, row-major, ldz) replaced by L^{-1} z_i, with inv
  * from kb__chol_inverse: a triangular multiplication, since OpenBLAS's dtrsm is 2-4x

@@ -280,6 +280,46 @@ static void jitter_on_append_and_failures(void **state)
 /* LAPACKE's own allocation failures read as out of memory (the daemon retries a restore
  * that ran out of memory, and gives up on one whose data cannot be factored); a row-major
  * dpotrf of an indefinite matrix, and a bad argument, read as numerical failures. */
+/* kb__tri_inverse (by halves above 32, dtrtri below) against LAPACK's dtrtri, for both
+ * triangles, sizes across the recursion's cut and a leading dimension above n: the same
+ * inverse to 1e-12, the other triangle untouched; a zero pivot gives info > 0. */
+static void tri_inverse_matches_dtrtri(void **state)
+{
+    (void)state;
+    size_t sizes[] = {1, 7, 32, 33, 64, 129, 300};
+    kb_rng rng;
+    kb_rng_seed(&rng, 41);
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++)
+        for (int upper = 0; upper < 2; upper++) {
+            size_t n = sizes[t], ld = n + 3;
+            double *T = malloc(ld * n * sizeof *T), *R = malloc(ld * n * sizeof *R);
+            assert_non_null(T);
+            assert_non_null(R);
+            for (size_t j = 0; j < n; j++) /* column j, row i: T[j ld + i] */
+                for (size_t i = 0; i < ld; i++) {
+                    int in = i < n && (upper ? i <= j : i >= j);
+                    T[j * ld + i] = !in ? 7.0
+                                    : i == j ? 1.0 + fabs(kb_rng_normal(&rng))
+                                             : kb_rng_normal(&rng) / sqrt((double)n);
+                }
+            memcpy(R, T, ld * n * sizeof *R);
+            assert_int_equal(kb__tri_inverse(T, n, ld, upper), 0);
+            assert_int_equal(LAPACKE_dtrtri_work(LAPACK_COL_MAJOR, upper ? 'U' : 'L', 'N',
+                                                 (lapack_int)n, R, (lapack_int)ld),
+                             0);
+            for (size_t k = 0; k < ld * n; k++)
+                assert_true(fabs(T[k] - R[k]) <= 1e-12 * (1.0 + fabs(R[k])));
+            for (size_t j = 0; j < n; j++)
+                for (size_t i = 0; i < ld; i++)
+                    if (i >= n || (upper ? i > j : i < j))
+                        assert_true(T[j * ld + i] == 7.0);
+            T[(n / 2) * ld + n / 2] = 0.0;
+            assert_true(kb__tri_inverse(T, n, ld, upper) > 0);
+            free(T);
+            free(R);
+        }
+}
+
 static void lapack_status_tells_memory_from_numbers(void **state)
 {
     (void)state;
@@ -299,6 +339,7 @@ int main(void)
         cmocka_unit_test(factor_matches_dpotrf),
         cmocka_unit_test(append_sequence_matches_dpotrf),
         cmocka_unit_test(solves_match_direct),
+        cmocka_unit_test(tri_inverse_matches_dtrtri),
         cmocka_unit_test(update_and_downdate_match_dpotrf),
         cmocka_unit_test(jitter_takes_the_first_rung_that_works),
         cmocka_unit_test(jitter_on_append_and_failures),

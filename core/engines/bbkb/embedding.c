@@ -115,7 +115,7 @@ static int pivoted_embedding(bbkb *st, double *K, double kmax, size_t d)
     int info = LAPACKE_dpstrf(LAPACK_COL_MAJOR, 'L', m, K, m, piv, &rank, PIVOT_RTOL * kmax);
     int rc = info < 0 ? kb__lapack_status(info) : KB_OK;
     if (!rc && rank)
-        rc = kb__lapack_status(LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'L', 'N', rank, K, m));
+        rc = kb__lapack_status(kb__tri_inverse(K, (size_t)rank, st->m, 0));
     size_t r = rc ? 0 : (size_t)rank;
     st->r = r;
     memset(st->W, 0, st->m * r * sizeof *st->W);

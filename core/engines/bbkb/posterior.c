@@ -86,8 +86,8 @@ double kb__bbkb_start_variance(bbkb *st, size_t i)
 /* F (r x rank, column-major) with F F^T = I / lambda - V^{-1}, V = L L^T: pivoted
  * Cholesky, since the matrix is only semidefinite (no data along a direction leaves a
  * zero eigenvalue). tol 0 stops at a non-positive pivot: what is dropped is round-off.
- * V^{-1} = L^{-T} L^{-1}: dpotri (dtrtri, then dlauum), or dlauum alone from Linv when
- * the caller has L's inverse from kb__chol_inverse (the same dtrtri: the same result). */
+ * V^{-1} = L^{-T} L^{-1}: L's inverse (kb__tri_inverse, or the caller's Linv from
+ * kb__chol_inverse, which is the same computation), then dlauum. */
 static int variance_factor(const bbkb *st, const kb_chol *L, const double *Linv, double **F,
                            size_t *rank)
 {
@@ -101,10 +101,11 @@ static int variance_factor(const bbkb *st, const kb_chol *L, const double *Linv,
                                               (lapack_int)r, Linv ? Linv : L->L,
                                               (lapack_int)(Linv ? r : L->cap), M,
                                               (lapack_int)r));
+    if (!rc && !Linv)
+        rc = kb__lapack_status(kb__tri_inverse(M, r, r, 0));
     if (!rc)
         rc = kb__lapack_status(
-            Linv ? LAPACKE_dlauum(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r)
-                 : LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r));
+            LAPACKE_dlauum(LAPACK_COL_MAJOR, 'L', (lapack_int)r, M, (lapack_int)r));
     /* V^{-1}(i, j), i >= j, is at M[j r + i] (column-major); the row-major lower triangle
      * written here occupies the other half */
     for (size_t i = 0; !rc && i < r; i++)
