@@ -163,6 +163,7 @@ static void bbkb_destroy(kb_engine *e)
     free(st->pslot);
     free(st->vs_bound);
     free(st->border);
+    free(st->border_key);
     free(st->old_to_new);
     free(st->away_cand);
     free(st->away_of);
@@ -244,9 +245,10 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     st->away_of = malloc(A * sizeof *st->away_of);
     st->vs_bound = calloc(A ? A : 1, 1);
     st->border = malloc(A * sizeof *st->border);
+    st->border_key = malloc(A * sizeof *st->border_key);
     if (!st->resid || !st->kdiag || !st->slot_of || !st->coin || !st->zstamp || !st->mu ||
         !st->var_start || !st->var || !st->key || !st->rsum || !st->stamp || !st->heap ||
-        !st->out || !st->away_of || !st->vs_bound || !st->border) {
+        !st->out || !st->away_of || !st->vs_bound || !st->border || !st->border_key) {
         bbkb_destroy(e);
         e->impl = NULL;
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");

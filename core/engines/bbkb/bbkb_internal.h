@@ -68,11 +68,13 @@ typedef struct bbkb {
     double *mu, *var_start, *var, *key;
     double start_err; /* estimated bound on |var_start[i] - sigma~^2_start(x_i)| */
     /* a box epoch started with bounds (start_bound.c): var_start[i] only bounds
-     * sigma~^2_start(x_i) from above while vs_bound[i]; border[border_at..n_border)
-     * the candidates still to resolve, by decreasing key (valid: border_valid);
-     * vstamp_open the vstamp the epoch opened with (L is still Lstart while equal) */
+     * sigma~^2_start(x_i) from above while vs_bound[i]; border[0..n_border) a max-heap
+     * of the candidates still to resolve by border_key, their keys when it was built
+     * (valid: border_valid); vstamp_open the vstamp the epoch opened with (L is still
+     * Lstart while equal) */
     unsigned char *vs_bound;
-    size_t *border, n_border, border_at;
+    size_t *border, n_border;
+    double *border_key;
     int border_valid, bounded;
     uint64_t vstamp_open;
     double kdiag_max; /* max_i k(x_i, x_i) */
@@ -255,6 +257,8 @@ void kb__bbkb_update_alpha(const kb_engine *e, bbkb *st);
 /* Every candidate back in the heap, keyed from var[] (exact: var[] is the current
  * sigma~^2, else an upper bound to re-evaluate before use). */
 void kb__bbkb_heap_rebuild(bbkb *st, int exact);
+/* Max-heap h[0..n) of candidates by key[], ties to the lower index: h[p] sifted down. */
+void kb__bbkb_sift_down(size_t *h, size_t n, const double *key, size_t p);
 /* The next point of the epoch into *index; 0 when every candidate is excluded. */
 int kb__bbkb_pick(kb_engine *e, size_t *index);
 /* Every variance recomputed from L (after an abandon made them grow). KB_ENOMEM,

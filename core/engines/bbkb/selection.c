@@ -43,19 +43,18 @@ void kb__bbkb_update_alpha(const kb_engine *e, bbkb *st)
     st->alpha = sqrt(st->lambda) * kb__width(e, st->C * beta / sqrt(st->lambda), KB_WIDTH_UCB);
 }
 
-static int heap_above(const bbkb *st, size_t a, size_t b)
+static int heap_above(const double *key, size_t a, size_t b)
 {
-    return st->key[a] > st->key[b] || (st->key[a] == st->key[b] && a < b);
+    return key[a] > key[b] || (key[a] == key[b] && a < b);
 }
 
-static void sift_down(bbkb *st, size_t p)
+void kb__bbkb_sift_down(size_t *h, size_t n, const double *key, size_t p)
 {
-    size_t *h = st->heap, n = st->n_heap;
     for (;;) {
         size_t c = 2 * p + 1, best = p;
-        if (c < n && heap_above(st, h[c], h[best]))
+        if (c < n && heap_above(key, h[c], h[best]))
             best = c;
-        if (c + 1 < n && heap_above(st, h[c + 1], h[best]))
+        if (c + 1 < n && heap_above(key, h[c + 1], h[best]))
             best = c + 1;
         if (best == p)
             return;
@@ -66,10 +65,15 @@ static void sift_down(bbkb *st, size_t p)
     }
 }
 
+static void sift_down(bbkb *st, size_t p)
+{
+    kb__bbkb_sift_down(st->heap, st->n_heap, st->key, p);
+}
+
 static void sift_up(bbkb *st, size_t p)
 {
     size_t *h = st->heap;
-    while (p > 0 && heap_above(st, h[p], h[(p - 1) / 2])) {
+    while (p > 0 && heap_above(st->key, h[p], h[(p - 1) / 2])) {
         size_t t = h[p];
         h[p] = h[(p - 1) / 2];
         h[(p - 1) / 2] = t;

@@ -26,8 +26,9 @@
  *
  * Invariants: while vs_bound[i], var_start[i] >= sigma~^2_start(x_i) and is not exact;
  * kb__bbkb_start_variance and kb__bbkb_resolve_next replace it by the exact value (then
- * vs_bound[i] = 0). border[border_at..n_border) lists, by decreasing key at the epoch
- * start, candidates that may still be bounded (built on first use, border_valid).
+ * vs_bound[i] = 0). border[0..n_border) is a max-heap, by their keys at its building
+ * (border_key), of candidates that may still be bounded (built on first use,
+ * border_valid).
  */
 #include "bbkb_internal.h"
 
@@ -188,27 +189,30 @@ int kb__bbkb_bound_start(const kb_engine *e)
     return rc;
 }
 
-/* border: the bounded candidates by decreasing key. */
-static int build_order(bbkb *st)
+/* border: a max-heap of the bounded candidates by their keys now, popped in the order a
+ * sort would give; an epoch resolves a few blocks of them, and a full qsort of all 2,048
+ * at its first resolution was 4% of a noise-free 32-study daemon (docs/BENCHMARKS.md,
+ * thirtieth session). */
+static void build_order(bbkb *st)
 {
-    size_t A = st->A, n = 0;
-    double *kv = malloc(2 * A * sizeof *kv);
-    if (!kv)
-        return KB_ENOMEM;
-    for (size_t i = 0; i < A; i++)
+    size_t n = 0;
+    for (size_t i = 0; i < st->A; i++)
         if (st->vs_bound[i]) {
-            kv[2 * n] = st->key[i];
-            kv[2 * n + 1] = (double)i;
-            n++;
+            st->border_key[i] = st->key[i];
+            st->border[n++] = i;
         }
-    qsort(kv, n, 2 * sizeof *kv, by_value_desc);
-    for (size_t k = 0; k < n; k++)
-        st->border[k] = (size_t)kv[2 * k + 1];
-    free(kv);
+    for (size_t p = n / 2; p-- > 0;)
+        kb__bbkb_sift_down(st->border, n, st->border_key, p);
     st->n_border = n;
-    st->border_at = 0;
     st->border_valid = 1;
-    return KB_OK;
+}
+
+static size_t border_pop(bbkb *st)
+{
+    size_t top = st->border[0];
+    st->border[0] = st->border[--st->n_border];
+    kb__bbkb_sift_down(st->border, st->n_border, st->border_key, 0);
+    return top;
 }
 
 /* Exact sigma~^2_start for candidate i and the next bounded candidates of border, as one
@@ -217,16 +221,17 @@ int kb__bbkb_resolve_next(bbkb *st, size_t i, size_t *idx, size_t *n)
 {
     size_t r = st->r, k = 0;
     *n = 0;
-    int rc = st->border_valid ? KB_OK : build_order(st);
+    if (!st->border_valid)
+        build_order(st);
     idx[k++] = i;
-    while (!rc && k < KB__RESOLVE_BLOCK && st->border_at < st->n_border) {
-        size_t j = st->border[st->border_at++];
+    while (k < KB__RESOLVE_BLOCK && st->n_border > 0) {
+        size_t j = border_pop(st);
         if (st->vs_bound[j] && j != i)
             idx[k++] = j;
     }
-    double *Zr = rc ? NULL : malloc(k * r * sizeof *Zr);
-    double *res = rc ? NULL : malloc(k * sizeof *res), *v = malloc(k * sizeof *v);
-    rc = rc ? rc : Zr && res && v ? KB_OK : KB_ENOMEM;
+    double *Zr = malloc(k * r * sizeof *Zr), *res = malloc(k * sizeof *res);
+    double *v = malloc(k * sizeof *v);
+    int rc = Zr && res && v ? KB_OK : KB_ENOMEM;
     if (!rc)
         rc = kb__bbkb_zrows(st, idx, k);
     for (size_t j = 0; !rc && j < k; j++) {
