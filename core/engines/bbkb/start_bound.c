@@ -123,8 +123,10 @@ static int nearest_pivots(const bbkb *st, size_t best, size_t p, size_t *tp)
 
 /* red[i] = max(red[i], k_T(x_i)^T (K_TT + lambda I)^{-1} k_T(x_i)) for T the pivots tp:
  * ||C^{-1} k_T(x_i)||^2 with C the kb_chol factor (whose jitter, if it needs any, only
- * loosens the bound), by its inverse (kb__chol_trmm_rows: OpenBLAS's dtrsm at A x 64 took
- * 11% of a daemon serving 32 noise-free studies, twenty-ninth session). */
+ * loosens the bound), by its inverse (OpenBLAS's dtrsm at A x 64 took 11% of a daemon
+ * serving 32 noise-free studies, twenty-ninth session). B (A x p, column-major) holds
+ * Kc's columns of T as they are: gathered into rows k_T(x_i), each store went to another
+ * cache line (4% of that daemon, thirtieth session). */
 static int joint_reduction(const kb_engine *e, const bbkb *st, const size_t *tp, size_t p,
                            double *red)
 {
@@ -133,12 +135,11 @@ static int joint_reduction(const kb_engine *e, const bbkb *st, const size_t *tp,
     double *inv = malloc(p * p * sizeof *inv), *B = malloc(A * p * sizeof *B);
     kb_chol C;
     kb__chol_init(&C, 1);
-    int rc = ST && K && inv && B ? KB_OK : KB_ENOMEM;
-    for (size_t t = 0; !rc && t < p; t++) { /* row i of B: k_T(x_i) */
-        const double *col = st->Kc + st->pslot[tp[t]] * A;
+    double *sq = calloc(A, sizeof *sq);
+    int rc = ST && K && inv && B && sq ? KB_OK : KB_ENOMEM;
+    for (size_t t = 0; !rc && t < p; t++) {
         memcpy(ST + t * d, st->Sp + tp[t] * d, d * sizeof *ST);
-        for (size_t i = 0; i < A; i++)
-            B[i * p + t] = col[i];
+        memcpy(B + t * A, st->Kc + st->pslot[tp[t]] * A, A * sizeof *B);
     }
     if (!rc) {
         kb_kernel_matrix(&e->kernel, ST, p, ST, p, K);
@@ -148,13 +149,16 @@ static int joint_reduction(const kb_engine *e, const bbkb *st, const size_t *tp,
     }
     if (!rc)
         rc = kb__chol_inverse(&C, inv);
-    if (!rc) {
-        kb__chol_trmm_rows(&C, inv, B, A, p);
-        for (size_t i = 0; i < A; i++) {
-            double a = cblas_ddot((int)p, B + i * p, 1, B + i * p, 1);
-            red[i] = a > red[i] ? a : red[i];
-        }
+    if (!rc) { /* row i of B times C^{-T}: C^{-1} k_T(x_i); inv is column-major lower */
+        cblas_dtrmm(CblasColMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, (int)A,
+                    (int)p, 1.0, inv, (int)p, B, (int)A);
+        for (size_t t = 0; t < p; t++)
+            for (size_t i = 0; i < A; i++)
+                sq[i] += B[t * A + i] * B[t * A + i];
+        for (size_t i = 0; i < A; i++)
+            red[i] = sq[i] > red[i] ? sq[i] : red[i];
     }
+    free(sq);
     kb__chol_free(&C);
     free(ST);
     free(K);
