@@ -252,7 +252,7 @@ void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t l
                 (int)f->cap, B, (int)ldb);
 }
 
-/* By halves: [A 0; B C]^-1 = [A^-1 0; -C^-1 B A^-1 C^-1] (upper: the transpose's
+/* By halves: [A, 0; B, C]^-1 = [A^-1, 0; -C^-1 B A^-1, C^-1] (upper: the transpose's
  * pattern, B <- -A^-1 B C^-1), B's update as two triangular solves (level 3), LAPACK's
  * dtrtri below 32. Why not dtrtri throughout: at these sizes OpenBLAS 0.3.21's dtrtri
  * spends most of its time in its unblocked dtrti2 (one dtrmv per column; perf: 5% of a
