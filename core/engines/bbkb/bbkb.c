@@ -151,7 +151,7 @@ static void bbkb_destroy(kb_engine *e)
     bbkb *st = e->impl;
     if (!st)
         return;
-    double *arrays[] = {st->S, st->W, st->Wp, st->Sp, st->Kc, st->kdiag, st->Z, st->resid,
+    double *arrays[] = {st->S, st->W, st->Wp, st->Lp, st->Sp, st->Kc, st->kdiag, st->Z, st->resid,
                         st->mu, st->var_start, st->var, st->key, st->V, st->w, st->buf,
                         st->rsum, st->trial_var, st->obs_var, st->Mstart, st->Kgone,
                         st->Kaway, st->gbuf, st->row_var, st->zkeep, st->Lsinv};
@@ -161,6 +161,7 @@ static void bbkb_destroy(kb_engine *e)
     kb__chol_free(&st->Lstart);
     free(st->dcand);
     free(st->pslot);
+    free(st->ppos);
     free(st->vs_bound);
     free(st->border);
     free(st->border_key);
@@ -286,7 +287,7 @@ static int refit_kernel(kb_engine *e, dataset *ds)
 }
 
 /* The new dictionary's embedding, model and epoch-start posterior. */
-static int build_model(kb_engine *e, const dataset *ds)
+static int build_model(kb_engine *e, dataset *ds)
 {
     bbkb *st = e->impl;
     double t1 = kb__now();

@@ -52,6 +52,12 @@ typedef struct bbkb {
      * triangular) the rows of W at those slots. */
     double *Wp, *Sp;
     size_t *pslot;
+    /* Lp (r x r, row-major, lower triangular) is the pivoted Cholesky factor L11 of
+     * K_R itself: row i is z of the i-th pivot point exactly (L11^{-1} K_R e_i), what
+     * the model's data rows that are pivots take instead of a kernel row and a product
+     * with Wp (embedding.c); ppos[s] is slot s's pivot position, NONE when dropped. */
+    double *Lp;
+    size_t *ppos;
     /* candidates (A = space->n) */
     size_t A;
     double *Kc;       /* column-major A x m: Kc[j A + i] = k(x_i, S_j), room for cap_k columns */
@@ -150,6 +156,7 @@ typedef struct datum {
     double n_all, n_told, ysum; /* sum of standardized told y (dictionary.c) */
     double var;           /* sigma~^2 at the start of the closing epoch (for sampling) */
     int in;               /* drawn into the new dictionary */
+    size_t slot;          /* its slot in the new dictionary when in (NONE: not placed) */
 } datum;
 
 typedef struct dataset {
@@ -248,7 +255,7 @@ void kb__bbkb_new_pool(kb_engine *e);
 int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds);
 /* The rows marked in as the new dictionary: S, m, dcand, slot_of, Kc (and what
  * low_rank_start needs of the old one). KB_ENOMEM; then no cached column is trusted. */
-int kb__bbkb_place_dictionary(kb_engine *e, const dataset *ds);
+int kb__bbkb_place_dictionary(kb_engine *e, dataset *ds);
 
 /* ------------------------------------------------------------ selection.c */
 

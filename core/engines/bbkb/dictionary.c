@@ -51,7 +51,7 @@ static int add_datum(dataset *ds, const double *u, size_t cand, uint64_t trial)
 {
     if (kb__grow((void **)&ds->rows, &ds->cap, ds->n + 1, sizeof *ds->rows))
         return KB_ENOMEM;
-    ds->rows[ds->n++] = (datum){u, cand, trial, 0.0, 0.0, 0.0, 0.0, 0};
+    ds->rows[ds->n++] = (datum){u, cand, trial, 0.0, 0.0, 0.0, 0.0, 0, NONE};
     return KB_OK;
 }
 
@@ -524,20 +524,22 @@ static void move_slots(bbkb *st, const dataset *ds, size_t d, placement *p)
     }
 }
 
-/* dcand, slot_of and m of the placed dictionary, and its fresh kernel columns; on
- * failure no cached column is trusted. */
-static int set_slots(kb_engine *e, const dataset *ds, size_t m, const placement *p)
+/* dcand, slot_of and m of the placed dictionary, each row's slot, and the fresh kernel
+ * columns; on failure no cached column is trusted. */
+static int set_slots(kb_engine *e, dataset *ds, size_t m, const placement *p)
 {
     bbkb *st = e->impl;
     for (size_t k = 0; k < st->m; k++)
         if (st->dcand[k] != NONE)
             st->slot_of[st->dcand[k]] = NONE;
-    for (size_t j = 0; j < ds->n; j++)
+    for (size_t j = 0; j < ds->n; j++) {
+        ds->rows[j].slot = ds->rows[j].in ? p->slot[j] : NONE;
         if (ds->rows[j].in) {
             st->dcand[p->slot[j]] = ds->rows[j].cand;
             if (ds->rows[j].cand != NONE)
                 st->slot_of[ds->rows[j].cand] = p->slot[j];
         }
+    }
     st->m = m;
     int rc = fill_columns(e, p->fresh, p->nfresh);
     st->cols_valid = !rc;
@@ -553,7 +555,7 @@ static int set_slots(kb_engine *e, const dataset *ds, size_t m, const placement 
  * its slot and so its cached kernel column (old_slot), a candidate back from Kaway copies
  * its column, and only new points cost a column of A kernel evaluations. Fills S, dcand,
  * slot_of, Kc. */
-int kb__bbkb_place_dictionary(kb_engine *e, const dataset *ds)
+int kb__bbkb_place_dictionary(kb_engine *e, dataset *ds)
 {
     bbkb *st = e->impl;
     size_t d = e->space->dim, m = 0, n = ds->n ? ds->n : 1;

@@ -95,6 +95,15 @@ int kb__bbkb_zrows(bbkb *st, const size_t *cand, size_t n)
     return rc;
 }
 
+/* Lp (r x r, row-major) = L11, the first r columns of dpstrf's factor in K (column-major,
+ * leading dimension m), zeros above the diagonal. */
+static void keep_factor(bbkb *st, const double *K, size_t r)
+{
+    for (size_t i = 0; i < r; i++)
+        for (size_t k = 0; k < r; k++)
+            st->Lp[i * r + k] = k <= i ? K[k * st->m + i] : 0.0;
+}
+
 /* W (m x r) from the pivoted Cholesky factorization P^T K_S P = L L^T stopped at rank r
  * (LAPACK dpstrf; Harbrecht, Peters, Schneider 2012, "On the low-rank approximation by
  * the pivoted Cholesky decomposition", sec. 2): z(x) = L11^{-1} k_R(x) over the r pivot
@@ -114,15 +123,20 @@ static int pivoted_embedding(bbkb *st, double *K, double kmax, size_t d)
      * dpstrf allocates its workspace: without memory it says so (kb__lapack_status). */
     int info = LAPACKE_dpstrf(LAPACK_COL_MAJOR, 'L', m, K, m, piv, &rank, PIVOT_RTOL * kmax);
     int rc = info < 0 ? kb__lapack_status(info) : KB_OK;
+    if (!rc)
+        keep_factor(st, K, (size_t)rank);
     if (!rc && rank)
         rc = kb__lapack_status(kb__tri_inverse(K, (size_t)rank, st->m, 0));
     size_t r = rc ? 0 : (size_t)rank;
     st->r = r;
     memset(st->W, 0, st->m * r * sizeof *st->W);
     memset(st->Wp, 0, r * r * sizeof *st->Wp);
+    for (size_t s = 0; s < st->m; s++)
+        st->ppos[s] = NONE;
     /* W[piv_i, j] = Wp[i, j] = (L11^{-1})(j, i), column-major at K[i m + j], j >= i */
     for (size_t i = 0; i < r; i++) {
         size_t s = st->pslot[i] = (size_t)(piv[i] - 1);
+        st->ppos[s] = i;
         for (size_t j = i; j < r; j++)
             st->W[s * r + j] = st->Wp[i * r + j] = K[i * st->m + j];
         memcpy(st->Sp + i * d, st->S + s * d, d * sizeof *st->Sp);
@@ -138,19 +152,24 @@ int kb__bbkb_build_embedding(kb_engine *e)
     size_t m = st->m, d = e->space->dim;
     free(st->W);
     free(st->Wp);
+    free(st->Lp);
     free(st->Sp);
     free(st->pslot);
-    st->W = st->Wp = st->Sp = NULL;
-    st->pslot = NULL;
+    free(st->ppos);
+    st->W = st->Wp = st->Lp = st->Sp = NULL;
+    st->pslot = st->ppos = NULL;
     st->r = 0;
     if (m == 0)
         return KB_OK;
     double *K = malloc(m * m * sizeof *K);
     st->W = malloc(m * m * sizeof *st->W);
     st->Wp = malloc(m * m * sizeof *st->Wp);
+    st->Lp = malloc(m * m * sizeof *st->Lp);
     st->Sp = malloc(m * d * sizeof *st->Sp);
     st->pslot = malloc(m * sizeof *st->pslot);
-    int rc = K && st->W && st->Wp && st->Sp && st->pslot ? KB_OK : KB_ENOMEM;
+    st->ppos = malloc(m * sizeof *st->ppos);
+    int rc = K && st->W && st->Wp && st->Lp && st->Sp && st->pslot && st->ppos ? KB_OK
+                                                                               : KB_ENOMEM;
     if (!rc) {
         /* Pairwise, not kb_kernel_matrix: its |a|^2 + |b|^2 - 2ab distances leave ~1e-16
          * on the diagonal, which Matern 1/2's sqrt turns into 1e-8 errors in K_S. */

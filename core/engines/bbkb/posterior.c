@@ -193,8 +193,19 @@ int kb__bbkb_candidate_posterior(bbkb *st, const kb_chol *L, const double *Linv,
     return rc;
 }
 
+/* z of an off-pool data row that is a pivot of the embedding: its row of L11 (Lp), or
+ * NULL. */
+static const double *pivot_z(const bbkb *st, const datum *dt)
+{
+    size_t p = dt->cand == NONE && dt->slot != NONE && st->r ? st->ppos[dt->slot] : NONE;
+    return p != NONE ? st->Lp + p * st->r : NULL;
+}
+
 /* R (n x r) = z of the n data rows: the candidates' through kb__bbkb_zrows (which also
- * sets their resid, even when r == 0), the others embedded. */
+ * sets their resid, even when r == 0), the pivots' from Lp, the others embedded. On a
+ * noise-free box nearly every row is a pivot: embedding them took n r^2 flops (dtrmm),
+ * 45% of a one-study daemon's CPU at 1,000 rows (docs/BENCHMARKS.md, thirty-first
+ * session). */
 static int embed_data(kb_engine *e, const datum *rows, size_t n, double *R)
 {
     bbkb *st = e->impl;
@@ -203,7 +214,7 @@ static int embed_data(kb_engine *e, const datum *rows, size_t n, double *R)
     size_t *cand = malloc((n ? n : 1) * sizeof *cand);
     int rc = U && cand ? KB_OK : KB_ENOMEM;
     for (size_t j = 0; !rc && j < n; j++)
-        if (rows[j].cand == NONE)
+        if (rows[j].cand == NONE && !pivot_z(st, &rows[j]))
             memcpy(U + d * ng++, rows[j].u, d * sizeof *U);
     if (!rc) {
         for (size_t j = 0; j < n; j++)
@@ -215,7 +226,8 @@ static int embed_data(kb_engine *e, const datum *rows, size_t n, double *R)
         rc = Zg ? kb__bbkb_embed_rows(e, U, ng, Zg) : KB_ENOMEM;
         for (size_t j = 0, g = 0; !rc && j < n; j++) {
             const double *z = rows[j].cand != NONE ? kb__bbkb_zrow(st, rows[j].cand)
-                                                   : Zg + r * g++;
+                              : pivot_z(st, &rows[j]) ? pivot_z(st, &rows[j])
+                                                      : Zg + r * g++;
             memcpy(R + j * r, z, r * sizeof *R);
         }
         free(Zg);
