@@ -1838,6 +1838,78 @@ static void model_window_is_exact_gp_on_kept_rows(void **state)
     free(Xc);
 }
 
+/* A box epoch that starts with selections still pending (resparsify_on_partial): their
+ * rows are off the new pool and, under dictionary = all, pivots of the embedding, whose z
+ * and Gram sums come from the pivoted factor (posterior.c, gram_pivots) with weight
+ * n_all in V_t and n_told = 0 in V_told. The mean is the exact GP on the told data, the
+ * variance the exact GP with the pending points added (hallucinated, seed 004 eq. 3). */
+static void box_epoch_with_pending_rows_is_exact(void **state)
+{
+    (void)state;
+    enum { N = 12, M = 40, D = 2, NMAX = 300 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 31);
+    double *X = tu_uniform_matrix(&rng, N, D, 0, 1);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    double Xt[NMAX * D], yt[NMAX], Xa[NMAX * D], ya[NMAX];
+    kb_error err;
+    kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.3, 0.05, "dictionary", "all", "C",
+                               "100", "resparsify_on_partial", "0.5", NULL);
+    kb_space *s = kb_space_new_box(D, 64, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    assert_non_null(e);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(kb_engine_observe(e, X + i * D, objective(X + i * D, D), &err), 0);
+    kb_point pts[256], p;
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 256, pts, &res, &err), 0);
+    assert_int_equal(res.status, KB_ASK_AWAIT_FEEDBACK);
+    assert_true(res.n >= 2 && res.awaiting < res.n);
+    for (size_t i = 0; i < res.awaiting; i++)
+        assert_int_equal(kb_engine_tell(e, pts[i].handle, objective(pts[i].x, D), &err), 0);
+    double epoch = tu_stat(e, "epoch");
+    assert_true(ask1(e, &p, &res)); /* a new epoch, the rest still pending */
+    assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
+    assert_true(tu_stat(e, "epoch") == epoch + 1);
+
+    size_t nt = 0, na = 0;
+    for (size_t i = 0; i < N; i++, nt++) {
+        memcpy(Xt + nt * D, X + i * D, D * sizeof *X);
+        yt[nt] = objective(X + i * D, D);
+    }
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
+    for (uint64_t h = 1; h <= st.asks; h++) {
+        kb_trial_state ts;
+        assert_int_equal(kb_engine_trial(e, h, &p, &ts), 0);
+        if (ts == KB_TRIAL_TOLD) {
+            memcpy(Xt + nt * D, p.x, D * sizeof *X);
+            yt[nt++] = objective(p.x, D);
+        } else if (ts == KB_TRIAL_PENDING) {
+            memcpy(Xa + na * D, p.x, D * sizeof *X);
+            ya[na++] = 0.0;
+        }
+    }
+    assert_true(na > 0);
+    memcpy(Xa + na * D, Xt, nt * D * sizeof *Xt);
+    memcpy(ya + na, yt, nt * sizeof *yt);
+    double mean[M], sd[M], emean[M], evar[M], dummy[M];
+    kb_kernel *k = tu_kernel(KB_KERNEL_RBF, D, 0.3);
+    assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
+    assert_int_equal(tu_exact_posterior(k, Xt, yt, nt, 0.05, Xc, M, emean, dummy), 0);
+    assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
+    assert_int_equal(tu_exact_posterior(k, Xa, ya, na + nt, 0.05, Xc, M, dummy, evar), 0);
+    for (size_t i = 0; i < M; i++)
+        sd[i] *= sd[i];
+    assert_true(tu_max_rel_err(sd, evar, M, 1e-3) <= 1e-8);
+    kb_kernel_free(k);
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    free(X);
+    free(Xc);
+}
+
 /* Under noise (lambda 1 against a kernel this smooth) the dictionary stays a few points:
  * once an epoch has drawn one from the window, the next epochs keep every row, since
  * each sharpens the mean by averaging. */
@@ -1989,6 +2061,7 @@ int main(void)
         cmocka_unit_test(box_bounded_start_asks_as_full),
         cmocka_unit_test(batch_floor_on_boxes),
         cmocka_unit_test(model_window_is_exact_gp_on_kept_rows),
+        cmocka_unit_test(box_epoch_with_pending_rows_is_exact),
         cmocka_unit_test(model_window_keeps_every_row_under_noise),
         cmocka_unit_test(model_window_on_boxes_restores),
         cmocka_unit_test(bad_configurations_rejected),

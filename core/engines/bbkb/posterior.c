@@ -244,20 +244,53 @@ typedef struct model {
     kb_chol L, Ls;
 } model;
 
-/* M += R^T diag(c) R (lower triangle) over n rows, c_j = n_told (told) or n_all of row
- * j; Ra: n x r scratch. */
+/* M += R^T diag(c) R (lower triangle) over the n rows that are not pivots (gram_pivots
+ * adds those), c_j = n_told (told) or n_all of row j; Ra: n x r scratch. */
 static void gram_add(const bbkb *st, const datum *rows, size_t n, const double *R, double *Ra,
                      int told, double *M)
 {
-    size_t r = st->r;
+    size_t r = st->r, k = 0;
     for (size_t j = 0; j < n; j++) {
+        if (pivot_z(st, &rows[j]))
+            continue;
         double c = sqrt(told ? rows[j].n_told : rows[j].n_all);
-        for (size_t k = 0; k < r; k++)
-            Ra[j * r + k] = c * R[j * r + k];
+        for (size_t i = 0; i < r; i++)
+            Ra[k * r + i] = c * R[j * r + i];
+        k++;
     }
-    if (n)
-        cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)n, 1.0, Ra, (int)r,
+    if (k)
+        cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)r, (int)k, 1.0, Ra, (int)r,
                     1.0, M, (int)r);
+}
+
+/* M += the pivot rows' part of R^T diag(c) R: their z are the rows of the triangle Lp, so
+ * the sum is L11^T C L11 with C diagonal (zero at pivots no row of ds stands for), which
+ * dlauum forms in r^3 / 3 flops where dsyrk over the r rows took r^3 (on a noise-free
+ * box nearly every row is a pivot). Lp read column-major is L11^T, whose column p (Lp's
+ * row p) is scaled by sqrt(c_p); dlauum's upper triangle of U U^T, column-major, lies
+ * where M's row-major lower triangle does. */
+static int gram_pivots(const bbkb *st, const dataset *ds, int told, double *M)
+{
+    size_t r = st->r;
+    double *P = calloc(r * r, sizeof *P);
+    if (!P)
+        return KB_ENOMEM;
+    for (size_t j = 0; j < ds->n; j++) {
+        const double *z = pivot_z(st, &ds->rows[j]);
+        if (!z)
+            continue;
+        double c = sqrt(told ? ds->rows[j].n_told : ds->rows[j].n_all);
+        size_t p = (size_t)(z - st->Lp) / r;
+        for (size_t i = 0; i <= p; i++)
+            P[p * r + i] = c * z[i];
+    }
+    int rc = kb__lapack_status(
+        LAPACKE_dlauum(LAPACK_COL_MAJOR, 'U', (lapack_int)r, P, (lapack_int)r));
+    for (size_t a = 0; !rc && a < r; a++)
+        for (size_t b = 0; b <= a; b++)
+            M[a * r + b] += P[a * r + b];
+    free(P);
+    return rc;
 }
 
 /* Keeps z of data row j, a trial off the pool, for keep_row_variances. Rows beyond
@@ -295,6 +328,8 @@ static int embed_and_sum(kb_engine *e, const dataset *ds, int all_told, model *m
             if (rows[j].trial && rows[j].cand == NONE)
                 keep_z(st, j0 + j, R + j * r);
     }
+    for (int told = 0; !rc && r && told < 2 - all_told; told++)
+        rc = gram_pivots(st, ds, told, told ? md->Vt : md->V);
     free(R);
     free(Ra);
     return rc;
