@@ -76,6 +76,25 @@ static int exact_means(bbkb *st, size_t *best)
     return KB_OK;
 }
 
+/* out[i] = max(out[i], col[i]^2 inv). In blocks of 8 with restrict so that GCC -O2 (whose
+ * cheap vectorizer takes only loops of a known multiple of the vector width, without
+ * overlap checks) vectorizes it: scalar, this A x r loop was 4.5% of a 32-study
+ * noise-free daemon. Not fmax: a call per element, never NaN here. */
+static void max_scaled_squares(double *restrict out, const double *restrict col, double inv,
+                               size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t k = i; k < i + 8; k++) {
+            double v = col[k] * col[k] * inv;
+            out[k] = v > out[k] ? v : out[k];
+        }
+    for (; i < n; i++) {
+        double v = col[i] * col[i] * inv;
+        out[i] = v > out[i] ? v : out[i];
+    }
+}
+
 /* red[i] = max over pivots j of k(x_i, s_j)^2 / (k(s_j, s_j) + lambda). */
 static int nearest_pivot_reduction(const kb_engine *e, const bbkb *st, double *red)
 {
@@ -85,14 +104,8 @@ static int nearest_pivot_reduction(const kb_engine *e, const bbkb *st, double *r
         return KB_ENOMEM;
     kb_kernel_diag(&e->kernel, st->Sp, r, kd);
     memset(red, 0, A * sizeof *red);
-    for (size_t j = 0; j < r; j++) {
-        const double *col = st->Kc + st->pslot[j] * A;
-        double inv = 1.0 / (kd[j] + st->lambda);
-        for (size_t i = 0; i < A; i++) { /* not fmax: a call per element, never NaN here */
-            double v = col[i] * col[i] * inv;
-            red[i] = v > red[i] ? v : red[i];
-        }
-    }
+    for (size_t j = 0; j < r; j++)
+        max_scaled_squares(red, st->Kc + st->pslot[j] * A, 1.0 / (kd[j] + st->lambda), A);
     free(kd);
     return KB_OK;
 }
