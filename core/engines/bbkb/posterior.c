@@ -226,8 +226,9 @@ static int embed_data(kb_engine *e, const datum *rows, size_t n, double *R)
         rc = Zg ? kb__bbkb_embed_rows(e, U, ng, Zg) : KB_ENOMEM;
         for (size_t j = 0, g = 0; !rc && j < n; j++) {
             const double *z = rows[j].cand != NONE ? kb__bbkb_zrow(st, rows[j].cand)
-                              : pivot_z(st, &rows[j]) ? pivot_z(st, &rows[j])
-                                                      : Zg + r * g++;
+                                                   : pivot_z(st, &rows[j]);
+            if (!z)
+                z = Zg + r * g++;
             memcpy(R + j * r, z, r * sizeof *R);
         }
         free(Zg);
