@@ -45,7 +45,7 @@ def compare_file(a, b, show=3):
 
 def main(argv):
     if len(argv) != 3:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: " + __doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     base, cand = Path(argv[1]), Path(argv[2])
     names = sorted({p.name for d in (base, cand) for p in d.glob("*.jsonl")})
