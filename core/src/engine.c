@@ -223,6 +223,12 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
     int rc = kb__hyper_fit(&e->kernel, &e->noise, e->obs_u, y, n, &e->fit_opts, &e->fit_rng,
                            &ferr);
     free(y);
+    if (rc == KB_OK) { /* the output stats are still those the fit's y were scaled by */
+        double mean, sd;
+        kb__output_stats(e, &mean, &sd);
+        e->fit_noise_sd = sqrt(e->noise) * sd;
+        e->out_valid = 0; /* the warp's floor moved with it; the stats follow at once */
+    }
     if (e->fit_ls)
         drop_hidden_dims(e);
     /* Every 20% more tells while a fit sees them all; once it sees a sample of
@@ -945,7 +951,7 @@ static size_t rank_of(const double *v, size_t n, double y, int upto)
 /* Half-rank output warping, after the output warping of Vizier's default GP bandit (Song
  * et al. 2024, "The Vizier Gaussian Process Bandit Algorithm", arXiv 2408.11527): a value
  * below the median m of the group means is raised to where a normal distribution centred
- * at m, with the better half's spread s, puts its rank,
+ * at m, with spread s (the better half's, floored by the noise: fit_warp), puts its rank,
  *     y' = max(y, m + s Phi^{-1}(q)),  q = mid-rank of y among the n group means / (n + 1),
  * and values at or above m are kept. Monotone in y, so the best points and the order of
  * all points are unchanged; only a heavy tail of bad values is pulled in. Why: a few very
@@ -965,7 +971,17 @@ static double warp_tail(const kb_engine *e, double y)
     return w > y ? w : y;
 }
 
-/* The warp's median and the better half's spread (root mean square distance above m). */
+/* The warp's median m and spread s: the better half's root mean square distance above m,
+ * but at least KB_WARP_NOISE_SDS noise sds of the last fit. Why the floor: a search puts
+ * most of its trials near its best points, so under noise the better half of the told
+ * values spreads little more than the noise, and the warp squeezed the worse half (the
+ * walls of Branin's valley, 10-50 noise sds high) into a band of a few noise sds: the
+ * fit then read the function's structure as noise (Branin at noise 0.1, seeds 401-460:
+ * 26 of 60 runs ended with x1's lengthscale 0.55-1.06 and a fitted noise of ~0.6). The
+ * floor keeps the worse half at least ~10 noise sds deep; noise-free fits (noise near
+ * the prior's mode, e^-5) leave it below s. 4 was chosen among 3, 4, 5 and 8 on the
+ * tuning sets and then checked on the held-out sets (docs/BENCHMARKS.md, thirty-third
+ * session). */
 static void fit_warp(kb_engine *e)
 {
     size_t n = e->n_groups;
@@ -987,6 +1003,8 @@ static void fit_warp(kb_engine *e)
         }
     e->out_median = m;
     e->out_spread = k ? big * sqrt(s2 / (double)k) : 0.0;
+    if (e->out_spread > 0.0)
+        e->out_spread = fmax(e->out_spread, KB_WARP_NOISE_SDS * e->fit_noise_sd);
 }
 
 /* Two passes over the distinct points; terms are divided by the count or by max |y| so

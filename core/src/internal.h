@@ -152,6 +152,9 @@ void kb__space_snap(const kb_space *s, double *rows, size_t n);
  * the fit's upper bound: a correlation above 1 - 1e-6 across the box. */
 #define KB_OFF_LENGTHSCALE 1e3
 
+/* The output warp's spread in noise sds at least (engine.c fit_warp). */
+#define KB_WARP_NOISE_SDS 4.0
+
 /* Observations one fit uses at most (kb_hyper_opts.max_rows 0): a uniform sample beyond. */
 #define KB_HYPER_ROWS 256
 
@@ -374,7 +377,10 @@ struct kb_engine {
     double out_mean, out_sd;     /* of the (warped) group means */
     double *out_sorted;  /* n_groups group means, ascending (warp only) */
     size_t cap_sorted;
-    double out_median, out_spread; /* the warp's centre and the better half's spread */
+    double out_median, out_spread; /* the warp's centre and its spread (fit_warp) */
+    double fit_noise_sd; /* the last fit's noise sd in y's own units (sqrt(noise) times
+                          * the output sd that fit saw), 0 before the first fit; the
+                          * warp's spread is at least KB_WARP_NOISE_SDS of it */
 
     int repeats;         /* 0 allow, 1 no_pending, 2 never */
     uint32_t *cand_pending;  /* per candidate: pending trials on it */

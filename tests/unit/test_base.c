@@ -479,16 +479,19 @@ static void output_stats_count_distinct_points(void **state)
 
 /* kb__output_y with the warp on (as engines that fit hyperparameters have it) against
  * tu_output_y, on a heavy lower tail (y = -exp(2 z)), repeated arms and observes, at every
- * observation and at probes between, below and above them; monotone in y. */
-static void output_warp_matches_reference(void **state)
+ * observation and at probes between, below and above them; monotone in y. With a noise
+ * sd set as a fit leaves it (e->fit_noise_sd), the warp's spread is floored at
+ * KB_WARP_NOISE_SDS of it. */
+static void check_output_warp(double fit_noise_sd)
 {
-    (void)state;
     enum { N = 60, STEPS = 150 };
     kb_error err;
     kb_rng drv;
     kb_rng_seed(&drv, 12);
     kb_engine *e = random_engine(N, "allow", 5);
     e->warp = 1; /* the random engine never fits; the base's warp is tested on its own */
+    e->fit_noise_sd = fit_noise_sd;
+    double floor = KB_WARP_NOISE_SDS * fit_noise_sd;
     double X[(STEPS + 10) * 2], y[STEPS + 10];
     size_t n = 0;
     for (int s = 0; s < STEPS; s++) {
@@ -510,14 +513,14 @@ static void output_warp_matches_reference(void **state)
         double prev = -INFINITY, lo = 0.0, hi = 0.0;
         for (size_t i = 0; i < n; i++) {
             double got = kb__output_y(e, y[i]);
-            assert_true(fabs(got - tu_output_y(X, y, n, 2, 1, y[i])) < 1e-9);
+            assert_true(fabs(got - tu_output_y(X, y, n, 2, 1, floor, y[i])) < 1e-9);
             lo = fmin(lo, y[i]);
             hi = fmax(hi, y[i]);
         }
         for (int k = 0; k <= 200; k++) {
             double v = lo - 10.0 + (hi - lo + 20.0) * k / 200.0;
             double got = kb__output_y(e, v);
-            assert_true(fabs(got - tu_output_y(X, y, n, 2, 1, v)) < 1e-9);
+            assert_true(fabs(got - tu_output_y(X, y, n, 2, 1, floor, v)) < 1e-9);
             assert_true(got >= prev);
             prev = got;
         }
@@ -525,8 +528,23 @@ static void output_warp_matches_reference(void **state)
     double m, sd;
     kb__output_stats(e, &m, &sd);
     assert_true(e->out_spread > 0.0); /* the warp was active */
+    assert_true(e->out_spread >= floor);
     assert_true(fabs(kb__output_y(e, 0.0) * sd + m) < 1e-12); /* upper half kept */
     kb_engine_free(e);
+}
+
+static void output_warp_matches_reference(void **state)
+{
+    (void)state;
+    check_output_warp(0.0);
+}
+
+/* The better half of y = -exp(2 z) spreads about 1.3 above its median; a noise sd of 2
+ * floors the spread at 8, so the floor is what is checked here. */
+static void output_warp_spread_floored_by_noise(void **state)
+{
+    (void)state;
+    check_output_warp(2.0);
 }
 
 /* A box with a float, an integer of 5 values and a categorical of 4 choices, on gp-ucb
@@ -582,6 +600,37 @@ static void refits_space_out_once_a_fit_samples(void **state)
         assert_int_equal(e->fit_next, next[k]);
         assert_int_equal(e->fit_opts.max_evals, evals[k]);
     }
+    kb_engine_free(e);
+}
+
+/* A fit records its noise sd in y's units (the fitted standardized noise times the sd
+ * the fit's values were scaled by) and the output stats follow the new floor at once. */
+static void refit_sets_noise_sd_of_the_warp(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_engine *e = box3_engine("gp-ucb");
+    kb_rng drv;
+    kb_rng_seed(&drv, 21);
+    enum { N = 40 };
+    double X[N * 3], y[N];
+    for (size_t i = 0; i < N; i++) {
+        for (int j = 0; j < 3; j++)
+            X[3 * i + j] = kb_rng_uniform(&drv);
+        y[i] = 0.3 * sin(6.0 * X[3 * i]) - 5.0 * X[3 * i + 1] * X[3 * i + 1] +
+               0.5 * kb_rng_normal(&drv);
+        assert_int_equal(kb_engine_observe(e, X + 3 * i, y[i], &err), KB_OK);
+    }
+    assert_true(e->warp);
+    double m, sd;
+    kb__output_stats(e, &m, &sd); /* what the fit will scale by */
+    assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
+    assert_true(e->fit_noise_sd > 0.0);
+    assert_true(fabs(e->fit_noise_sd - sqrt(e->noise) * sd) <= 1e-12 * e->fit_noise_sd);
+    double floor = KB_WARP_NOISE_SDS * e->fit_noise_sd;
+    for (size_t i = 0; i < N; i++)
+        assert_true(fabs(kb__output_y(e, y[i]) - tu_output_y(X, y, N, 3, 1, floor, y[i])) <
+                    1e-9);
     kb_engine_free(e);
 }
 
@@ -1216,6 +1265,8 @@ int main(void)
         cmocka_unit_test(snapshot_restore_continues_identically),
         cmocka_unit_test(output_stats_count_distinct_points),
         cmocka_unit_test(output_warp_matches_reference),
+        cmocka_unit_test(output_warp_spread_floored_by_noise),
+        cmocka_unit_test(refit_sets_noise_sd_of_the_warp),
         cmocka_unit_test(categorical_order_does_not_matter),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),

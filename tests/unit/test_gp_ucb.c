@@ -136,7 +136,8 @@ static void reference(model *m, double *mean, double *var)
     double ys[MAXP] = {0}, dummy[A]; /* LAPACKE rejects NaN inputs */
     /* gp-bucb froze its mean, output standardization included, at the batch start */
     for (size_t i = 0; i < n; i++)
-        ys[i] = tu_output_y(m->obs_x, m->obs_y, n, D, m->warp, m->obs_y[i]);
+        ys[i] = tu_output_y(m->obs_x, m->obs_y, n, D, m->warp,
+                            KB_WARP_NOISE_SDS * m->e->fit_noise_sd, m->obs_y[i]);
     if (n == 0)
         memset(mean, 0, A * sizeof *mean);
     else

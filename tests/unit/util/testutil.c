@@ -196,7 +196,7 @@ static int cmp_dbl(const void *a, const void *b)
 }
 
 /* The warp of v among the k averages: median by sorting a copy, ranks by counting. */
-static double warp_ref(const double *avg, size_t k, double v)
+static double warp_ref(const double *avg, size_t k, double floor, double v)
 {
     if (k < 3)
         return v;
@@ -214,21 +214,24 @@ static double warp_ref(const double *avg, size_t k, double v)
     }
     free(s);
     double spread = above ? sqrt(s2 / (double)above) : 0.0;
+    if (spread > 0.0 && spread < floor)
+        spread = floor;
     if (!(v < m) || !(spread > 0.0))
         return v;
     double w = m + spread * quantile_bisect((below + 0.5) / (double)(k + 1));
     return w > v ? w : v;
 }
 
-double tu_output_y(const double *X, const double *y, size_t n, size_t d, int warp, double v)
+double tu_output_y(const double *X, const double *y, size_t n, size_t d, int warp, double floor,
+                   double v)
 {
     size_t k;
     double *avg = distinct_averages(X, y, n, d, &k), mean, sd;
     double *w = malloc((k ? k : 1) * sizeof *w);
     for (size_t g = 0; g < k; g++)
-        w[g] = warp ? warp_ref(avg, k, avg[g]) : avg[g];
+        w[g] = warp ? warp_ref(avg, k, floor, avg[g]) : avg[g];
     mean_sd(w, k, &mean, &sd);
-    double out = ((warp ? warp_ref(avg, k, v) : v) - mean) / sd;
+    double out = ((warp ? warp_ref(avg, k, floor, v) : v) - mean) / sd;
     free(w);
     free(avg);
     return out;

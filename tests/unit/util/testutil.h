@@ -44,9 +44,11 @@ void tu_distinct_stats(const double *X, const double *y, size_t n, size_t d, dou
 /* v as the engines model it (kb__output_y), computed independently: with `warp`, each
  * distinct average and v below the averages' median m are raised to
  * max(value, m + s Phi^{-1}(q)), s the root mean square of (average - m) over the averages
- * above m, q = (number of averages below v + half of those equal + 1/2) / (k + 1), at least
- * three averages; then standardized with the mean and sd of the warped averages. */
-double tu_output_y(const double *X, const double *y, size_t n, size_t d, int warp, double v);
+ * above m (raised to `floor` when positive and below it), q = (number of averages below v
+ * + half of those equal + 1/2) / (k + 1), at least three averages; then standardized with
+ * the mean and sd of the warped averages. */
+double tu_output_y(const double *X, const double *y, size_t n, size_t d, int warp, double floor,
+                   double v);
 
 /* max_i |a_i - b_i| / max(|b_i|, floor) */
 double tu_max_rel_err(const double *a, const double *b, size_t n, double floor);
