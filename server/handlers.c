@@ -70,6 +70,27 @@ static int query_arg(request *rq, const char *key, const char **out)
     return -1;
 }
 
+/* A query argument that names one of two choices: *second = 0 when absent or `first`,
+ * 1 when `second_name`; -1 after answering 400 for anything else. */
+static int query_choice(request *rq, const char *key, const char *first,
+                        const char *second_name, int *second)
+{
+    const char *v;
+    *second = 0;
+    if (query_arg(rq, key, &v))
+        return -1;
+    if (!v || strcmp(v, first) == 0)
+        return 0;
+    if (strcmp(v, second_name) == 0) {
+        *second = 1;
+        return 0;
+    }
+    api_error err;
+    api_fail(&err, API_INVALID, key, "must be %s or %s", first, second_name);
+    reply_error(rq, &err);
+    return -1;
+}
+
 /* Integer query argument in [min, max] (def when absent; every range is non-negative);
  * -1 after answering 400. The whole value must be digits: strtoll alone also took
  * leading blanks, a '+' (limit=+5 arrives as " 5", since '+' is a space in a query) and
@@ -466,11 +487,14 @@ static int h_trials(request *rq)
 static int h_best(request *rq)
 {
     api_error err;
+    int by_model;
+    if (query_choice(rq, "by", "value", "model", &by_model))
+        return MHD_YES;
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
     trial_rec t;
-    int rc = answer_trial(rq, s, study_best(s, &t, &err), &t, &err);
+    int rc = answer_trial(rq, s, study_best(s, by_model, &t, &err), &t, &err);
     study_put(s);
     return rc;
 }
@@ -514,13 +538,9 @@ static int reply_export(request *rq, int csv, const study_doc *d, const trial_re
 static int h_export(request *rq)
 {
     api_error err;
-    const char *fmt;
-    if (query_arg(rq, "format", &fmt))
+    int csv;
+    if (query_choice(rq, "format", "json", "csv", &csv))
         return MHD_YES;
-    if (fmt && strcmp(fmt, "json") && strcmp(fmt, "csv")) {
-        api_fail(&err, API_INVALID, "format", "must be json or csv");
-        return reply_error(rq, &err);
-    }
     study *s = path_study(rq);
     if (!s)
         return MHD_YES;
@@ -531,7 +551,7 @@ static int h_export(request *rq)
     if (study_export(s, &d, &v, &n, &err)) {
         rc = reply_error(rq, &err);
     } else {
-        rc = reply_export(rq, fmt && strcmp(fmt, "csv") == 0, &d, v, n);
+        rc = reply_export(rq, csv, &d, v, n);
         study_doc_clear(&d);
         trial_recs_free(v, n);
     }

@@ -496,7 +496,25 @@ int study_trial(study *s, int64_t trial_id, trial_rec *out, api_error *err)
     return study_answer_trial(s, study_find_trial(s, trial_id, err), 0, out, err);
 }
 
-int study_best(study *s, trial_rec *out, api_error *err)
+/* The trial the engine's model rates best (kb_engine_recommend; s->mu held, some trial
+ * completed): the best value's trial where the engine has no model or no told trial to
+ * rate (observations only); NULL after failing err. */
+static trial_rec *model_best(study *s, api_error *err)
+{
+    uint64_t h = 0;
+    kb_error kerr = {0};
+    double t0 = mono_sec();
+    int rc = kb_engine_recommend(s->engine, &h, &kerr);
+    s->engine_sec += mono_sec() - t0;
+    if (rc == KB_EUNSUPPORTED || rc == KB_ENOTFOUND)
+        return &s->trials[s->best - 1];
+    if (rc == KB_OK)
+        return study_find_trial(s, (int64_t)h, err);
+    api_fail_kb(err, &kerr, NULL);
+    return NULL;
+}
+
+int study_best(study *s, int by_model, trial_rec *out, api_error *err)
 {
     memset(out, 0, sizeof *out);
     if (study_lock_live(s, err))
@@ -504,6 +522,8 @@ int study_best(study *s, trial_rec *out, api_error *err)
     trial_rec *t = s->best ? &s->trials[s->best - 1] : NULL;
     if (!t)
         api_fail(err, API_NOT_FOUND, NULL, "no completed trial yet");
+    else if (by_model)
+        t = model_best(s, err);
     return study_answer_trial(s, t, 0, out, err);
 }
 

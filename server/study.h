@@ -101,7 +101,9 @@ int study_fail(study *s, int64_t trial_id, const char *reason, trial_rec *out,
                api_error *err);
 int study_heartbeat(study *s, int64_t trial_id, trial_rec *out, api_error *err);
 int study_trial(study *s, int64_t trial_id, trial_rec *out, api_error *err);
-int study_best(study *s, trial_rec *out, api_error *err); /* 404 when none completed */
+/* The completed trial with the best value, or with by_model the one the engine's model
+ * rates best (kb_engine_recommend); 404 when none completed. */
+int study_best(study *s, int by_model, trial_rec *out, api_error *err);
 /* One outcome per item, in order (*out: proto_tell_outcomes_free(*out, n)). */
 int study_tell_batch(study *s, const tell_item *items, size_t n, tell_outcome **out,
                      api_error *err);

@@ -18,7 +18,8 @@ run it records simple regret (best value - known minimum), regret ratio (cumulat
 / (T (mean f - min f)), mean f over 20,000 uniform points: 1 = random search), recommended
 regret (the regret at the trial the tool recommends: the best told value, kbandit's GET
 /best and Optuna's best_trial; under --noise that is what a user gets, where simple regret
-needs the noiseless f), wall time and trials/s; the summary gives median and worst over
+needs the noiseless f), kbandit's model-recommended regret (GET /best?by=model: the told
+trial with the best posterior mean), wall time and trials/s; the summary gives median and worst over
 seeds per function, budget and engine. --eval-ms M makes every evaluation take an
 exponentially distributed time of mean M ms (seeded per worker; instant by default), as
 real objectives do: the pending trials then overlap, and kbandit's runs also record the
@@ -165,13 +166,16 @@ def create_study(api, fname, engine, settings, seed, workers, budget):
 
 def finish_study(port, sid, fmin, noiseless):
     """The study's progress, with the regret of the trial it recommends (GET /best: the
-    best told value), read from `noiseless` ({trial id: noiseless f}: f is not evaluated
+    best told value) and of the one its model recommends (GET /best?by=model: the best
+    posterior mean), read from `noiseless` ({trial id: noiseless f}: f is not evaluated
     again)."""
     api = Http(port)  # a fresh connection: an earlier one may have sat idle past the timeout
     info = api.call("GET", f"/v1/studies/{sid}")
     best = api.call("GET", f"/v1/studies/{sid}/best")["id"]
+    model = api.call("GET", f"/v1/studies/{sid}/best?by=model")["id"]
     api.call("DELETE", f"/v1/studies/{sid}")
-    return dict(info.get("progress", {}), recommended_regret=noiseless[best] - fmin)
+    return dict(info.get("progress", {}), recommended_regret=noiseless[best] - fmin,
+                model_recommended_regret=noiseless[model] - fmin)
 
 
 def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=0.0):
@@ -415,6 +419,8 @@ def main():
                                    lockstep=args.lockstep and not engine.startswith("optuna-"),
                                    empty_asks=progress.get("empty_asks"),
                                    recommended_regret=progress["recommended_regret"],
+                                   model_recommended_regret=progress.get(
+                                       "model_recommended_regret"),
                                    **summarize_values(values, fn, fmean))
                         rows.append(row)
                         print(json.dumps(row), flush=True)

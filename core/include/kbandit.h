@@ -376,6 +376,17 @@ typedef struct kb_hyperparameters {
 
 KB_API int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out);
 
+/* The told trial the model rates best: the handle of the observation with the highest
+ * posterior mean under the exact GP with the engine's fitted kernel and noise (on at most
+ * 256 of the observations, core/src/acq.c kb__gp_mean); before the first fit, the one
+ * with the highest told value. Under noise the best told value is biased up by its own
+ * noise (the largest of many noisy values is partly luck); the mean pools each point's
+ * neighbours. Observations without a handle (kb_engine_observe) are not candidates.
+ * KB_EUNSUPPORTED for engines that do not fit a GP (random, the linear kernel,
+ * hyperparameters = "fixed"); KB_ENOTFOUND when no told observation has a handle.
+ * Changes nothing the engine does next (no random stream is drawn from). */
+KB_API int kb_engine_recommend(kb_engine *e, uint64_t *handle, kb_error *err);
+
 /* Snapshot: an owned byte buffer (free with free()) from which kb_engine_restore
  * rebuilds an engine that makes exactly the choices the original would have made.
  * Format: versioned, little-endian; see core/src/snapshot.c. Asks are replayed by

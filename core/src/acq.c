@@ -12,6 +12,8 @@
  * so grad u = sum_i D_ij (a_i - width q_i / s): one pass over the rows per evaluation,
  * O(n^2) for the two triangular solves. base' comes from kb__kernel_profile.
  *
+ * kb__gp_mean gives the same GP's mean alone (the model's recommendation, engine.c).
+ *
  * The GP is built once per call on at most 256 rows (kb__pick_rows, RNG seeded from n so
  * that the engine's streams do not move), in O(256^3 / 3); each run is capped at 40
  * evaluations. Stationary kernels only (the linear kernel has no use for it). A categorical
@@ -169,6 +171,33 @@ int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const doub
     free(rows);
     acq_free(&g);
     return rc == KB_ENUMERIC ? KB_OK : rc; /* an unfactorable GP refines nothing */
+}
+
+int kb__gp_mean(const kb_kernel *k, double noise, const double *U, const double *y, size_t n,
+                const double *P, size_t m, double *mean)
+{
+    enum { BLOCK = 256 };
+    size_t *rows = malloc((n ? n : 1) * sizeof *rows);
+    acq_gp g = {0};
+    int rc = rows ? acq_build(&g, k, noise, U, y, rows, choose_rows(y, n, rows), 0.0)
+                  : KB_ENOMEM;
+    double *K = rc == KB_OK ? malloc(BLOCK * (g.n ? g.n : 1) * sizeof *K) : NULL;
+    if (rc == KB_OK && !K)
+        rc = KB_ENOMEM;
+    for (size_t p = 0; rc == KB_OK && p < m; p += BLOCK) {
+        size_t b = m - p < BLOCK ? m - p : BLOCK;
+        if (g.n == 0) {
+            memset(mean + p, 0, b * sizeof *mean);
+            continue;
+        }
+        kb_kernel_matrix(k, P + p * k->dim, b, g.X, g.n, K);
+        cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)b, (int)g.n, 1.0, K, (int)g.n, g.a, 1,
+                    0.0, mean + p, 1);
+    }
+    free(K);
+    free(rows);
+    acq_free(&g);
+    return rc;
 }
 
 double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const double *y,

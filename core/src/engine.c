@@ -272,6 +272,54 @@ int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out)
     return KB_OK;
 }
 
+/* The engine's told points, as rows of internal coordinates with their observation
+ * indices: those that carry a handle (observe()d points have none). */
+static size_t handled_rows(const kb_engine *e, double *P, size_t *idx)
+{
+    size_t d = e->space->dim, m = 0;
+    for (size_t i = 0; i < e->n_obs; i++)
+        if (e->obs_trial[i]) {
+            memcpy(P + m * d, e->obs_u + i * d, d * sizeof *P);
+            idx[m++] = i;
+        }
+    return m;
+}
+
+int kb_engine_recommend(kb_engine *e, uint64_t *handle, kb_error *err)
+{
+    if (!e->fit_on)
+        return kb__fail(err, KB_EUNSUPPORTED, "engine",
+                        "engine %s does not fit a GP model here", e->ops->name);
+    size_t d = e->space->dim, n = e->n_obs;
+    double *P = malloc((n ? n : 1) * d * sizeof *P), *mean = malloc((n ? n : 1) * sizeof *mean);
+    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    double *y = standardized_y(e);
+    int rc = P && mean && idx && y ? KB_OK : KB_ENOMEM;
+    size_t m = rc == KB_OK ? handled_rows(e, P, idx) : 0;
+    if (rc == KB_OK && m == 0)
+        rc = kb__fail(err, KB_ENOTFOUND, NULL, "no told trial yet");
+    else if (rc == KB_OK && e->n_fits > 0)
+        rc = kb__gp_mean(&e->kernel, e->noise, e->obs_u, y, n, P, m, mean);
+    for (size_t i = 0; rc == KB_OK && e->n_fits == 0 && i < m; i++)
+        mean[i] = y[idx[i]]; /* no fit yet: the told values themselves */
+    if (rc == KB_OK) {
+        size_t b = 0;
+        for (size_t i = 1; i < m; i++)
+            if (mean[i] > mean[b])
+                b = i;
+        *handle = e->obs_trial[idx[b]];
+    }
+    free(P);
+    free(mean);
+    free(idx);
+    free(y);
+    if (rc == KB_ENOMEM)
+        return kb__fail(err, rc, NULL, "out of memory");
+    if (rc == KB_ENUMERIC)
+        return kb__fail(err, rc, NULL, "the GP's covariance did not factor");
+    return rc;
+}
+
 size_t kb_engine_max_dim(const char *engine)
 {
     const kb_engine_ops *ops = engine ? kb__engine_lookup(engine) : NULL;

@@ -185,6 +185,11 @@ size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, si
  * where it was. Deterministic. KB_ENOMEM, or KB_OK. */
 int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const double *y,
                    size_t n, double width, double *P, size_t m);
+/* The mean of the GP above (at most 256 rows, kb__pick_rows) at the m points P (m x dim,
+ * internal coordinates) into mean. KB_ENOMEM, KB_ENUMERIC (K + noise I not positive
+ * definite), or KB_OK. Deterministic; no engine state is read or drawn from. */
+int kb__gp_mean(const kb_kernel *k, double noise, const double *U, const double *y, size_t n,
+                const double *P, size_t m, double *mean);
 /* The UCB and its gradient (dim entries, when not NULL) at x of the GP above built on all
  * n rows; for tests. */
 double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const double *y,

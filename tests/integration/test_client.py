@@ -152,6 +152,10 @@ def test_ask_tell_fail_heartbeat_and_reads(kb, tmp_path, monkeypatch):
     d = s.ask()[0]
     assert s.fail(d).state == "failed" and s.get_trial(d.id).state == "failed"
     assert s.best().id == a.id and s.best().value == 0.93
+    assert s.best(by="model").id == a.id  # the random engine has no model: as by value
+    with pytest.raises(kbandit.KbanditError) as e:
+        s.best(by="mean")
+    assert e.value.status == 400 and e.value.field == "by"
     monkeypatch.setattr(kbandit.study, "PAGE", 1)  # follow the trials cursor
     assert [t.id for t in s.trials()] == [a.id, b.id, c.id, d.id]
     assert [t.id for t in s.trials(state="failed")] == [b.id, d.id]

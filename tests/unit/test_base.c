@@ -579,6 +579,67 @@ static kb_engine *box3_engine(const char *name)
     return e;
 }
 
+/* kb_engine_recommend: the told trial with the highest posterior mean of the exact GP
+ * under the engine's fitted kernel and noise (recomputed here with tu_exact_posterior on
+ * every row, y as the engine models it), the highest told value before the first fit;
+ * observations are never picked; asking for it leaves the engine's next choices alone;
+ * engines without a fitted GP say KB_EUNSUPPORTED. */
+static void recommend_is_the_best_posterior_mean(void **state)
+{
+    (void)state;
+    enum { N = 60 };
+    kb_error err;
+    kb_engine *e = box3_engine("gp-ucb"), *twin = box3_engine("gp-ucb"), *r = box3_engine("random");
+    uint64_t h, handles[N];
+    assert_int_equal(kb_engine_recommend(e, &h, &err), KB_ENOTFOUND);
+    assert_int_equal(kb_engine_recommend(r, &h, &err), KB_EUNSUPPORTED);
+    double X[(N + 1) * 3], y[N + 1], obs_x[3] = {0.5, 0.5, 0.5};
+    assert_int_equal(kb_engine_observe(e, obs_x, 100.0, &err), KB_OK); /* no handle */
+    assert_int_equal(kb_engine_observe(twin, obs_x, 100.0, &err), KB_OK);
+    memcpy(X, obs_x, sizeof obs_x);
+    y[0] = 100.0;
+    kb_rng drv;
+    kb_rng_seed(&drv, 33);
+    for (size_t i = 1; i <= N; i++) {
+        kb_point p, q;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+        assert_int_equal(kb_engine_ask(twin, 1, &q, &res, &err), KB_OK);
+        assert_memory_equal(p.x, q.x, 3 * sizeof *p.x); /* recommending changed nothing */
+        memcpy(X + 3 * i, p.x, 3 * sizeof *X);
+        handles[i - 1] = p.handle;
+        y[i] = -((p.x[0] - 0.3) * (p.x[0] - 0.3) + (p.x[1] - 0.6) * (p.x[1] - 0.6)) +
+               0.05 * kb_rng_normal(&drv);
+        assert_int_equal(kb_engine_tell(e, p.handle, y[i], &err), KB_OK);
+        assert_int_equal(kb_engine_tell(twin, q.handle, y[i], &err), KB_OK);
+        assert_int_equal(kb_engine_recommend(e, &h, &err), KB_OK);
+        size_t got = 0;
+        for (size_t j = 1; j <= i; j++)
+            got = handles[j - 1] == h ? j : got;
+        assert_true(got > 0);
+        /* the rating: the told value before the first fit, then the reference mean */
+        double rating[N + 1], var[N + 1], ys[N + 1];
+        if (e->n_fits == 0) {
+            memcpy(rating, y, (i + 1) * sizeof *y);
+        } else {
+            for (size_t j = 0; j <= i; j++)
+                ys[j] = tu_output_y(X, y, i + 1, 3, e->warp, KB_WARP_NOISE_SDS * e->fit_noise_sd,
+                                    y[j]);
+            assert_int_equal(tu_exact_posterior(&e->kernel, X, ys, i + 1, e->noise, X + 3,
+                                                i, rating + 1, var + 1), 0);
+        }
+        double top = rating[1];
+        for (size_t j = 2; j <= i; j++)
+            top = fmax(top, rating[j]);
+        /* a point told twice ties with itself: equal up to rounding */
+        assert_true(rating[got] >= top - 1e-9 * (1.0 + fabs(top)));
+    }
+    assert_true(e->n_fits > 0);
+    kb_engine_free(e);
+    kb_engine_free(twin);
+    kb_engine_free(r);
+}
+
 /* The refit schedule (kb__hyper_refit): every 20% more observations while a fit sees all
  * of them, with the full evaluation budget; once there are more than KB_HYPER_ROWS (a fit
  * sees a sample), the next fit waits for n to double and a refit gets 10 evaluations. */
@@ -1277,6 +1338,7 @@ int main(void)
         cmocka_unit_test(scaling_survives_extreme_columns),
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
+        cmocka_unit_test(recommend_is_the_best_posterior_mean),
         cmocka_unit_test(noise_hidden_dimensions_leave_the_model),
         cmocka_unit_test(hidden_dimensions_survive_a_restore),
     };

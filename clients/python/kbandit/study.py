@@ -173,10 +173,12 @@ class Study:
             if cursor is None:
                 return out
 
-    def best(self):
-        """The best completed trial in the study's direction, or None before the first."""
+    def best(self, by="value"):
+        """The best completed trial in the study's direction, or None before the first.
+        by="model": the trial the engine's model rates best (the best posterior mean), the
+        better pick for a noisy objective."""
         try:
-            return Trial(self, self._call("GET", "/best").json())
+            return Trial(self, self._call("GET", "/best", params={"by": by}).json())
         except NotFound:
             self.refresh()  # raises NotFound itself when the study is gone
             return None
