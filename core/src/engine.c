@@ -298,10 +298,14 @@ int kb_engine_recommend(kb_engine *e, uint64_t *handle, kb_error *err)
     size_t m = rc == KB_OK ? handled_rows(e, P, idx) : 0;
     if (rc == KB_OK && m == 0)
         rc = kb__fail(err, KB_ENOTFOUND, NULL, "no told trial yet");
-    else if (rc == KB_OK && e->n_fits > 0)
+    int by_value = e->n_fits == 0; /* no fit yet: the told values themselves */
+    if (rc == KB_OK && m > 0 && !by_value) {
         rc = kb__gp_mean(&e->kernel, e->noise, e->obs_u, y, n, P, m, mean);
-    for (size_t i = 0; rc == KB_OK && e->n_fits == 0 && i < m; i++)
-        mean[i] = y[idx[i]]; /* no fit yet: the told values themselves */
+        by_value = rc == KB_ENUMERIC; /* a GP that does not factor rates nothing */
+        rc = rc == KB_ENUMERIC ? KB_OK : rc;
+    }
+    for (size_t i = 0; rc == KB_OK && by_value && i < m; i++)
+        mean[i] = y[idx[i]];
     if (rc == KB_OK) {
         size_t b = 0;
         for (size_t i = 1; i < m; i++)
@@ -315,8 +319,6 @@ int kb_engine_recommend(kb_engine *e, uint64_t *handle, kb_error *err)
     free(y);
     if (rc == KB_ENOMEM)
         return kb__fail(err, rc, NULL, "out of memory");
-    if (rc == KB_ENUMERIC)
-        return kb__fail(err, rc, NULL, "the GP's covariance did not factor");
     return rc;
 }
 
