@@ -579,9 +579,10 @@ static kb_engine *box3_engine(const char *name)
     return e;
 }
 
-/* kb_engine_recommend: the told trial with the highest posterior mean of the exact GP
- * under the engine's fitted kernel and noise (recomputed here with tu_exact_posterior on
- * every row, y as the engine models it), the highest told value before the first fit;
+/* kb_engine_recommend: among the told values within two noise sds of the best, the trial
+ * with the highest posterior mean of the exact GP under the engine's fitted kernel and
+ * noise (recomputed here with tu_exact_posterior on every row, y as the engine models it),
+ * the highest told value before the first fit;
  * observations are never picked; asking for it leaves the engine's next choices alone;
  * engines without a fitted GP say KB_EUNSUPPORTED. */
 static void recommend_is_the_best_posterior_mean(void **state)
@@ -617,8 +618,9 @@ static void recommend_is_the_best_posterior_mean(void **state)
         for (size_t j = 1; j <= i; j++)
             got = handles[j - 1] == h ? j : got;
         assert_true(got > 0);
-        /* the rating: the told value before the first fit, then the reference mean */
-        double rating[N + 1], var[N + 1], ys[N + 1];
+        /* the rating: the told value before the first fit, then the reference mean over
+         * the told values within two noise sds of the best one */
+        double rating[N + 1], var[N + 1], ys[N + 1], best_y = -INFINITY;
         if (e->n_fits == 0) {
             memcpy(rating, y, (i + 1) * sizeof *y);
         } else {
@@ -627,6 +629,12 @@ static void recommend_is_the_best_posterior_mean(void **state)
                                     y[j]);
             assert_int_equal(tu_exact_posterior(&e->kernel, X, ys, i + 1, e->noise, X + 3,
                                                 i, rating + 1, var + 1), 0);
+            for (size_t j = 1; j <= i; j++)
+                best_y = fmax(best_y, ys[j]);
+            for (size_t j = 1; j <= i; j++)
+                if (ys[j] < best_y - 2.0 * sqrt(e->noise) * (1.0 + 1e-12))
+                    rating[j] = -INFINITY;
+            assert_true(ys[got] >= best_y - 2.0 * sqrt(e->noise) * (1.0 + 1e-9));
         }
         double top = rating[1];
         for (size_t j = 2; j <= i; j++)
@@ -638,6 +646,45 @@ static void recommend_is_the_best_posterior_mean(void **state)
     kb_engine_free(e);
     kb_engine_free(twin);
     kb_engine_free(r);
+}
+
+/* The band of kb_engine_recommend: a told point whose own value is far below the best
+ * (20 noise sds) is not recommended even where observed neighbours lift its posterior
+ * mean above every other told point's. */
+static void recommend_keeps_to_values_near_the_best(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_space *sp = kb_space_new_box(3, 256, &err);
+    kb_config *cfg = kb_config_new("gp-ucb", &err);
+    assert_int_equal(kb_config_set_number(cfg, "lambda", 0.01, &err), KB_OK);
+    assert_int_equal(kb_config_set_number(cfg, "lengthscale", 0.3, &err), KB_OK);
+    assert_int_equal(kb_config_set_string(cfg, "output_scaling", "standardize", &err), KB_OK);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+    kb_point p[2];
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 2, p, &res, &err), KB_OK);
+    for (int i = 0; i < 40; i++) { /* observed, no handle: the low point's neighbours */
+        double x[3];
+        for (int j = 0; j < 3; j++)
+            x[j] = p[0].x[j] + 1e-3 * (double)(i % 5 - 2) * (j == i % 3);
+        assert_int_equal(kb_engine_observe(e, x, 1.0 + 0.01 * (double)(i % 7), &err), KB_OK);
+    }
+    assert_int_equal(kb_engine_tell(e, p[0].handle, 0.0, &err), KB_OK);
+    assert_int_equal(kb_engine_tell(e, p[1].handle, 0.5, &err), KB_OK);
+    assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
+    double mean[2], sd[2], X[6];
+    memcpy(X, p[0].x, 3 * sizeof *X);
+    memcpy(X + 3, p[1].x, 3 * sizeof *X);
+    assert_int_equal(kb_engine_posterior(e, X, 2, mean, sd, &err), KB_OK);
+    assert_true(mean[0] > mean[1]); /* the model alone would pick the low point */
+    uint64_t h;
+    assert_int_equal(kb_engine_recommend(e, &h, &err), KB_OK);
+    assert_int_equal(h, p[1].handle);
+    kb_engine_free(e);
 }
 
 /* The refit schedule (kb__hyper_refit): every 20% more observations while a fit sees all
@@ -1339,6 +1386,7 @@ int main(void)
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
         cmocka_unit_test(recommend_is_the_best_posterior_mean),
+        cmocka_unit_test(recommend_keeps_to_values_near_the_best),
         cmocka_unit_test(noise_hidden_dimensions_leave_the_model),
         cmocka_unit_test(hidden_dimensions_survive_a_restore),
     };
