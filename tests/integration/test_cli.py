@@ -90,6 +90,7 @@ def test_ask_tell_fail_best_trials(cli):
     assert_component(best, "Trial")
     assert best["id"] == 1
     assert cli("best", "cli").stdout.startswith("trial 1: completed, value 0.93\n  x=")
+    assert cli.json("best", "cli", "--by", "model")["id"] == 1  # random: no model, as by value
     trials = cli.json("trials", "cli")
     assert_response(trials, "/v1/studies/{study_id}/trials")
     assert [t["state"] for t in trials["trials"]] == ["completed", "failed", "completed"]

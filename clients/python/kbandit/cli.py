@@ -97,7 +97,10 @@ def build_parser():
     p = _study_arg(command("fail", cmd_fail, "mark a trial failed"))
     p.add_argument("trial", type=int, help="trial id")
     p.add_argument("--reason", help="why the evaluation failed")
-    _study_arg(command("best", cmd_best, "the best completed trial"))
+    p = _study_arg(command("best", cmd_best, "the best completed trial"))
+    p.add_argument("--by", choices=["value", "model"], default="value",
+                   help="value: the best told value (default); model: the best posterior mean "
+                        "among the values within two noise sds of it, for noisy objectives")
     p = _study_arg(command("trials", cmd_trials, "a study's trials"))
     p.add_argument("--state", choices=["pending", "completed", "failed", "expired"])
     p = _study_arg(command("export", cmd_export, "all trials as CSV or JSON"))
@@ -303,7 +306,7 @@ def cmd_fail(client, args):
 
 def cmd_best(client, args):
     study = resolve(client, args.study)
-    best = study.best()
+    best = study.best(by=args.by)
     if best is None:
         raise NotFound(404, "not_found", f"study {study.id} has no completed trial yet")
     _print_object(best, args)
