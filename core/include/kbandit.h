@@ -380,9 +380,10 @@ KB_API int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out
  * within two fitted noise sds of the best told value, the handle of the one with the
  * highest posterior mean under the exact GP with the engine's fitted kernel and noise (on
  * at most 256 of the observations, core/src/acq.c kb__gp_mean); before the first fit (or
- * if that GP's covariance does not factor), the one with the highest told value. Under noise the best told value is biased up by its own
- * noise (the largest of many noisy values is partly luck); the mean pools each point's
- * neighbours. Observations without a handle (kb_engine_observe) are not candidates.
+ * if that GP's covariance does not factor), the one with the highest told value. Under
+ * noise the best told value is biased up by its own noise (the largest of many noisy
+ * values is partly luck); the mean pools each point's neighbours. Observations without a
+ * handle (kb_engine_observe) are not candidates.
  * KB_EUNSUPPORTED for engines that do not fit a GP (random, the linear kernel,
  * hyperparameters = "fixed"); KB_ENOTFOUND when no told observation has a handle.
  * Changes nothing the engine does next (no random stream is drawn from). */
