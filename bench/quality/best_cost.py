@@ -23,7 +23,8 @@ def timed(api, path):
 
 
 def main():
-    daemon = run.Daemon(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "kbanditd"))
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "kbanditd")
+    daemon = run.Daemon(path)
     try:
         api = run.Http(daemon.port)
         fn = run.FUNCTIONS["hartmann6"]
