@@ -91,9 +91,15 @@ static double acq_eval(acq_gp *g, const double *x, double *grad)
         for (size_t j = 0; j < d; j++)
             r2 += kb__coord_d2(k->choices, j, x[j], g->X[i * d + j]) /
                   (k->lengthscales[j] * k->lengthscales[j]);
-        double slope;
-        g->kx[i] = k->variance * kb__kernel_profile(k->kind, r2, &slope);
-        g->sl[i] = k->variance * slope;
+        double slope, base = kb__kernel_profile(k->kind, r2, &slope);
+        if (k->additive) { /* the overlap term does not move with an ordered coordinate */
+            g->kx[i] = k->variance * ((1.0 - k->mix) * base +
+                                      k->mix * kb__kernel_overlap(k, x, g->X + i * d));
+            g->sl[i] = k->variance * (1.0 - k->mix) * slope;
+        } else {
+            g->kx[i] = k->variance * base;
+            g->sl[i] = k->variance * slope;
+        }
         mu += g->a[i] * g->kx[i];
     }
     memcpy(g->q, g->kx, n * sizeof *g->q);

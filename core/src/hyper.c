@@ -10,6 +10,10 @@
  * With K_ij = s2 base(r2_ij), r2_ij = sum_k (u_ik - u_jk)^2 / l_k^2:
  *   dK_ij/dlog l_k = s2 base'(r2_ij) (-2 (u_ik - u_jk)^2 / l_k^2),
  *   dK/dlog s2 = K,  dKy/dlog sn2 = sn2 I.
+ * An additive kernel (kb_kernel.additive: K_ij = s2 ((1 - mix) base(r2_ij) + mix O_ij),
+ * O_ij the share of categorical coordinates on which rows i and j agree) has one more
+ * entry, logit(mix): the lengthscales' terms carry (1 - mix) and
+ *   dK_ij/dlogit(mix) = s2 (O_ij - base(r2_ij)) mix (1 - mix).
  * O(n^3) for the factor and the inverse, O(n^2 d) for the gradient.
  *
  * Priors, each the log density of the stated distribution evaluated on the parameter
@@ -20,6 +24,7 @@
  *   sn2 ~ LogNormal(-4, 1): BoTorch 0.12's noise prior for standardized outputs.
  *   s2 ~ LogNormal(1, 1): mode 1, the variance of standardized outputs (BoTorch 0.12 fixes
  *         s2 = 1; a weak prior lets the fit scale it where the data asks).
+ *   mix ~ Beta(1, 3) (log_prior), logit(mix) bounded to [-6, 6].
  * Bounds (log space): l in [1e-3, 1e3] (a lengthscale far above 1 switches a dimension
  * off, which is how inactive parameters are found), s2 in [1e-2, 1e2], sn2 in [1e-6, 2].
  *
@@ -74,24 +79,36 @@ static double lognormal(double theta, double mu, double sd, double *dtheta)
  * of n (n - 1) / 2 doubles (D2: 2 MB at n = 256, d = 8). */
 typedef struct lml_work {
     kb_kernel_kind kind;
+    int additive;    /* theta[d + 2] is logit(mix) (kb_kernel.additive) */
     size_t n, d, pairs;
     const double *y;
     double *D2, *r2, *base, *slope, *L, *a;
+    double *O;       /* additive only: each pair's overlap (kb__kernel_overlap) */
 } lml_work;
+
+/* Entries of theta: d lengthscales, s2, sn2, and logit(mix) for an additive kernel. */
+static size_t n_theta(const kb_kernel *k) { return k->dim + 2 + (k->additive != 0); }
+
+static double logistic(double t) { return 1.0 / (1.0 + exp(-t)); }
 
 static int work_init(lml_work *w, const kb_kernel *k, const double *U, const double *y,
                      size_t n)
 {
     size_t d = k->dim, pairs = n * (n - (n > 0)) / 2, np = pairs ? pairs : 1;
-    *w = (lml_work){.kind = k->kind, .n = n, .d = d, .pairs = pairs, .y = y};
+    *w = (lml_work){.kind = k->kind, .additive = k->additive, .n = n, .d = d, .pairs = pairs,
+                    .y = y};
     w->D2 = malloc(np * d * sizeof *w->D2);
     w->r2 = malloc(np * sizeof *w->r2);
     w->base = malloc(np * sizeof *w->base);
     w->slope = malloc(np * sizeof *w->slope);
     w->L = malloc(n * n * sizeof *w->L);
     w->a = malloc(n * sizeof *w->a);
-    if (!w->D2 || !w->r2 || !w->base || !w->slope || !w->L || !w->a)
+    w->O = k->additive ? malloc(np * sizeof *w->O) : NULL;
+    if (!w->D2 || !w->r2 || !w->base || !w->slope || !w->L || !w->a || (k->additive && !w->O))
         return KB_ENOMEM;
+    for (size_t i = 0, p = 0; w->O && i < n; i++)
+        for (size_t j = 0; j < i; j++, p++)
+            w->O[p] = kb__kernel_overlap(k, U + i * d, U + j * d);
     for (size_t c = 0, p = 0; c < d; c++, p = 0)
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < i; j++, p++)
@@ -107,6 +124,7 @@ static void work_free(lml_work *w)
     free(w->slope);
     free(w->L);
     free(w->a);
+    free(w->O);
 }
 
 /* base(r2) and its slope for every pair, at the lengthscales exp(theta[0..d)). */
@@ -123,8 +141,8 @@ static void pair_profiles(lml_work *w, const double *theta)
     kb__kernel_profiles(w->kind, w->r2, w->pairs, w->base, w->slope);
 }
 
-/* log p(y | theta), and its gradient into grad (d + 2) when not NULL; -HUGE_VAL when Ky
- * is not positive definite in floating point. The row-major lower triangle of a
+/* log p(y | theta), and its gradient into grad (n_theta entries) when not NULL; -HUGE_VAL
+ * when Ky is not positive definite in floating point. The row-major lower triangle of a
  * symmetric matrix is the column-major upper one, so LAPACK is called column-major on 'U'
  * through the _work entry points: no transposed copies, no allocations, no NaN scans (the
  * inputs are finite by construction). */
@@ -132,13 +150,15 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
 {
     size_t n = w->n, d = w->d;
     double s2 = exp(theta[d]), sn2 = exp(theta[d + 1]);
+    double mix = w->additive ? logistic(theta[d + 2]) : 0.0;
     double base0 = kb__kernel_profile(w->kind, 0.0, NULL);
+    double diag0 = (1.0 - mix) * base0 + mix; /* a point overlaps itself fully */
     pair_profiles(w, theta);
-    const double *base = w->base;
-    for (size_t i = 0; i < n; i++) {
-        for (size_t j = 0; j < i; j++)
-            w->L[i * n + j] = s2 * *base++;
-        w->L[i * n + i] = s2 * base0 + sn2;
+    for (size_t i = 0, p = 0; i < n; i++) {
+        for (size_t j = 0; j < i; j++, p++)
+            w->L[i * n + j] =
+                s2 * (w->additive ? (1.0 - mix) * w->base[p] + mix * w->O[p] : w->base[p]);
+        w->L[i * n + i] = s2 * diag0 + sn2;
     }
     if (LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'U', (int)n, w->L, (int)n) != 0)
         return -HUGE_VAL;
@@ -159,30 +179,43 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
     if (kb__tri_inverse(w->L, n, n, 1) != 0 ||
         LAPACKE_dlauum_work(LAPACK_COL_MAJOR, 'U', (int)n, w->L, (int)n) != 0)
         return -HUGE_VAL;
-    double gs2 = 0.0, gsn2 = 0.0;
+    /* With mix: K / s2 = (1 - mix) base + mix O, so the lengthscales' terms carry
+     * (1 - mix) and dK/dlogit(mix) = s2 (O - base) mix (1 - mix) (0 on the diagonal). */
+    double gs2 = 0.0, gsn2 = 0.0, gmix = 0.0;
     size_t p = 0;
     for (size_t i = 0; i < n; i++) {
         for (size_t j = 0; j < i; j++, p++) {
             double Wij = w->a[i] * w->a[j] - w->L[i * n + j];
-            gs2 += Wij * w->base[p];
+            if (w->additive) {
+                gs2 += Wij * ((1.0 - mix) * w->base[p] + mix * w->O[p]);
+                gmix += Wij * (w->O[p] - w->base[p]);
+            } else {
+                gs2 += Wij * w->base[p];
+            }
             w->r2[p] = Wij * w->slope[p];
         }
         double Wii = w->a[i] * w->a[i] - w->L[i * n + i];
-        gs2 += 0.5 * Wii * base0;
+        gs2 += 0.5 * Wii * diag0;
         gsn2 += 0.5 * Wii;
     }
-    memset(grad, 0, (d + 2) * sizeof *grad);
+    memset(grad, 0, (d + 2 + (w->additive != 0)) * sizeof *grad);
     if (w->pairs)
-        cblas_dgemv(CblasColMajor, CblasTrans, (int)w->pairs, (int)d, -2.0 * s2, w->D2,
-                    (int)w->pairs, w->r2, 1, 0.0, grad, 1);
+        cblas_dgemv(CblasColMajor, CblasTrans, (int)w->pairs, (int)d, -2.0 * s2 * (1.0 - mix),
+                    w->D2, (int)w->pairs, w->r2, 1, 0.0, grad, 1);
     for (size_t k = 0; k < d; k++)
         grad[k] *= exp(-2.0 * theta[k]);
     grad[d] = s2 * gs2;
     grad[d + 1] = sn2 * gsn2;
+    if (w->additive)
+        grad[d + 2] = s2 * gmix * mix * (1.0 - mix);
     return lml;
 }
 
-static double log_prior(size_t d, const double *theta, double *grad)
+/* mix ~ Beta(1, 3), its log density on mix itself: 2 log(1 - mix), whose derivative in
+ * logit(mix) is -2 mix. Mode 0 (the joint kernel alone), mean 1/4: the additive part is
+ * taken where the data show it (docs/BENCHMARKS.md, thirty-seventh session, has the
+ * variants measured). */
+static double log_prior(size_t d, int additive, const double *theta, double *grad)
 {
     double lp = 0.0, g;
     for (size_t k = 0; k < d; k++) {
@@ -196,6 +229,12 @@ static double log_prior(size_t d, const double *theta, double *grad)
     lp += lognormal(theta[d + 1], SN2_MU, SN2_SD, &g);
     if (grad)
         grad[d + 1] += g;
+    if (additive) {
+        double mix = logistic(theta[d + 2]);
+        lp += 2.0 * log1p(-mix);
+        if (grad)
+            grad[d + 2] -= 2.0 * mix;
+    }
     return lp;
 }
 
@@ -207,7 +246,7 @@ double kb__hyper_objective(const kb_kernel *shape, const double *U, const double
     if (work_init(&w, shape, U, y, n) == KB_OK) {
         v = log_marginal(&w, theta, grad);
         if (with_prior && v > -HUGE_VAL)
-            v += log_prior(shape->dim, theta, grad);
+            v += log_prior(shape->dim, shape->additive, theta, grad);
     }
     work_free(&w);
     return v;
@@ -217,7 +256,8 @@ double kb__hyper_objective(const kb_kernel *shape, const double *U, const double
 
 typedef struct fit_ctx {
     lml_work w;
-    double *theta;       /* d + 2, the full vector; free entries written by NLopt */
+    size_t nt;           /* n_theta */
+    double *theta;       /* nt, the full vector; free entries written by NLopt */
     size_t *free_idx, n_free;
     double *grad_full;
 } fit_ctx;
@@ -235,12 +275,14 @@ static double neg_log_post(unsigned nf, const double *x, double *grad, void *ud)
             memset(grad, 0, nf * sizeof *grad);
         return HUGE_VAL;
     }
-    v += log_prior(d, c->theta, grad ? c->grad_full : NULL);
+    v += log_prior(d, c->w.additive, c->theta, grad ? c->grad_full : NULL);
     if (grad)
         for (unsigned i = 0; i < nf; i++)
             grad[i] = -c->grad_full[c->free_idx[i]];
     return -v;
 }
+
+static const double MIX_LOGIT = 6.0; /* mix in [0.0025, 0.9975] */
 
 static void bounds_of(size_t d, size_t idx, double *lo, double *hi)
 {
@@ -248,14 +290,20 @@ static void bounds_of(size_t d, size_t idx, double *lo, double *hi)
         *lo = log(L_LO), *hi = log(L_HI);
     } else if (idx == d) {
         *lo = log(S2_LO), *hi = log(S2_HI);
-    } else {
+    } else if (idx == d + 1) {
         *lo = log(SN2_LO), *hi = log(SN2_HI);
+    } else {
+        *lo = -MIX_LOGIT, *hi = MIX_LOGIT;
     }
 }
 
 /* A start drawn from the priors (normal in theta), clipped to the bounds. */
 static void prior_draw(size_t d, size_t idx, kb_rng *rng, double *x)
 {
+    if (idx == d + 2) { /* logit(mix): starts spread over the middle of its range */
+        *x = fmin(MIX_LOGIT, fmax(-MIX_LOGIT, kb_rng_normal(rng)));
+        return;
+    }
     double mu = idx < d ? l_prior_mu(d) - L_PRIOR_SD * L_PRIOR_SD
                         : idx == d ? S2_MU - S2_SD * S2_SD : SN2_MU - SN2_SD * SN2_SD;
     double sd = idx < d ? L_PRIOR_SD : idx == d ? S2_SD : SN2_SD;
@@ -300,7 +348,7 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
     size_t d = c->w.d, nf = c->n_free;
     nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, (unsigned)nf);
     double *x = malloc(nf * sizeof *x), *lo = malloc(nf * sizeof *lo),
-           *hi = malloc(nf * sizeof *hi), *start = malloc((d + 2) * sizeof *start);
+           *hi = malloc(nf * sizeof *hi), *start = malloc(c->nt * sizeof *start);
     int rc = opt && x && lo && hi && start ? KB_OK : KB_ENOMEM;
     double best = HUGE_VAL;
     if (rc == KB_OK) {
@@ -312,7 +360,7 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
         nlopt_set_maxeval(opt, o->max_evals > 0 ? o->max_evals : 80);
         nlopt_set_ftol_rel(opt, 1e-7);
         nlopt_set_xtol_rel(opt, 1e-5);
-        memcpy(start, c->theta, (d + 2) * sizeof *start);
+        memcpy(start, c->theta, c->nt * sizeof *start);
     }
     for (int s = 0; rc == KB_OK && s <= o->starts; s++) {
         for (size_t i = 0; i < nf; i++) {
@@ -331,9 +379,9 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
             best = f;
             for (size_t i = 0; i < nf; i++)
                 c->theta[c->free_idx[i]] = x[i];
-            memcpy(best_theta, c->theta, (d + 2) * sizeof *best_theta);
+            memcpy(best_theta, c->theta, c->nt * sizeof *best_theta);
         }
-        memcpy(c->theta, start, (d + 2) * sizeof *start); /* fixed entries stay put */
+        memcpy(c->theta, start, c->nt * sizeof *start); /* fixed entries stay put */
     }
     if (opt)
         nlopt_destroy(opt);
@@ -354,9 +402,10 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
     size_t d = k->dim, max_rows = o->max_rows ? o->max_rows : KB_HYPER_ROWS;
     size_t *idx = malloc((n ? n : 1) * sizeof *idx);
     double *Us = malloc((n ? n : 1) * d * sizeof *Us), *ys = malloc((n ? n : 1) * sizeof *ys);
-    double theta[d + 2], best[d + 2], grad_full[d + 2];
-    size_t free_idx[d + 2], n_free = 0;
-    fit_ctx c = {.theta = theta, .free_idx = free_idx, .grad_full = grad_full};
+    size_t nt = n_theta(k);
+    double theta[nt], best[nt], grad_full[nt];
+    size_t free_idx[nt], n_free = 0;
+    fit_ctx c = {.nt = nt, .theta = theta, .free_idx = free_idx, .grad_full = grad_full};
     int rc = idx && Us && ys ? KB_OK : KB_ENOMEM;
     if (rc == KB_OK) {
         /* A uniform sample, chosen without looking at y: its likelihood is the GP's own
@@ -385,12 +434,20 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
         free_idx[n_free++] = d;
     if (!o->fix_noise)
         free_idx[n_free++] = d + 1;
+    if (k->additive) {
+        double m = fmin(0.99, fmax(0.01, k->mix));
+        theta[d + 2] = log(m / (1.0 - m));
+        free_idx[n_free++] = d + 2;
+    }
     c.n_free = n_free;
     if (rc == KB_OK && n_free > 0)
         rc = run_starts(&c, o, rng, best);
     for (size_t i = 0; rc == KB_OK && i < n_free; i++) { /* fixed values stay bit-exact */
         size_t j = free_idx[i];
-        *(j < d ? &k->lengthscales[j] : j == d ? &k->variance : noise) = exp(best[j]);
+        if (j == d + 2)
+            k->mix = logistic(best[j]);
+        else
+            *(j < d ? &k->lengthscales[j] : j == d ? &k->variance : noise) = exp(best[j]);
     }
     work_free(&c.w);
     free(idx);

@@ -215,6 +215,10 @@ struct kb_kernel {
     double *lengthscales;  /* dim entries (owned) */
     size_t *choices;       /* NULL (all ordered), or dim entries: 0 = ordered, c >= 2 =
                             * categorical with c choices (owned) */
+    int additive;          /* stationary kernels with choices: k = variance ((1 - mix)
+                            * base(r^2) + mix overlap), overlap the share of categorical
+                            * coordinates on the same choice (kb__kernel_overlap) */
+    double mix;            /* in [0, 1); read only when additive */
 };
 
 /* Fills *k as kb_kernel_create does (variance 1, lengthscales 1, all ordered), for a
@@ -266,6 +270,9 @@ static inline double kb__coord_d2(const size_t *choices, size_t j, double a, dou
         return kb__category(a, choices[j]) != kb__category(b, choices[j]) ? 1.0 : 0.0;
     return (a - b) * (a - b);
 }
+/* The share of k's categorical coordinates on which x and y take the same choice (1 when
+ * there are none): the additive term of an `additive` kernel. */
+double kb__kernel_overlap(const kb_kernel *k, const double *x, const double *y);
 /* For serialization: the i-th option of a config (common options first). */
 size_t kb__config_count(const kb_config *cfg);
 const kb_option_spec *kb__config_spec(const kb_config *cfg, size_t i);

@@ -6,7 +6,8 @@
  * ||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b), which is where embedding time is spent.
  * A categorical coordinate with c choices becomes c one-hot coordinates of height
  * 1 / (sqrt 2 l) there (kb__kernel_embed), so that different choices are 1 / l^2 apart in
- * r^2 as in kb_kernel_eval (kb__coord_d2).
+ * r^2 as in kb_kernel_eval (kb__coord_d2). An `additive` kernel mixes in an overlap term over
+ * the categorical coordinates (mix_overlap), computed apart from the dgemm.
  * The public kb_kernel is an opaque handle over the struct of internal.h: callers build it
  * with kb_kernel_create and the setters, which validate, so that the evaluation functions
  * below (and the engines, which hold one by value) read its fields without checks.
@@ -324,7 +325,60 @@ double kb_kernel_eval(const kb_kernel *k, const double *x, const double *y)
         else
             acc += (x[j] / l) * (y[j] / l);
     }
-    return k->variance * (k->kind == KB_KERNEL_LINEAR ? acc : stationary(k->kind, acc));
+    if (k->kind == KB_KERNEL_LINEAR)
+        return k->variance * acc;
+    double v = stationary(k->kind, acc);
+    if (k->additive)
+        v = (1.0 - k->mix) * v + k->mix * kb__kernel_overlap(k, x, y);
+    return k->variance * v;
+}
+
+double kb__kernel_overlap(const kb_kernel *k, const double *x, const double *y)
+{
+    size_t same = 0, cats = 0;
+    for (size_t j = 0; k->choices && j < k->dim; j++)
+        if (k->choices[j]) {
+            cats++;
+            same += kb__category(x[j], k->choices[j]) == kb__category(y[j], k->choices[j]);
+        }
+    return cats ? (double)same / (double)cats : 1.0;
+}
+
+/* out (n x m, variance base(r^2) on entry) mixed with the additive term: CoCaBO's sum of
+ * a kernel over the categorical coordinates beside the joint one (Ru, Alvi, Nguyen,
+ * Osborne & Roberts, "Bayesian Optimisation over Multiple Continuous and Categorical
+ * Inputs", ICML 2020, eq. 4), here with the overlap kernel as the sum's categorical part
+ * and the joint product as its other, so that k(x, x) stays `variance`. */
+static void mix_overlap(const kb_kernel *k, const double *X, size_t n, const double *Y,
+                        size_t m, double *out)
+{
+    size_t cats = 0, d = k->dim;
+    for (size_t j = 0; j < d; j++)
+        cats += k->choices[j] != 0;
+    size_t *cx = malloc((n * cats > 0 ? n * cats : 1) * sizeof *cx);
+    size_t *cy = malloc((m * cats > 0 ? m * cats : 1) * sizeof *cy);
+    double a = 1.0 - k->mix, b = k->mix * k->variance / (double)(cats ? cats : 1);
+    for (size_t j = 0, c = 0; cx && cy && j < d; j++) {
+        if (!k->choices[j])
+            continue;
+        for (size_t i = 0; i < n; i++)
+            cx[i * cats + c] = kb__category(X[i * d + j], k->choices[j]);
+        for (size_t i = 0; i < m; i++)
+            cy[i * cats + c] = kb__category(Y[i * d + j], k->choices[j]);
+        c++;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < m; j++) {
+            size_t same = 0;
+            if (cx && cy)
+                for (size_t c = 0; c < cats; c++)
+                    same += cx[i * cats + c] == cy[j * cats + c];
+            else /* out of memory: the same count, pairwise */
+                same = (size_t)lround(kb__kernel_overlap(k, X + i * d, Y + j * d) * (double)cats);
+            out[i * m + j] = a * out[i * m + j] + b * (double)same;
+        }
+    free(cx);
+    free(cy);
 }
 
 void kb_kernel_diag(const kb_kernel *k, const double *X, size_t n, double *out)
@@ -406,6 +460,8 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
         sq_norms(SY, m, e, ny);
         for (size_t i = 0; i < n; i++)
             row(k, nx[i], ny, m, out + i * m);
+        if (k->additive)
+            mix_overlap(k, X, n, Y, m, out);
     }
 done:
     free(SX);

@@ -138,6 +138,49 @@ static void gradient_matches_differences_with_a_categorical(void **state)
     }
 }
 
+/* An additive kernel (kernel.c's overlap term beside the joint one): the value against the
+ * dense posterior of the same kernel (tu_exact_posterior, through kb_kernel_matrix's
+ * mix_overlap, not acq.c's per-row path), the gradient against central differences of
+ * kb__acq_ucb_at itself, and none on the categorical coordinate. */
+static void gradient_matches_differences_with_an_additive_categorical(void **state)
+{
+    (void)state;
+    kb_rng rng;
+    kb_rng_seed(&rng, 9);
+    double U[N * D], y[N], ls[D] = {0.3, 0.6, 0.8};
+    size_t choices[D] = {0, 0, CHOICES};
+    data(&rng, 1, U, y);
+    for (size_t t = 0; t < sizeof STATIONARY / sizeof STATIONARY[0]; t++) {
+        kb_kernel k = {.kind = STATIONARY[t], .dim = D, .variance = 1.3, .lengthscales = ls,
+                       .choices = choices, .additive = 1, .mix = 0.35};
+        for (int p = 0; p < 5; p++) {
+            double x[D], g[D], mean, var;
+            for (size_t j = 0; j < D - 1; j++)
+                x[j] = kb_rng_uniform(&rng);
+            x[D - 1] = ((double)kb_rng_below(&rng, CHOICES) + 0.5) / CHOICES;
+            double u = kb__acq_ucb_at(&k, NOISE, U, y, N, WIDTH, x, g);
+            assert_int_equal(tu_exact_posterior(&k, U, y, N, NOISE, x, 1, &mean, &var), 0);
+            double ud = mean + WIDTH * sqrt(var);
+            if (fabs(u - ud) > 1e-10 * (1 + fabs(ud)))
+                fail_msg("kernel %d point %d: UCB %.15g, dense %.15g", k.kind, p, u, ud);
+            assert_true(g[D - 1] == 0.0);
+            for (size_t j = 0; j < D - 1; j++) {
+                double xp[D], xm[D];
+                memcpy(xp, x, sizeof xp);
+                memcpy(xm, x, sizeof xm);
+                xp[j] += FD_STEP;
+                xm[j] -= FD_STEP;
+                double fd = (kb__acq_ucb_at(&k, NOISE, U, y, N, WIDTH, xp, NULL) -
+                             kb__acq_ucb_at(&k, NOISE, U, y, N, WIDTH, xm, NULL)) /
+                            (2 * FD_STEP);
+                if (fabs(fd - g[j]) > FD_TOL * (1 + fabs(fd)))
+                    fail_msg("kernel %d point %d x[%zu]: gradient %.12g, differences %.12g",
+                             k.kind, p, j, g[j], fd);
+            }
+        }
+    }
+}
+
 /* The linear kernel has no interior maximum to climb to: refinement leaves points as
  * they are (acq.c refines stationary kernels only). */
 static void linear_kernel_is_not_refined(void **state)
@@ -315,6 +358,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gradient_matches_differences_for_each_stationary_kernel),
         cmocka_unit_test(gradient_matches_differences_with_a_categorical),
+        cmocka_unit_test(gradient_matches_differences_with_an_additive_categorical),
         cmocka_unit_test(linear_kernel_is_not_refined),
         cmocka_unit_test(refinement_climbs_inside_the_cube),
         cmocka_unit_test(refined_rows_lie_on_levels),

@@ -40,6 +40,8 @@ static double dense_log_marginal(const kb_kernel *shape, const double *theta, co
         ls[k] = exp(theta[k]);
     kb_kernel *ker = tu_kernel_with(shape->kind, D, exp(theta[D]), ls);
     assert_int_equal(kb_kernel_set_choices(ker, shape->choices, NULL), KB_OK);
+    ker->additive = shape->additive;
+    ker->mix = shape->additive ? 1.0 / (1.0 + exp(-theta[D + 2])) : 0.0;
     double *A = malloc(n * n * sizeof *A), *b = malloc(n * sizeof *b);
     lapack_int *piv = malloc(n * sizeof *piv);
     kb_kernel_matrix(ker, U, n, U, n, A);
@@ -73,22 +75,26 @@ static void likelihood_matches_dense_and_gradient_matches_differences(void **sta
     random_points(&rng, NMAX, U);
     for (size_t i = 0; i < NMAX; i++)
         y[i] = sin(6 * U[i * D]) + U[i * D + 1] * U[i * D + 2] + 0.1 * kb_rng_normal(&rng);
-    double theta[D + 2] = {log(0.3), log(0.7), log(1.9), log(1.3), log(0.02)};
+    double theta[D + 3] = {log(0.3), log(0.7), log(1.9), log(1.3), log(0.02), log(0.3 / 0.7)};
     size_t choices[D] = {0, 0, 3}; /* the third coordinate: 3 unordered choices */
     for (size_t N = 40; N <= NMAX; N += NMAX - 40)
-        for (size_t k = 0; k < 2 * sizeof kinds / sizeof kinds[0]; k++) {
-            kb_kernel *shape = tu_kernel(kinds[k / 2], D, 1.0);
-            assert_int_equal(kb_kernel_set_choices(shape, k % 2 ? choices : NULL, NULL),
+        for (size_t k = 0; k < 3 * sizeof kinds / sizeof kinds[0]; k++) {
+            /* k % 3: ordered only, a categorical coordinate, and that with the additive
+             * overlap term (theta[D + 2] = logit(mix)) */
+            kb_kernel *shape = tu_kernel(kinds[k / 3], D, 1.0);
+            assert_int_equal(kb_kernel_set_choices(shape, k % 3 ? choices : NULL, NULL),
                              KB_OK);
+            shape->additive = k % 3 == 2;
+            size_t nt = D + 2 + (size_t)shape->additive;
             for (int prior = 0; prior <= 1; prior++) {
-                double g[D + 2];
+                double g[D + 3];
                 double v = kb__hyper_objective(shape, U, y, N, theta, g, prior);
                 if (!prior) {
                     double ref = dense_log_marginal(shape, theta, U, y, N);
                     assert_true(fabs(v - ref) <= 1e-9 * fabs(ref));
                 }
-                for (size_t j = 0; j < D + 2; j++) {
-                    double h = 1e-5, tp[D + 2], tm[D + 2];
+                for (size_t j = 0; j < nt; j++) {
+                    double h = 1e-5, tp[D + 3], tm[D + 3];
                     memcpy(tp, theta, sizeof tp);
                     memcpy(tm, theta, sizeof tm);
                     tp[j] += h;
