@@ -206,6 +206,7 @@ static int progress_copy(study *s, study_progress *p, api_error *err)
     p->fits = hp.fits;
     p->kernel_variance = hp.kernel_variance;
     p->noise = hp.noise;
+    p->categorical_mix = hp.categorical_mix;
     p->lengthscales = malloc((hp.dim ? hp.dim : 1) * sizeof *p->lengthscales);
     if (!p->lengthscales)
         return api_fail(err, API_INTERNAL, NULL, "out of memory");

@@ -372,6 +372,9 @@ typedef struct kb_hyperparameters {
     const double *lengthscales; /* dim entries, borrowed until the next engine call */
     double kernel_variance;
     double noise;               /* noise variance in standardized units (lambda) */
+    double categorical_mix;     /* share of kernel_variance in the additive overlap term
+                                 * over categorical parameters (UCB engines on boxes,
+                                 * under noise); 0 when off */
 } kb_hyperparameters;
 
 KB_API int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out);

@@ -204,6 +204,34 @@ static void drop_hidden_dims(kb_engine *e)
     }
 }
 
+/* Categorical main effects, under noise: on a box with categorical parameters the UCB
+ * engines' kernel gets an additive overlap term beside the joint one (kb_kernel.additive,
+ * CoCaBO's sum of kernels: Ru, Alvi, Nguyen, Osborne & Roberts, "Bayesian Optimisation
+ * over Multiple Continuous and Categorical Inputs", ICML 2020, eq. 4), its share `mix`
+ * fitted with the rest (hyper.c), while the noise variance is at least CAT_MIX_NOISE
+ * (standardized units; the default lambda, so the first fit has it). Why: the joint
+ * kernel learns a choice's effect only near the points where it was tried, so an effect
+ * smaller than the noise stays hidden there; the overlap term pools every row with that
+ * choice. Why
+ * not without noise: there the joint kernel resolves each choice locally, and with the
+ * term on, noise-free fits drifted to joint lengthscales near their lower bound (a model
+ * of choice means plus white noise) and lost runs to a wrong choice (docs/BENCHMARKS.md,
+ * thirty-seventh session). Decided before every fit by the noise the fit before found (the
+ * first fit: the starting lambda); the term enters at mix = 0.1 and leaves at 0. A function
+ * of the call sequence, so replay gives the same kernels. */
+static void categorical_mix(kb_engine *e)
+{
+    static const double CAT_MIX_NOISE = 0.01;
+    kb_kernel *k = &e->kernel;
+    int on = e->ops->ucb && k->choices && k->kind != KB_KERNEL_LINEAR &&
+             e->noise >= CAT_MIX_NOISE;
+    if (on && !k->additive)
+        k->mix = 0.1;
+    if (!on)
+        k->mix = 0.0;
+    k->additive = on;
+}
+
 int kb__hyper_refit(kb_engine *e, kb_error *err)
 {
     size_t n = e->n_obs;
@@ -220,6 +248,7 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
     kb_error ferr;
     if (e->fit_ls)
         memcpy(e->kernel.lengthscales, e->fit_ls, e->kernel.dim * sizeof *e->fit_ls);
+    categorical_mix(e);
     int rc = kb__hyper_fit(&e->kernel, &e->noise, e->obs_u, y, n, &e->fit_opts, &e->fit_rng,
                            &ferr);
     free(y);
@@ -268,6 +297,7 @@ int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out)
         .lengthscales = e->kernel.lengthscales,
         .kernel_variance = e->kernel.variance,
         .noise = e->noise,
+        .categorical_mix = e->kernel.additive ? e->kernel.mix : 0.0,
     };
     return KB_OK;
 }
@@ -390,6 +420,8 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
         goto fail;
     }
     setup_fitting(e);
+    if (e->fit_on)
+        categorical_mix(e);
     if (e->fit_on && e->ops->ucb && !space->finite && !e->fit_opts.fix_lengthscales) {
         e->fit_ls = malloc(space->dim * sizeof *e->fit_ls);
         if (!e->fit_ls) {

@@ -69,6 +69,32 @@ static void kernel_matrix_matches_pairwise(void **state)
         free(Y);
         kb_kernel_free(k);
     }
+    /* An additive kernel (two categorical coordinates of 3 and 2 choices beside a float):
+     * the matrix, kb_kernel_eval, and the definition (1 - mix) joint + mix overlap written
+     * out from the joint kernel alone, with k(x, x) = variance. */
+    size_t choices[3] = {0, 3, 2};
+    for (size_t t = 0; t + 1 < sizeof kinds / sizeof kinds[0]; t++) {
+        kb_kernel *k = tu_kernel_with(kinds[t], 3, 1.3, ls);
+        assert_int_equal(kb_kernel_set_choices(k, choices, NULL), KB_OK);
+        double *X = tu_uniform_matrix(&rng, 17, 3, 0, 1), K[17 * 17], R[17 * 17];
+        kb_kernel_matrix(k, X, 17, X, 17, R); /* the joint kernel alone */
+        k->additive = 1;
+        k->mix = 0.3;
+        kb_kernel_matrix(k, X, 17, X, 17, K);
+        for (size_t i = 0; i < 17; i++)
+            for (size_t j = 0; j < 17; j++) {
+                const double *a = X + 3 * i, *b = X + 3 * j;
+                double same = (floor(a[1] * 3) == floor(b[1] * 3)) +
+                              (floor(a[2] * 2) == floor(b[2] * 2));
+                double want = 0.7 * R[i * 17 + j] + 0.3 * 1.3 * same / 2.0;
+                assert_true(fabs(K[i * 17 + j] - want) < 1e-12);
+                assert_true(fabs(kb_kernel_eval(k, a, b) - want) < 1e-12);
+            }
+        for (size_t i = 0; i < 17; i++)
+            assert_true(fabs(K[i * 17 + i] - 1.3) < 1e-12);
+        free(X);
+        kb_kernel_free(k);
+    }
     /* Known values: r = 1 after scaling. */
     double x[1] = {0}, y[1] = {2};
     const struct {
@@ -549,7 +575,7 @@ static void output_warp_spread_floored_by_noise(void **state)
 
 /* A box with a float, an integer of 5 values and a categorical of 4 choices, on gp-ucb
  * (fitted). */
-static kb_engine *levels_engine(void)
+static kb_engine *levels_engine_of(const char *name)
 {
     kb_error err;
     size_t levels[3] = {0, 5, 4};
@@ -557,7 +583,7 @@ static kb_engine *levels_engine(void)
     kb_space *sp = kb_space_new_box(3, 256, &err);
     assert_non_null(sp);
     assert_int_equal(kb_space_set_levels(sp, levels, cat, &err), KB_OK);
-    kb_config *cfg = kb_config_new("gp-ucb", &err);
+    kb_config *cfg = kb_config_new(name, &err);
     assert_int_equal(kb_config_set_number(cfg, "seed", 4, &err), KB_OK);
     kb_engine *e = kb_engine_create(cfg, sp, &err);
     assert_non_null(e);
@@ -565,6 +591,9 @@ static kb_engine *levels_engine(void)
     kb_config_free(cfg);
     return e;
 }
+
+/* gp-ucb on a box of a float, an integer of 5 values and a categorical of 4 choices. */
+static kb_engine *levels_engine(void) { return levels_engine_of("gp-ucb"); }
 
 /* Engine `name` at its defaults on a 3-d box with a pool of 256. */
 static kb_engine *box3_engine(const char *name)
@@ -809,6 +838,63 @@ static void hidden_dimensions_survive_a_restore(void **state)
     next_asks_agree(e, r, 3);
     kb_engine_free(r);
     kb_engine_free(e);
+}
+
+/* Categorical main effects under noise (engine.c, categorical_mix): on a box with a
+ * categorical, the UCB engines' kernel gets the additive overlap term while the fitted
+ * noise is at least 0.01, its fitted share in (0, 1) reported by kb_engine_hyperparameters;
+ * on noise-free data the next fit after one that found noise below 0.01 drops it, and
+ * gp-ts never has it; both report 0. A
+ * restored engine has the same kernel and asks the same points. */
+static void categorical_term_under_noise(void **state)
+{
+    (void)state;
+    static const double COST[4] = {0.0, 0.6, 0.3, 1.0};
+    static const struct {
+        const char *engine;
+        double noise_sd;
+        int on;
+    } cases[] = {{"gp-ucb", 0.3, 1}, {"bbkb", 0.3, 1}, {"gp-ucb", 0.0, 0}, {"gp-ts", 0.3, 0}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        kb_error err;
+        kb_engine *e = levels_engine_of(cases[t].engine);
+        kb_rng drv;
+        kb_rng_seed(&drv, 31);
+        for (int i = 0; i < 80; i++) {
+            double k = (double)kb_rng_below(&drv, 5), c = (double)kb_rng_below(&drv, 4);
+            double x[3] = {kb_rng_uniform(&drv), (k + 0.5) / 5.0, (c + 0.5) / 4.0};
+            double y = sin(5.0 * x[0]) - 0.1 * k - COST[(size_t)c] +
+                       cases[t].noise_sd * kb_rng_normal(&drv);
+            assert_int_equal(kb_engine_observe(e, x, y, &err), KB_OK);
+        }
+        for (int r = 0; r < 9; r++) { /* past the initial design: an ask fits */
+            kb_point p;
+            kb_ask_result res;
+            assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+            assert_int_equal(kb_engine_abandon(e, p.handle, &err), KB_OK);
+        }
+        /* the switch reads the noise of the fit before: the first fit starts at 0.01 */
+        if (cases[t].noise_sd == 0.0)
+            assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
+        kb_hyperparameters hp;
+        assert_int_equal(kb_engine_hyperparameters(e, &hp), KB_OK);
+        assert_true(hp.fits >= 1);
+        assert_int_equal(e->kernel.additive, cases[t].on);
+        if (cases[t].on) {
+            assert_true(e->noise >= 0.01);
+            assert_true(hp.categorical_mix > 0.0 && hp.categorical_mix < 1.0);
+            assert_true(hp.categorical_mix == e->kernel.mix);
+            kb_engine *r = tu_restored(e);
+            assert_true(r->kernel.additive && r->kernel.mix == e->kernel.mix);
+            next_asks_agree(e, r, 3);
+            kb_engine_free(r);
+        } else {
+            assert_true(hp.categorical_mix == 0.0);
+        }
+        if (cases[t].noise_sd == 0.0)
+            assert_true(e->noise < 0.01);
+        kb_engine_free(e);
+    }
 }
 
 /* Issue 12: the order of a categorical's choices changes nothing. Two engines see the same
@@ -1376,6 +1462,7 @@ int main(void)
         cmocka_unit_test(output_warp_spread_floored_by_noise),
         cmocka_unit_test(refit_sets_noise_sd_of_the_warp),
         cmocka_unit_test(categorical_order_does_not_matter),
+        cmocka_unit_test(categorical_term_under_noise),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),
         cmocka_unit_test(engine_figures_by_name),

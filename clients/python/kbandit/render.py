@@ -125,5 +125,7 @@ def _engine_lines(p):
     if h:
         ls = " ".join(num(v) for v in h["lengthscales"])
         lines.append(f"kernel    fitted {num(h['fitted'])} ({h['fits']} fits), lengthscales {ls}, "
-                     f"variance {num(h['kernel_variance'])}, noise {num(h['noise'])}")
+                     f"variance {num(h['kernel_variance'])}, noise {num(h['noise'])}"
+                     + (f", categorical mix {num(h['categorical_mix'])}"
+                        if h.get("categorical_mix") else ""))
     return lines
