@@ -204,18 +204,21 @@ static void drop_hidden_dims(kb_engine *e)
     }
 }
 
-/* Categorical main effects, under noise: on a box with categorical parameters the UCB
- * engines' kernel gets an additive overlap term beside the joint one (kb_kernel.additive,
- * CoCaBO's sum of kernels: Ru, Alvi, Nguyen, Osborne & Roberts, "Bayesian Optimisation
- * over Multiple Continuous and Categorical Inputs", ICML 2020, eq. 4), its share `mix`
- * fitted with the rest (hyper.c), while the noise variance is at least CAT_MIX_NOISE
- * (standardized units; the default lambda, so the first fit has it). Why: the joint
- * kernel learns a choice's effect only near the points where it was tried, so an effect
- * smaller than the noise stays hidden there; the overlap term pools every row with that
- * choice. Why
- * not without noise: there the joint kernel resolves each choice locally, and with the
- * term on, noise-free fits drifted to joint lengthscales near their lower bound (a model
- * of choice means plus white noise) and lost runs to a wrong choice (docs/BENCHMARKS.md,
+/* Categorical main effects under noise, on request (categorical_kernel = additive): on a
+ * box with categorical parameters the UCB engines' kernel gets an additive overlap term
+ * beside the joint one (kb_kernel.additive; CoCaBO's sum of kernels: Ru, Alvi, Nguyen,
+ * Osborne & Roberts, "Bayesian Optimisation over Multiple Continuous and Categorical
+ * Inputs", ICML 2020, eq. 4), its share `mix` fitted with the rest (hyper.c), while the
+ * noise variance is at least CAT_MIX_NOISE (standardized units; the default lambda, so the
+ * first fit has it). Why: the joint kernel learns a choice's effect only near the points
+ * where it was tried, so an effect smaller than the noise stays hidden; the overlap term
+ * pools every row with that choice. Why not without noise: there the joint kernel resolves
+ * each choice locally, and with the term on, noise-free fits drifted to joint lengthscales
+ * near their lower bound (choice means plus white noise) and lost runs to a wrong choice.
+ * Why not by default: where the best continuous values depend on the choice, the term
+ * reads the choices' sampling (the incumbent's choice tried mostly near good points) as a
+ * main effect and held some runs on a wrong choice (held-out train_mixed under noise, 8 x
+ * 125: decided worse, where Mixed and boosting_mixed gained; docs/BENCHMARKS.md,
  * thirty-seventh session). Decided before every fit by the noise the fit before found (the
  * first fit: the starting lambda); the term enters at mix = 0.1 and leaves at 0. A function
  * of the call sequence, so replay gives the same kernels. */
@@ -224,6 +227,7 @@ static void categorical_mix(kb_engine *e)
     static const double CAT_MIX_NOISE = 0.01;
     kb_kernel *k = &e->kernel;
     int on = e->ops->ucb && k->choices && k->kind != KB_KERNEL_LINEAR &&
+             strcmp(kb_config_string(e->cfg, "categorical_kernel"), "additive") == 0 &&
              e->noise >= CAT_MIX_NOISE;
     if (on && !k->additive)
         k->mix = 0.1;

@@ -575,7 +575,7 @@ static void output_warp_spread_floored_by_noise(void **state)
 
 /* A box with a float, an integer of 5 values and a categorical of 4 choices, on gp-ucb
  * (fitted). */
-static kb_engine *levels_engine_of(const char *name)
+static kb_engine *levels_engine_with(const char *name, const char *categorical)
 {
     kb_error err;
     size_t levels[3] = {0, 5, 4};
@@ -585,6 +585,7 @@ static kb_engine *levels_engine_of(const char *name)
     assert_int_equal(kb_space_set_levels(sp, levels, cat, &err), KB_OK);
     kb_config *cfg = kb_config_new(name, &err);
     assert_int_equal(kb_config_set_number(cfg, "seed", 4, &err), KB_OK);
+    assert_int_equal(kb_config_set_string(cfg, "categorical_kernel", categorical, &err), KB_OK);
     kb_engine *e = kb_engine_create(cfg, sp, &err);
     assert_non_null(e);
     kb_space_free(sp);
@@ -593,7 +594,7 @@ static kb_engine *levels_engine_of(const char *name)
 }
 
 /* gp-ucb on a box of a float, an integer of 5 values and a categorical of 4 choices. */
-static kb_engine *levels_engine(void) { return levels_engine_of("gp-ucb"); }
+static kb_engine *levels_engine(void) { return levels_engine_with("gp-ucb", "joint"); }
 
 /* Engine `name` at its defaults on a 3-d box with a pool of 256. */
 static kb_engine *box3_engine(const char *name)
@@ -840,24 +841,27 @@ static void hidden_dimensions_survive_a_restore(void **state)
     kb_engine_free(e);
 }
 
-/* Categorical main effects under noise (engine.c, categorical_mix): on a box with a
- * categorical, the UCB engines' kernel gets the additive overlap term while the fitted
- * noise is at least 0.01, its fitted share in (0, 1) reported by kb_engine_hyperparameters;
- * on noise-free data the next fit after one that found noise below 0.01 drops it, and
- * gp-ts never has it; both report 0. A
+/* Categorical main effects under noise (engine.c, categorical_mix): with categorical_kernel
+ * = additive, on a box with a categorical, the UCB engines' kernel gets the additive
+ * overlap term while the fitted noise is at least 0.01, its fitted share in (0, 1)
+ * reported by kb_engine_hyperparameters; on noise-free data the next fit after one that
+ * found noise below 0.01 drops it, gp-ts never has it and the default (joint) leaves it
+ * off; all three report 0. A
  * restored engine has the same kernel and asks the same points. */
 static void categorical_term_under_noise(void **state)
 {
     (void)state;
     static const double COST[4] = {0.0, 0.6, 0.3, 1.0};
     static const struct {
-        const char *engine;
+        const char *engine, *categorical;
         double noise_sd;
         int on;
-    } cases[] = {{"gp-ucb", 0.3, 1}, {"bbkb", 0.3, 1}, {"gp-ucb", 0.0, 0}, {"gp-ts", 0.3, 0}};
+    } cases[] = {{"gp-ucb", "additive", 0.3, 1}, {"bbkb", "additive", 0.3, 1},
+                 {"gp-ucb", "additive", 0.0, 0}, {"gp-ts", "additive", 0.3, 0},
+                 {"gp-ucb", "joint", 0.3, 0}};
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         kb_error err;
-        kb_engine *e = levels_engine_of(cases[t].engine);
+        kb_engine *e = levels_engine_with(cases[t].engine, cases[t].categorical);
         kb_rng drv;
         kb_rng_seed(&drv, 31);
         for (int i = 0; i < 80; i++) {
