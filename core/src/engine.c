@@ -190,7 +190,8 @@ static double *standardized_y(kb_engine *e)
  * visible effect leaves (where it costs nothing). UCB engines only (kb_engine_ops.ucb): in
  * a Thompson sample the sd enters as a random draw, not as a bonus that every ask
  * collects at the faces, and gp-ts lost by the rule under noise (docs/BENCHMARKS.md,
- * nineteenth session). */
+ * nineteenth session). With the additive categorical term (categorical_mix) the rule still
+ * reads the whole variance s2, not the joint part's (1 - mix) s2: so it was measured. */
 static void drop_hidden_dims(kb_engine *e)
 {
     kb_kernel *k = &e->kernel;
@@ -226,7 +227,7 @@ static void categorical_mix(kb_engine *e)
 {
     static const double CAT_MIX_NOISE = 0.01;
     kb_kernel *k = &e->kernel;
-    int on = e->ops->ucb && k->choices && k->kind != KB_KERNEL_LINEAR &&
+    int on = e->ops->ucb && k->choices && /* fitted, so not the linear kernel */
              strcmp(kb_config_string(e->cfg, "categorical_kernel"), "additive") == 0 &&
              e->noise >= CAT_MIX_NOISE;
     if (on && !k->additive)

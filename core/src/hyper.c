@@ -80,7 +80,7 @@ static double lognormal(double theta, double mu, double sd, double *dtheta)
 typedef struct lml_work {
     kb_kernel_kind kind;
     int additive;    /* theta[d + 2] is logit(mix) (kb_kernel.additive) */
-    size_t n, d, pairs;
+    size_t n, d, pairs, nt; /* nt: entries of theta (n_theta) */
     const double *y;
     double *D2, *r2, *base, *slope, *L, *a;
     double *O;       /* additive only: each pair's overlap (kb__kernel_overlap) */
@@ -96,7 +96,7 @@ static int work_init(lml_work *w, const kb_kernel *k, const double *U, const dou
 {
     size_t d = k->dim, pairs = n * (n - (n > 0)) / 2, np = pairs ? pairs : 1;
     *w = (lml_work){.kind = k->kind, .additive = k->additive, .n = n, .d = d, .pairs = pairs,
-                    .y = y};
+                    .nt = n_theta(k), .y = y};
     w->D2 = malloc(np * d * sizeof *w->D2);
     w->r2 = malloc(np * sizeof *w->r2);
     w->base = malloc(np * sizeof *w->base);
@@ -198,7 +198,7 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
         gs2 += 0.5 * Wii * diag0;
         gsn2 += 0.5 * Wii;
     }
-    memset(grad, 0, (d + 2 + (w->additive != 0)) * sizeof *grad);
+    memset(grad, 0, w->nt * sizeof *grad);
     if (w->pairs)
         cblas_dgemv(CblasColMajor, CblasTrans, (int)w->pairs, (int)d, -2.0 * s2 * (1.0 - mix),
                     w->D2, (int)w->pairs, w->r2, 1, 0.0, grad, 1);
@@ -256,8 +256,7 @@ double kb__hyper_objective(const kb_kernel *shape, const double *U, const double
 
 typedef struct fit_ctx {
     lml_work w;
-    size_t nt;           /* n_theta */
-    double *theta;       /* nt, the full vector; free entries written by NLopt */
+    double *theta;       /* w.nt, the full vector; free entries written by NLopt */
     size_t *free_idx, n_free;
     double *grad_full;
 } fit_ctx;
@@ -348,7 +347,7 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
     size_t d = c->w.d, nf = c->n_free;
     nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, (unsigned)nf);
     double *x = malloc(nf * sizeof *x), *lo = malloc(nf * sizeof *lo),
-           *hi = malloc(nf * sizeof *hi), *start = malloc(c->nt * sizeof *start);
+           *hi = malloc(nf * sizeof *hi), *start = malloc(c->w.nt * sizeof *start);
     int rc = opt && x && lo && hi && start ? KB_OK : KB_ENOMEM;
     double best = HUGE_VAL;
     if (rc == KB_OK) {
@@ -360,7 +359,7 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
         nlopt_set_maxeval(opt, o->max_evals > 0 ? o->max_evals : 80);
         nlopt_set_ftol_rel(opt, 1e-7);
         nlopt_set_xtol_rel(opt, 1e-5);
-        memcpy(start, c->theta, c->nt * sizeof *start);
+        memcpy(start, c->theta, c->w.nt * sizeof *start);
     }
     for (int s = 0; rc == KB_OK && s <= o->starts; s++) {
         for (size_t i = 0; i < nf; i++) {
@@ -379,9 +378,9 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
             best = f;
             for (size_t i = 0; i < nf; i++)
                 c->theta[c->free_idx[i]] = x[i];
-            memcpy(best_theta, c->theta, c->nt * sizeof *best_theta);
+            memcpy(best_theta, c->theta, c->w.nt * sizeof *best_theta);
         }
-        memcpy(c->theta, start, c->nt * sizeof *start); /* fixed entries stay put */
+        memcpy(c->theta, start, c->w.nt * sizeof *start); /* fixed entries stay put */
     }
     if (opt)
         nlopt_destroy(opt);
@@ -405,7 +404,7 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
     size_t nt = n_theta(k);
     double theta[nt], best[nt], grad_full[nt];
     size_t free_idx[nt], n_free = 0;
-    fit_ctx c = {.nt = nt, .theta = theta, .free_idx = free_idx, .grad_full = grad_full};
+    fit_ctx c = {.theta = theta, .free_idx = free_idx, .grad_full = grad_full};
     int rc = idx && Us && ys ? KB_OK : KB_ENOMEM;
     if (rc == KB_OK) {
         /* A uniform sample, chosen without looking at y: its likelihood is the GP's own

@@ -333,14 +333,23 @@ double kb_kernel_eval(const kb_kernel *k, const double *x, const double *y)
     return k->variance * v;
 }
 
-double kb__kernel_overlap(const kb_kernel *k, const double *x, const double *y)
+/* The categorical coordinates of k, and (into *same) those on which x and y agree. */
+static size_t categorical_agreement(const kb_kernel *k, const double *x, const double *y,
+                                    size_t *same)
 {
-    size_t same = 0, cats = 0;
+    size_t cats = 0;
+    *same = 0;
     for (size_t j = 0; k->choices && j < k->dim; j++)
         if (k->choices[j]) {
             cats++;
-            same += kb__category(x[j], k->choices[j]) == kb__category(y[j], k->choices[j]);
+            *same += kb__category(x[j], k->choices[j]) == kb__category(y[j], k->choices[j]);
         }
+    return cats;
+}
+
+double kb__kernel_overlap(const kb_kernel *k, const double *x, const double *y)
+{
+    size_t same, cats = categorical_agreement(k, x, y, &same);
     return cats ? (double)same / (double)cats : 1.0;
 }
 
@@ -374,7 +383,7 @@ static void mix_overlap(const kb_kernel *k, const double *X, size_t n, const dou
                 for (size_t c = 0; c < cats; c++)
                     same += cx[i * cats + c] == cy[j * cats + c];
             else /* out of memory: the same count, pairwise */
-                same = (size_t)lround(kb__kernel_overlap(k, X + i * d, Y + j * d) * (double)cats);
+                categorical_agreement(k, X + i * d, Y + j * d, &same);
             out[i * m + j] = a * out[i * m + j] + b * (double)same;
         }
     free(cx);
