@@ -266,3 +266,14 @@ def _closed_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_kernel_line_shows_the_categorical_mix_only_when_on():
+    """The human `show` output's kernel line (kbandit/render.py): the additive categorical
+    term's share appears when the engine reports one above 0 and is left out at 0."""
+    from kbandit import render
+    h = dict(fitted=True, fits=3, lengthscales=[0.5, 1000.0], kernel_variance=1.2, noise=0.1)
+    off = render._engine_lines({"hyperparameters": dict(h, categorical_mix=0.0)})[-1]
+    on = render._engine_lines({"hyperparameters": dict(h, categorical_mix=0.42)})[-1]
+    assert off.endswith("variance 1.2, noise 0.1"), off
+    assert on == off + ", categorical mix 0.42", on
