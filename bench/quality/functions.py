@@ -8,7 +8,8 @@ added in session 12 to design rules for leaving a wrong basin; TUNING3: mixed sp
 and categorical parameters beside floats, added in session 18 when the held-out mixed
 functions were found far behind TPE under noise) and which are only reported (HELD_OUT,
 and HELD_OUT2: a fresh set added in session 13, with its own seeds, because HELD_OUT had
-been looked at in every session since the sixth) is fixed here, as the quality protocol
+been looked at in every session since the sixth; HELD_OUT3: two mixed spaces added in
+session 38 to judge a categorical default on functions it was not designed on) is fixed here, as the quality protocol
 (docs/REFERENCES.md) asks: never tune on a held-out one.
 """
 import math
@@ -137,6 +138,39 @@ def boosting_loss(p):
             + 2.0 * (p["subsample"] - 0.8) ** 2)
 
 
+# HELD_OUT3 (session 38): two more tuning-like mixed spaces, written before any run on them
+# to judge the categorical_kernel = auto default on functions no rule was designed on. As
+# above, a sum of squares plus a nonnegative offset per choice (0 for one choice), so the
+# minimum is 0 by construction. svm_mixed: the best C and gamma depend on the kernel (and
+# interact), degree matters for poly only, and a second categorical (shrinking) costs a
+# little. forest_mixed: the best max_features depends on bootstrap, and the criterion's
+# effect (0.005) is far below a noise of a tenth of the mean gap.
+SVM_KERNELS = {"rbf": (1.0, -2.0, 0.0), "poly": (0.0, -1.0, 0.04),
+               "sigmoid": (-1.0, -3.0, 0.12), "linear": (0.5, None, 0.08)}
+# (best log10 C, best log10 gamma (None: gamma unused), offset)
+
+
+def svm_loss(p):
+    best_c, best_g, offset = SVM_KERNELS[p["kernel"]]
+    a = math.log10(p["C"]) - best_c
+    b = 0.0 if best_g is None else math.log10(p["gamma"]) - best_g
+    degree = 0.03 * (p["degree"] - 3) ** 2 if p["kernel"] == "poly" else 0.0
+    return (offset + 0.3 * a * a + 0.4 * b * b + 0.2 * a * b + degree
+            + (0.01 if p["shrinking"] == "off" else 0.0))
+
+
+FOREST_BOOTSTRAP = {"yes": (0.3, 0.0), "no": (0.5, 0.03)}  # (best max_features, offset)
+FOREST_CRITERIA = {"gini": 0.0, "entropy": 0.005, "log_loss": 0.005}
+
+
+def forest_loss(p):
+    best_mf, offset = FOREST_BOOTSTRAP[p["bootstrap"]]
+    return (offset + FOREST_CRITERIA[p["criterion"]]
+            + 0.1 * (math.log10(p["n_estimators"]) - math.log10(300)) ** 2
+            + 1.5 * (p["max_features"] - best_mf) ** 2
+            + 0.05 * (math.log2(p["min_samples_leaf"]) - 2.0) ** 2)
+
+
 def floats(names, low, high):
     return [{"name": n, "type": "float", "low": low, "high": high} for n in names]
 
@@ -261,6 +295,26 @@ FUNCTIONS = {
                 {"name": "booster", "type": "categorical",
                  "choices": ["dart", "linear", "gbtree"]}],
         f=boosting_loss, fmin=0.0),
+    # HELD_OUT3: minimum 0 at rbf, C 10, gamma 0.01, shrinking on (any degree).
+    "svm_mixed": dict(
+        params=[{"name": "C", "type": "float", "low": 1e-3, "high": 1e3, "log": True},
+                {"name": "gamma", "type": "float", "low": 1e-4, "high": 10.0, "log": True},
+                {"name": "kernel", "type": "categorical",
+                 "choices": ["rbf", "poly", "sigmoid", "linear"]},
+                {"name": "degree", "type": "int", "low": 2, "high": 5},
+                {"name": "shrinking", "type": "categorical", "choices": ["on", "off"]}],
+        f=svm_loss, fmin=0.0),
+    # HELD_OUT3: minimum 0 at 300 trees, max_features 0.3, 4 samples per leaf, gini,
+    # bootstrap.
+    "forest_mixed": dict(
+        params=[{"name": "n_estimators", "type": "int", "low": 10, "high": 1000, "log": True},
+                {"name": "max_features", "type": "float", "low": 0.05, "high": 1.0},
+                {"name": "min_samples_leaf", "type": "int", "low": 1, "high": 32,
+                 "log": True},
+                {"name": "criterion", "type": "categorical",
+                 "choices": ["gini", "entropy", "log_loss"]},
+                {"name": "bootstrap", "type": "categorical", "choices": ["yes", "no"]}],
+        f=forest_loss, fmin=0.0),
     # Session 18, TUNING3 (mixed spaces for tuning): Hartmann-3 plus 0.1 per step of an int
     # away from 6 plus a 4-choice cost; minimum at n = 6, matern52 and Hartmann-3's
     # minimizer, whose value with these constants (Nelder-Mead, then BFGS) is 2.4e-6 above
@@ -293,8 +347,11 @@ HELD_OUT_SEEDS = [101, 102, 103, 104, 105]
 HELD_OUT2 = ["goldstein_price", "powell8", "dixon_price6", "colville4", "camel_in16",
              "train_mixed", "boosting_mixed"]
 HELD_OUT2_SEEDS = list(range(201, 211))
+HELD_OUT3 = ["svm_mixed", "forest_mixed"]
+HELD_OUT3_SEEDS = list(range(301, 311))
 
 # Every set with its seeds, by the name run.py's --set takes. Each function is in one set.
 SETS = {"tuning": (TUNING, TUNING_SEEDS), "tuning2": (TUNING2, TUNING_SEEDS),
         "tuning3": (TUNING3, TUNING_SEEDS),
-        "held-out": (HELD_OUT, HELD_OUT_SEEDS), "held-out2": (HELD_OUT2, HELD_OUT2_SEEDS)}
+        "held-out": (HELD_OUT, HELD_OUT_SEEDS), "held-out2": (HELD_OUT2, HELD_OUT2_SEEDS),
+        "held-out3": (HELD_OUT3, HELD_OUT3_SEEDS)}

@@ -1,5 +1,5 @@
-"""The known minima of the second and third tuning sets and of the fresh held-out set
-(bench/quality/functions.py, TUNING2, TUNING3 and HELD_OUT2): each function reaches its
+"""The known minima of the second and third tuning sets and of the fresh held-out sets
+(bench/quality/functions.py, TUNING2, TUNING3, HELD_OUT2 and HELD_OUT3): each function reaches its
 stated fmin at its known minimizer(s) and no sampled point lies below it, so that simple
 regrets measured on them are distances to the true optimum."""
 import math
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "quality"))
-from functions import FUNCTIONS, HELD_OUT2, TUNING2, TUNING3  # noqa: E402
+from functions import FUNCTIONS, HELD_OUT2, HELD_OUT3, TUNING2, TUNING3  # noqa: E402
 
 MINIMIZERS = {"ackley5": 0.0, "rastrigin4": 0.0, "schwefel4": 420.9687463}
 
@@ -39,13 +39,20 @@ HELD_OUT2_MINIMIZERS = {
                         "subsample": 0.8, "booster": "gbtree"}],
 }
 
+HELD_OUT3_MINIMIZERS = {
+    "svm_mixed": [{"C": 10.0, "gamma": 0.01, "kernel": "rbf", "degree": d, "shrinking": "on"}
+                  for d in (2, 5)],
+    "forest_mixed": [{"n_estimators": 300, "max_features": 0.3, "min_samples_leaf": 4,
+                      "criterion": "gini", "bootstrap": "yes"}],
+}
+
 TUNING3_MINIMIZERS = {
     "hartmann3_mixed": [{"x0": 0.11458887930324516, "x1": 0.5556488952654733,
                          "x2": 0.8525469855113912, "n": 6, "kernel": "matern52"}],
     "rosenbrock_mixed": [{"a": 1.0, "b": 1.0, "c": 1, "solver": "lbfgs"}],
 }
 # Every function whose minimizers are written out above.
-STATED_MINIMIZERS = {**HELD_OUT2_MINIMIZERS, **TUNING3_MINIMIZERS}
+STATED_MINIMIZERS = {**HELD_OUT2_MINIMIZERS, **HELD_OUT3_MINIMIZERS, **TUNING3_MINIMIZERS}
 
 
 def point(name, value):
@@ -75,6 +82,7 @@ def test_known_minimizers_reach_fmin():
 
 def test_stated_minimizers_reach_fmin():
     assert sorted(HELD_OUT2_MINIMIZERS) == sorted(HELD_OUT2)
+    assert sorted(HELD_OUT3_MINIMIZERS) == sorted(HELD_OUT3)
     assert sorted(TUNING3_MINIMIZERS) == sorted(TUNING3)
     for name, points in STATED_MINIMIZERS.items():
         fn = FUNCTIONS[name]
@@ -95,7 +103,7 @@ def test_stated_minimizers_lie_in_the_box():
 
 def test_no_sample_below_fmin():
     rng = random.Random(12)
-    for name in TUNING2 + TUNING3 + HELD_OUT2:
+    for name in TUNING2 + TUNING3 + HELD_OUT2 + HELD_OUT3:
         fn = FUNCTIONS[name]
         for _ in range(20000):
             p = sample(fn["params"], rng)
