@@ -20,7 +20,7 @@ static const char *const output_scaling_choices[] = {"auto", "warp", "standardiz
                                                      NULL};
 static const char *const repeats_choices[] = {"allow", "no_pending", "never", NULL};
 static const char *const hyper_choices[] = {"fit", "fixed", NULL};
-static const char *const categorical_choices[] = {"auto", "joint", "additive", NULL};
+static const char *const categorical_choices[] = {"joint", "additive", NULL};
 
 static const kb_option_spec common_options[] = {
     {"seed", KB_OPT_INTEGER, 0, 9007199254740992.0, 0, 0, NULL, NULL,
@@ -50,11 +50,10 @@ static const kb_option_spec common_options[] = {
     {"hyperparameters", KB_OPT_STRING, 0, 0, 0, 0, "fit", hyper_choices,
      "fit: lengthscales, kernel_variance and the noise (lambda) not set are fitted to the "
      "data by type-II MAP on a schedule (core/src/hyper.c); fixed: used as set or defaulted"},
-    {"categorical_kernel", KB_OPT_STRING, 0, 0, 0, 0, "auto", categorical_choices,
+    {"categorical_kernel", KB_OPT_STRING, 0, 0, 0, 0, "joint", categorical_choices,
      "joint: categorical parameters are coordinates of the one kernel; additive: the UCB "
      "engines on a box add a fitted additive term over them while the fitted noise is at "
-     "least 0.01; auto: the same, from when the noise hides a categorical parameter from "
-     "the joint kernel (engine.c, categorical_mix)"},
+     "least 0.01 (engine.c, categorical_mix)"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 

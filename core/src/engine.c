@@ -205,46 +205,31 @@ static void drop_hidden_dims(kb_engine *e)
     }
 }
 
-/* Categorical main effects under noise (categorical_kernel): on a box with categorical
- * parameters the UCB engines' kernel can get an additive overlap term beside the joint one
- * (kb_kernel.additive; CoCaBO's sum of kernels: Ru, Alvi, Nguyen, Osborne & Roberts,
- * "Bayesian Optimisation over Multiple Continuous and Categorical Inputs", ICML 2020,
- * eq. 4), its share `mix` fitted with the rest (hyper.c), only while the noise variance is
- * at least CAT_MIX_NOISE (standardized units; the default lambda, so the first fit has it).
- * Why: the joint kernel learns a choice's effect only near the points where it was tried,
- * so an effect smaller than the noise stays hidden; the overlap term pools every row with
- * that choice. Why not without noise: there the joint kernel resolves each choice locally,
- * and with the term on, noise-free fits drifted to joint lengthscales near their lower
- * bound (choice means plus white noise) and lost runs to a wrong choice.
- * "auto" (the default) lets the term in only once the noise has hidden a categorical
- * coordinate from the joint kernel (drop_hidden_dims), and keeps it while the noise stays:
- * where the joint kernel still sees every choice it is left alone. Why: where the best
- * continuous values depend on the choice, an always-on term ("additive") reads the
- * choices' sampling (the incumbent's choice tried mostly near good points) as a main
- * effect and held some runs on a wrong choice (held-out train_mixed, 8 x 125, seeds
- * 501-515); the gated term was decided better on the held-out mixed functions under noise
- * on fresh seeds at both budgets and never moved train_mixed (docs/BENCHMARKS.md,
- * thirty-seventh and thirty-eighth sessions). Decided before every fit by the noise and
- * the hidden coordinates the fit before left (the first fit: the starting lambda, nothing
- * hidden); the term enters at mix = 0.1 and leaves at 0. A function of the call sequence,
- * so replay gives the same kernels. */
-static int categorical_hidden(const kb_kernel *k)
-{
-    for (size_t j = 0; j < k->dim; j++)
-        if (k->choices[j] && k->lengthscales[j] >= KB_OFF_LENGTHSCALE)
-            return 1;
-    return 0;
-}
-
+/* Categorical main effects under noise, on request (categorical_kernel = additive): on a
+ * box with categorical parameters the UCB engines' kernel gets an additive overlap term
+ * beside the joint one (kb_kernel.additive; CoCaBO's sum of kernels: Ru, Alvi, Nguyen,
+ * Osborne & Roberts, "Bayesian Optimisation over Multiple Continuous and Categorical
+ * Inputs", ICML 2020, eq. 4), its share `mix` fitted with the rest (hyper.c), while the
+ * noise variance is at least CAT_MIX_NOISE (standardized units; the default lambda, so the
+ * first fit has it). Why: the joint kernel learns a choice's effect only near the points
+ * where it was tried, so an effect smaller than the noise stays hidden; the overlap term
+ * pools every row with that choice. Why not without noise: there the joint kernel resolves
+ * each choice locally, and with the term on, noise-free fits drifted to joint lengthscales
+ * near their lower bound (choice means plus white noise) and lost runs to a wrong choice.
+ * Why not by default: where the best continuous values depend on the choice, the term
+ * reads the choices' sampling (the incumbent's choice tried mostly near good points) as a
+ * main effect and held some runs on a wrong choice (held-out train_mixed under noise, 8 x
+ * 125: decided worse, where Mixed and boosting_mixed gained; docs/BENCHMARKS.md,
+ * thirty-seventh session). Decided before every fit by the noise the fit before found (the
+ * first fit: the starting lambda); the term enters at mix = 0.1 and leaves at 0. A function
+ * of the call sequence, so replay gives the same kernels. */
 static void categorical_mix(kb_engine *e)
 {
     static const double CAT_MIX_NOISE = 0.01;
     kb_kernel *k = &e->kernel;
-    const char *mode = kb_config_string(e->cfg, "categorical_kernel");
     int on = e->ops->ucb && k->choices && /* fitted, so not the linear kernel */
-             strcmp(mode, "joint") != 0 && e->noise >= CAT_MIX_NOISE;
-    if (on && strcmp(mode, "auto") == 0 && !k->additive)
-        on = categorical_hidden(k);
+             strcmp(kb_config_string(e->cfg, "categorical_kernel"), "additive") == 0 &&
+             e->noise >= CAT_MIX_NOISE;
     if (on && !k->additive)
         k->mix = 0.1;
     if (!on)
@@ -266,9 +251,9 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
      * own noise, for a third of the cost. */
     e->fit_opts.max_evals = n > KB_HYPER_ROWS ? 10 : 0;
     kb_error ferr;
-    categorical_mix(e); /* reads the hidden coordinates before fit_ls restores them */
     if (e->fit_ls)
         memcpy(e->kernel.lengthscales, e->fit_ls, e->kernel.dim * sizeof *e->fit_ls);
+    categorical_mix(e);
     int rc = kb__hyper_fit(&e->kernel, &e->noise, e->obs_u, y, n, &e->fit_opts, &e->fit_rng,
                            &ferr);
     free(y);
