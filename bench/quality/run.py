@@ -4,7 +4,7 @@ Optuna's samplers on the same box functions, budgets and parallelism, through th
 daemon over HTTP, as the quality protocol (docs/REFERENCES.md) prescribes.
 
     bench/quality/run.py [--functions branin,hartmann6] [--engines default,gp-ucb,optuna-tpe]
-                         [--seeds 1,2,3 | --set tuning|tuning2|tuning3|held-out|held-out2|held-out3]
+                         [--seeds 1,2,3 | --set tuning|tuning2|tuning3|held-out|held-out2|held-out3|...]
                          [--budgets 4x50,8x125]
                          [--out results.json] [--settings '{"beta_scale": 0.5}']
                          [--eval-ms 20 | --lockstep] [--noise 0.1]
@@ -30,12 +30,12 @@ same calls on every run, so builds can be compared seed by seed; Optuna runs are
 by it. Nothing is tuned here: functions.py says which functions and seeds are for tuning
 and which are held out (--set held-out2 is the fresh held-out set of session 13, seeds
 201-210; like tuning2 and tuning3, the mixed spaces of session 18, it is run only when
-named, as is held-out3, two mixed spaces of session 38, seeds 301-310). --noise L tells
-every engine f(x) + e, e ~ N(0, (L gap)^2) with gap = mean f - min f (so L is
-scale-free: 0.1 is a tenth of random search's mean regret), seeded per run (per worker
-when threaded), as a validation score carries noise; simple regret and regret ratio
-stay those of the noiseless f at the points told (the best true value among them), for
-kbandit and Optuna alike.
+named, as are held-out3 and held-out4, mixed spaces of session 38, seeds 301-310 and
+401-410). --noise L tells every engine f(x) + e, e ~ N(0, (L gap)^2) with gap = mean f -
+min f (so L is scale-free: 0.1 is a tenth of random search's mean regret), seeded per run
+(per worker when threaded), as a validation score carries noise; simple regret and regret
+ratio stay those of the noiseless f at the points told (the best true value among them),
+for kbandit and Optuna alike.
 """
 import argparse
 import http.client
@@ -339,9 +339,8 @@ def parse_budgets(text):
 
 def plan(functions, set_name, seeds):
     """(function, its set, seeds) for each function to run. The functions are --functions
-    or, by default, those of --set ("both": tuning and held-out; tuning2, tuning3,
-    held-out2 and held-out3 run only when named); --set filters them even when --seeds
-    replaces the set's seeds."""
+    or, by default, those of --set ("both": tuning and held-out; the other sets run only
+    when named); --set filters them even when --seeds replaces the set's seeds."""
     names = functions.split(",") if functions else (
         TUNING + HELD_OUT if set_name == "both" else SETS[set_name][0])
     out = []
@@ -360,7 +359,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--functions", default=None,
                     help="comma-separated; default: the functions of --set (tuning2, "
-                         "tuning3, held-out2 and held-out3 only when named)")
+                         "the sets other than tuning and held-out only when named)")
     ap.add_argument("--engines", default="default,gp-ucb,optuna-tpe,optuna-random")
     ap.add_argument("--seeds", default=None, help="comma-separated; default: per --set")
     ap.add_argument("--set", choices=[*SETS, "both"], default="both")
