@@ -197,7 +197,8 @@ KB_API size_t kb_space_size(const kb_space *space);
  *   fitted also compress the tail of the worse half of the values),
  *   repeats ("allow" | "no_pending" | "never"; "allow"),
  *   pool_size (box spaces only, >= 1; 2048),
- *   categorical_kernel ("joint" | "additive"; "joint": see README, fitted hyperparameters).
+ *   categorical_kernel ("additive" | "joint"; "additive": see README, fitted
+ *   hyperparameters).
  * Engine-specific options are listed by kb_engine_options(). */
 typedef struct kb_config kb_config;
 
@@ -374,8 +375,9 @@ typedef struct kb_hyperparameters {
     double kernel_variance;
     double noise;               /* noise variance in standardized units (lambda) */
     double categorical_mix;     /* share of kernel_variance in the additive overlap term
-                                 * over categorical parameters (categorical_kernel =
-                                 * additive, UCB engines on boxes, under noise); 0 off */
+                                 * over categorical parameters (UCB engines on
+                                 * boxes, under noise, unless categorical_kernel =
+                                 * joint); 0 off */
 } kb_hyperparameters;
 
 KB_API int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out);
