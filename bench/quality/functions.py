@@ -140,7 +140,8 @@ def boosting_loss(p):
 
 
 # HELD_OUT3 (session 38): two more tuning-like mixed spaces, written before any run on them
-# to judge the categorical_kernel = auto default on functions no rule was designed on. As
+# to judge categorical defaults on functions no rule was designed on (they decided against
+# a gated term, docs/BENCHMARKS.md, thirty-eighth session). As
 # above, a sum of squares plus a nonnegative offset per choice (0 for one choice), so the
 # minimum is 0 by construction. svm_mixed: the best C and gamma depend on the kernel (and
 # interact), degree matters for poly only, and a second categorical (shrinking) costs a
@@ -172,9 +173,9 @@ def forest_loss(p):
             + 0.05 * (math.log2(p["min_samples_leaf"]) - 2.0) ** 2)
 
 
-# HELD_OUT4 (session 38): two more mixed spaces, written before the rule they judge (an
-# additive categorical term over only the choices the noise hides) was built, and before
-# any run on them. Same construction (minimum 0). nn_mixed: the best learning rate
+# HELD_OUT4 (session 38): two more mixed spaces, written before the rule they first judged
+# (an additive categorical term over only the choices the noise hides, not landed) was
+# built, and before any run on them. Same construction (minimum 0). nn_mixed: the best learning rate
 # depends on the activation and the batch size; norm's effects are small. gbm_mixed: the
 # best feature fraction depends on the objective; bagging costs little.
 NN_ACTIVATIONS = {"relu": (-3.0, 0.0), "gelu": (-3.0, 0.01), "tanh": (-2.0, 0.06),

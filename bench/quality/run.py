@@ -4,7 +4,8 @@ Optuna's samplers on the same box functions, budgets and parallelism, through th
 daemon over HTTP, as the quality protocol (docs/REFERENCES.md) prescribes.
 
     bench/quality/run.py [--functions branin,hartmann6] [--engines default,gp-ucb,optuna-tpe]
-                         [--seeds 1,2,3 | --set tuning|tuning2|tuning3|held-out|held-out2|held-out3|...]
+                         [--seeds 1,2,3 | --set tuning|tuning2|tuning3|held-out|held-out2
+                                            |held-out3|held-out4]
                          [--budgets 4x50,8x125]
                          [--out results.json] [--settings '{"beta_scale": 0.5}']
                          [--eval-ms 20 | --lockstep] [--noise 0.1]
@@ -358,8 +359,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--functions", default=None,
-                    help="comma-separated; default: the functions of --set (tuning2, "
-                         "the sets other than tuning and held-out only when named)")
+                    help="comma-separated; default: the functions of --set (sets other "
+                         "than tuning and held-out only when named)")
     ap.add_argument("--engines", default="default,gp-ucb,optuna-tpe,optuna-random")
     ap.add_argument("--seeds", default=None, help="comma-separated; default: per --set")
     ap.add_argument("--set", choices=[*SETS, "both"], default="both")

@@ -51,9 +51,9 @@ static const kb_option_spec common_options[] = {
      "fit: lengthscales, kernel_variance and the noise (lambda) not set are fitted to the "
      "data by type-II MAP on a schedule (core/src/hyper.c); fixed: used as set or defaulted"},
     {"categorical_kernel", KB_OPT_STRING, 0, 0, 0, 0, "additive", categorical_choices,
-     "joint: categorical parameters are coordinates of the one kernel; additive: the UCB "
-     "engines on a box add a fitted additive term over them while the fitted noise is at "
-     "least 0.01 (engine.c, categorical_mix)"},
+     "additive (the default): the UCB engines on a box add a fitted additive term over the "
+     "categorical parameters while the fitted noise is at least 0.01 (engine.c, "
+     "categorical_mix); joint: categorical parameters are coordinates of the one kernel"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 

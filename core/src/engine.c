@@ -224,9 +224,9 @@ static void drop_hidden_dims(kb_engine *e)
  * near good points) as a main effect and hold a run on a wrong choice (train_mixed, 8 x
  * 125, seeds 501-515: decided worse on 15 seeds, not on 60 fresh ones; thirty-seventh
  * session). Gating it on a choice the noise hides was worse (thirty-eighth session).
- * Decided before every fit by the noise the fit before found (the
- * first fit: the starting lambda); the term enters at mix = 0.1 and leaves at 0. A function
- * of the call sequence, so replay gives the same kernels. */
+ * Decided before every fit by the noise the fit before found (the first fit: the starting
+ * lambda); the term enters at mix = 0.1 and leaves at 0. A function of the call sequence,
+ * so replay gives the same kernels. */
 static void categorical_mix(kb_engine *e)
 {
     static const double CAT_MIX_NOISE = 0.01;

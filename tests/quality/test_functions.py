@@ -1,8 +1,7 @@
 """The known minima of the second and third tuning sets and of the fresh held-out sets
-(bench/quality/functions.py, TUNING2, TUNING3, HELD_OUT2, HELD_OUT3 and HELD_OUT4): each function
-reaches its
-stated fmin at its known minimizer(s) and no sampled point lies below it, so that simple
-regrets measured on them are distances to the true optimum."""
+(bench/quality/functions.py, TUNING2, TUNING3, HELD_OUT2, HELD_OUT3 and HELD_OUT4): each
+function reaches its stated fmin at its known minimizer(s) and no sampled point lies below
+it, so that simple regrets measured on them are distances to the true optimum."""
 import math
 import random
 import sys
