@@ -4,7 +4,7 @@
  * --dim floats observes --n points of a smooth function whose value depends on the first
  * 6 coordinates only (the usual case in tuning: most dimensions inactive), asks until
  * its hyperparameters are fitted and its pool was redrawn once, then times --reps pool
- * refreshes with refinement (kb__refresh_pool(e, 1)) and as many without, alternately.
+ * refreshes with refinement (kb__refresh_pool(e, 1, 0.0)) and as many without, alternately.
  * Times are CPU time of the calling thread. One JSON line: the medians, their difference
  * (the refinement's cost per refresh) and the refreshes per ask of gp-ucb at this n (one
  * per 1 + n / 16 new observations), so the cost per ask is the difference times that rate.
@@ -92,9 +92,9 @@ int main(int argc, char **argv)
         return 1;
     for (size_t r = 0; r < reps; r++) {
         double t0 = cpu_now();
-        kb__refresh_pool(e, 1);
+        kb__refresh_pool(e, 1, 0.0);
         double t1 = cpu_now();
-        kb__refresh_pool(e, 0);
+        kb__refresh_pool(e, 0, 0.0);
         with[r] = t1 - t0;
         without[r] = cpu_now() - t1;
     }

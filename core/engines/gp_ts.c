@@ -199,7 +199,7 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
             return kb__fail(err, KB_ENUMERIC, "lambda",
                             "kernel matrix + lambda I is not positive definite");
     if (!e->space->finite && st->since_pool >= st->pool_refresh) {
-        kb__refresh_pool(e, 0);
+        kb__refresh_pool(e, 0, 0.0);
         rebuild_candidates(e, st);
         st->since_pool = 0;
     }

@@ -464,7 +464,7 @@ static int pool_due(const kb_engine *e, const gp_state *s)
 /* Box spaces: a new pool around the best points, and everything candidate-sized with it. */
 static int refresh_pool(kb_engine *e, gp_state *s)
 {
-    kb__refresh_pool(e, 1);
+    kb__refresh_pool(e, 1, 0.0);
     s->obs_at_refresh = e->n_obs;
     return rebuild(e, s);
 }

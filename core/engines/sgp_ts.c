@@ -312,7 +312,7 @@ static int pool_due(const kb_engine *e, const sgp_ts *st)
 /* A new pool and the features at it; the caller embeds the model at it (embed_fill). */
 static void redraw_pool(kb_engine *e, sgp_ts *st)
 {
-    kb__refresh_pool(e, 0);
+    kb__refresh_pool(e, 0, 0.0);
     kb__ts_features_eval(&st->feat, e->space->u, e->space->n, st->PhiA);
     st->since_pool = 0;
 }

@@ -1145,12 +1145,22 @@ double kb__output_y(kb_engine *e, double y)
     return (warp_tail(e, y) - mean) / sd;
 }
 
-/* Indices of up to `k` best observations, best first (insertion into a short list). */
-static size_t best_obs(const kb_engine *e, size_t k, size_t *idx)
+/* Whether observation i takes choice l of the categorical coordinate j. */
+static int takes_choice(const kb_engine *e, size_t i, size_t j, size_t l)
+{
+    const kb_space *s = e->space;
+    return kb__category(e->obs_u[i * s->dim + j], s->levels[j]) == l;
+}
+
+/* Indices of up to `k` best observations, best first (insertion into a short list);
+ * with j < dim, only those taking choice l of the categorical coordinate j. */
+static size_t best_obs(const kb_engine *e, size_t k, size_t *idx, size_t j, size_t l)
 {
     size_t n = 0;
     for (size_t i = 0; i < e->n_obs; i++) {
         size_t p;
+        if (j < e->space->dim && !takes_choice(e, i, j, l))
+            continue;
         if (n < k)
             p = n++;
         else if (e->obs_y[i] > e->obs_y[idx[k - 1]])
@@ -1185,17 +1195,68 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
     free(y);
 }
 
-void kb__refresh_pool(kb_engine *e, int refine)
+/* Choice floors (bbkb's and bkb's option choice_floor, default 2): on a box with
+ * categorical parameters, once the initial design is told, a choice l of a categorical
+ * coordinate with c choices that t observations took fewer than
+ *     floor(t) = min(choice_floor x 2 sqrt(t ln c / ((e - 1) c)),  t / (2 c))
+ * times is given the next epoch's whole pool: every pool point takes choice l, and the
+ * local half is centered on the best observations that took it. The first term is the
+ * number of uniform draws EXP3 makes of each arm in t rounds (exploration rate gamma_s =
+ * sqrt(c ln c / ((e - 1) s)), Auer, Cesa-Bianchi, Freund & Schapire, "The nonstochastic
+ * multiarmed bandit problem", SIAM J. Comput. 32(1), 2002, Corollary 3.2; CoCaBO, Ru et
+ * al., ICML 2020, chooses categorical values by EXP3); the second keeps the floors of a
+ * categorical's choices to half the trials. The most starved choice goes first. Why: the
+ * kernel's lengthscales are shared by every choice, so where the best continuous values
+ * depend on the choice, a choice tried a few times away from its own optimum looks worse
+ * than it is everywhere, and neither the UCB nor a wider width sends trials there
+ * (svm_mixed's rbf kernel, which needs the right gamma, against linear, good for any;
+ * choice_trap). 2 was set on choice_trap and the mixed tuning functions and judged on
+ * the seven held-out mixed spaces (docs/BENCHMARKS.md, thirty-ninth session). A function
+ * of the observations, so replay gives the same pools; pending points are not counted,
+ * so a floor may be overshot by one epoch's points. */
+static int starved_choice(const kb_engine *e, double choice_floor, size_t *fj, size_t *fl)
+{
+    const kb_space *s = e->space;
+    if (!(choice_floor > 0.0) || !s->categorical || e->n_obs < e->design_n || e->n_obs < 2)
+        return 0;
+    double t = (double)e->n_obs, worst = 0.0;
+    int found = 0;
+    for (size_t j = 0; j < s->dim; j++) {
+        if (!s->categorical[j])
+            continue;
+        double c = (double)s->levels[j];
+        double floor_t = fmin(choice_floor * 2.0 * sqrt(t * log(c) / ((M_E - 1.0) * c)),
+                              t / (2.0 * c));
+        for (size_t l = 0; l < s->levels[j]; l++) {
+            size_t n = 0;
+            for (size_t i = 0; i < e->n_obs; i++)
+                n += (size_t)takes_choice(e, i, j, l);
+            if (floor_t - (double)n > worst) {
+                worst = floor_t - (double)n;
+                *fj = j;
+                *fl = l;
+                found = 1;
+            }
+        }
+    }
+    return found;
+}
+
+void kb__refresh_pool(kb_engine *e, int refine, double choice_floor)
 {
     if (e->space->finite)
         return;
     enum { NBEST = 8 };
-    size_t idx[NBEST], d = e->space->dim;
-    size_t nb = best_obs(e, NBEST, idx);
+    kb_space *s = e->space;
+    size_t idx[NBEST], d = s->dim, fj = d, fl = 0;
+    int starved = starved_choice(e, choice_floor, &fj, &fl);
+    size_t nb = best_obs(e, NBEST, idx, fj, fl);
     double best[NBEST * d > 0 ? NBEST * d : 1];
     for (size_t i = 0; i < nb; i++)
         memcpy(best + i * d, e->obs_u + idx[i] * d, d * sizeof(double));
-    kb__space_refresh_pool(e->space, &e->rng, nb ? best : NULL, nb, e->kernel.lengthscales);
+    kb__space_refresh_pool(s, &e->rng, nb ? best : NULL, nb, e->kernel.lengthscales);
+    for (size_t i = 0; starved && i < s->n; i++)
+        s->rows[i * d + fj] = s->u[i * d + fj] = ((double)fl + 0.5) / (double)s->levels[fj];
     if (e->fit_on && refine && nb)
         refine_pool(e, best, nb);
     memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);

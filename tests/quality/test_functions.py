@@ -1,5 +1,5 @@
-"""The known minima of the second and third tuning sets and of the fresh held-out sets
-(bench/quality/functions.py, TUNING2, TUNING3, HELD_OUT2, HELD_OUT3 and HELD_OUT4): each
+"""The known minima of the second to fourth tuning sets and of the fresh held-out sets
+(bench/quality/functions.py, TUNING2-4, HELD_OUT2, HELD_OUT3 and HELD_OUT4): each
 function reaches its stated fmin at its known minimizer(s) and no sampled point lies below
 it, so that simple regrets measured on them are distances to the true optimum."""
 import math
@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "quality"))
-from functions import FUNCTIONS, HELD_OUT2, HELD_OUT3, HELD_OUT4, TUNING2, TUNING3  # noqa: E402
+from functions import (FUNCTIONS, HELD_OUT2, HELD_OUT3, HELD_OUT4, TUNING2, TUNING3,  # noqa: E402
+                       TUNING4)
 
 MINIMIZERS = {"ackley5": 0.0, "rastrigin4": 0.0, "schwefel4": 420.9687463}
 
@@ -57,6 +58,7 @@ TUNING3_MINIMIZERS = {
     "hartmann3_mixed": [{"x0": 0.11458887930324516, "x1": 0.5556488952654733,
                          "x2": 0.8525469855113912, "n": 6, "kernel": "matern52"}],
     "rosenbrock_mixed": [{"a": 1.0, "b": 1.0, "c": 1, "solver": "lbfgs"}],
+    "choice_trap": [{"x0": 0.25, "x1": 0.75, "model": "sharp"}],
 }
 # Every function whose minimizers are written out above.
 STATED_MINIMIZERS = {**HELD_OUT2_MINIMIZERS, **HELD_OUT3_MINIMIZERS, **HELD_OUT4_MINIMIZERS,
@@ -92,7 +94,7 @@ def test_stated_minimizers_reach_fmin():
     assert sorted(HELD_OUT2_MINIMIZERS) == sorted(HELD_OUT2)
     assert sorted(HELD_OUT3_MINIMIZERS) == sorted(HELD_OUT3)
     assert sorted(HELD_OUT4_MINIMIZERS) == sorted(HELD_OUT4)
-    assert sorted(TUNING3_MINIMIZERS) == sorted(TUNING3)
+    assert sorted(TUNING3_MINIMIZERS) == sorted(TUNING3 + TUNING4)
     for name, points in STATED_MINIMIZERS.items():
         fn = FUNCTIONS[name]
         for p in points:
@@ -112,7 +114,7 @@ def test_stated_minimizers_lie_in_the_box():
 
 def test_no_sample_below_fmin():
     rng = random.Random(12)
-    for name in TUNING2 + TUNING3 + HELD_OUT2 + HELD_OUT3 + HELD_OUT4:
+    for name in TUNING2 + TUNING3 + TUNING4 + HELD_OUT2 + HELD_OUT3 + HELD_OUT4:
         fn = FUNCTIONS[name]
         for _ in range(20000):
             p = sample(fn["params"], rng)

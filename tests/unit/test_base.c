@@ -961,6 +961,141 @@ static void categorical_order_does_not_matter(void **state)
     kb_engine_free(b);
 }
 
+/* bbkb on a box of two floats and a categorical of 3 choices, at its defaults but for
+ * choice_floor (< 0: not set). */
+static kb_engine *choice_engine(double choice_floor)
+{
+    kb_error err;
+    size_t levels[3] = {0, 0, 3};
+    unsigned char cat[3] = {0, 0, 1};
+    kb_space *sp = kb_space_new_box(3, 256, &err);
+    assert_int_equal(kb_space_set_levels(sp, levels, cat, &err), KB_OK);
+    kb_config *cfg = kb_config_new("bbkb", &err);
+    assert_int_equal(kb_config_set_number(cfg, "seed", 7, &err), KB_OK);
+    if (choice_floor >= 0.0)
+        assert_int_equal(kb_config_set_number(cfg, "choice_floor", choice_floor, &err), KB_OK);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+    return e;
+}
+
+/* Choice c of the categorical coordinate 2 (3 choices) in internal coordinates. */
+static double choice_u(size_t c) { return ((double)c + 0.5) / 3.0; }
+
+/* How many of the pool's rows take each of the 3 choices. */
+static void pool_choices(const kb_engine *e, size_t count[3])
+{
+    count[0] = count[1] = count[2] = 0;
+    for (size_t i = 0; i < e->space->n; i++)
+        count[kb__category(e->space->u[i * 3 + 2], 3)]++;
+}
+
+/* Choice floors (engine.c, starved_choice): with t observations, a choice taken fewer than
+ * min(choice_floor x 2 sqrt(t ln c / ((e - 1) c)), t / 2c) times gets the whole pool, the
+ * most starved first, its local half centered on its own best points; at the floor, or
+ * with choice_floor 0, the pool mixes the choices as before. */
+static void starved_choice_gets_the_pool(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_rng drv;
+    kb_rng_seed(&drv, 5);
+    kb_engine *e = choice_engine(-1.0); /* the default, 2 */
+    /* t = 60: floor min(2 x 2 sqrt(60 ln 3 / ((e - 1) 3)), 10) = 10 (the first term 14.3) */
+    /* choice 0: 51 observations, the best at x0 = 0.95; choice 1: 7; choice 2: 2, both at
+     * x0 = 0.1, below every value of choice 0 */
+    for (size_t i = 0; i < 60; i++) {
+        size_t c = i < 2 ? 2 : i < 9 ? 1 : 0;
+        double x[3] = {c == 2 ? 0.1 : 0.5 + 0.45 * kb_rng_uniform(&drv), kb_rng_uniform(&drv),
+                       choice_u(c)};
+        assert_int_equal(kb_engine_observe(e, x, c == 2 ? -1.0 : x[0], &err), KB_OK);
+    }
+    size_t count[3];
+    kb__refresh_pool(e, 0, 2.0);
+    pool_choices(e, count);
+    assert_int_equal(count[2], e->space->n); /* choice 2 is further below (8 against 3) */
+    /* the local half is centered on choice 2's observations (x0 = 0.1), not on the best
+     * one (x0 near 0.95) */
+    size_t near = 0;
+    for (size_t i = e->space->n / 2; i < e->space->n; i++)
+        near += e->space->u[i * 3] < 0.3;
+    assert_true(near > e->space->n / 4);
+    kb__refresh_pool(e, 0, 0.0); /* off */
+    pool_choices(e, count);
+    assert_true(count[0] > 0 && count[1] > 0 && count[2] > 0);
+    for (size_t k = 0; k < 8; k++) { /* choice 2 at its floor of 10: choice 1 is next */
+        double x[3] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv), choice_u(2)};
+        assert_int_equal(kb_engine_observe(e, x, 0.0, &err), KB_OK);
+    }
+    /* t = 68: floor min(15.2, 11.3) = 11.3; choice 1 has 7, choice 2 has 10 */
+    kb__refresh_pool(e, 0, 2.0);
+    pool_choices(e, count);
+    assert_int_equal(count[1], e->space->n);
+    for (size_t k = 0; k < 6; k++) {
+        double x[3] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv), choice_u(k % 2 ? 1 : 2)};
+        assert_int_equal(kb_engine_observe(e, x, 0.0, &err), KB_OK);
+    }
+    /* t = 74: floor 12.3; choices take 51 / 10 / 13: choice 1 still short, so it goes */
+    kb__refresh_pool(e, 0, 2.0);
+    pool_choices(e, count);
+    assert_int_equal(count[1], e->space->n);
+    for (size_t k = 0; k < 3; k++) {
+        double x[3] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv), choice_u(1)};
+        assert_int_equal(kb_engine_observe(e, x, 0.0, &err), KB_OK);
+    }
+    /* t = 77: floor 12.8; 51 / 13 / 13: none starved, the pool mixes them */
+    kb__refresh_pool(e, 0, 2.0);
+    pool_choices(e, count);
+    assert_true(count[0] > 0 && count[1] > 0 && count[2] > 0);
+    kb_engine_free(e);
+}
+
+/* End to end: bbkb at its defaults, told with noise (sd 0.06) on a box where one choice is
+ * best on average and another holds the optimum in a narrow well (choice_trap's shape),
+ * keeps every choice within 3 trials of its floor at each step past the design;
+ * with choice_floor 0 the two other choices fall more than 10 below it. A restored
+ * engine asks the same points. */
+static void choice_floor_end_to_end(void **state)
+{
+    (void)state;
+    double floors[2] = {-1.0, 0.0};
+    size_t short_of_floor[2] = {0, 0};
+    for (size_t v = 0; v < 2; v++) {
+        kb_error err;
+        kb_engine *e = choice_engine(floors[v]);
+        size_t taken[3] = {0, 0, 0};
+        kb_rng noise;
+        kb_rng_seed(&noise, 3);
+        for (size_t t = 0; t < 150; t++) {
+            kb_point p;
+            kb_ask_result res;
+            assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+            size_t c = kb__category(p.x[2], 3);
+            double a = p.x[0] - 0.25, b = p.x[1] - 0.75;
+            double y = c == 0 ? -0.2 - 0.5 * ((p.x[0] - 0.7) * (p.x[0] - 0.7) + (p.x[1] - 0.3) * (p.x[1] - 0.3))
+                       : c == 1 ? -0.6 : -1.0 + exp(-(a * a + b * b) / (2.0 * 0.15 * 0.15));
+            y += 0.06 * kb_rng_normal(&noise);
+            assert_int_equal(kb_engine_tell(e, p.handle, y, &err), KB_OK);
+            taken[c]++;
+            double tt = (double)(t + 1);
+            double floor_t = fmin(4.0 * sqrt(tt * log(3.0) / ((M_E - 1.0) * 3.0)), tt / 6.0);
+            if (t + 1 >= 16) /* past the design and its first fit */
+                for (size_t k = 0; k < 3; k++)
+                    short_of_floor[v] = (size_t)fmax((double)short_of_floor[v], floor_t - (double)taken[k]);
+        }
+        if (v == 0) {
+            kb_engine *r = tu_restored(e);
+            next_asks_agree(e, r, 3);
+            kb_engine_free(r);
+        }
+        kb_engine_free(e);
+    }
+    assert_true(short_of_floor[0] <= 3);
+    assert_true(short_of_floor[1] > 10); /* measured: 2 with the floor, 17 without */
+}
+
 /* Issue 15 item 2: every public function returns its own code on each error path when the
  * caller passes no kb_error (the codes were read back from err, so NULL gave the wrong one). */
 static void codes_without_error_struct(void **state)
@@ -1467,6 +1602,8 @@ int main(void)
         cmocka_unit_test(refit_sets_noise_sd_of_the_warp),
         cmocka_unit_test(categorical_order_does_not_matter),
         cmocka_unit_test(categorical_term_under_noise),
+        cmocka_unit_test(starved_choice_gets_the_pool),
+        cmocka_unit_test(choice_floor_end_to_end),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),
         cmocka_unit_test(engine_figures_by_name),

@@ -118,7 +118,12 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
      "box spaces, while the dictionary holds a quarter or more of the rows (a noise-free "  \
      "objective): an epoch's model keeps at most this many data rows, every pending one, "  \
      "the best quarter of the others by value and a seeded sample of the rest "             \
-     "(bbkb/dictionary.c); 0: all rows"}
+     "(bbkb/dictionary.c); 0: all rows"},                                                   \
+    {"choice_floor", KB_OPT_NUMBER, 0, INFINITY, 0, 2.0, NULL, NULL,                           \
+     "box spaces with categorical parameters: a choice tried fewer than choice_floor x "    \
+     "2 sqrt(t ln c / ((e - 1) c)) times in t trials (c choices; EXP3's uniform draws, at " \
+     "most t / 2c) gets the next epoch's pool to itself (core/src/engine.c, "               \
+     "starved_choice); 0: off"}
 
 static const kb_option_spec bbkb_options[] = {
     COMMON_OPTIONS,
@@ -191,6 +196,7 @@ static void read_options(const kb_engine *e, bbkb *st)
     st->q = kb_config_number(c, "q");
     st->retain = kb_config_number(c, "retain");
     st->model_rows = (size_t)kb_config_number(c, "model_rows");
+    st->choice_floor = kb_config_number(c, "choice_floor");
     st->F = kb_config_number(c, "F");
     st->noise = kb_config_number(c, "noise");
     st->delta = kb_config_number(c, "delta");
@@ -276,7 +282,7 @@ static int refit_kernel(kb_engine *e, dataset *ds)
     if (rc)
         return rc;
     if (!e->space->finite) {
-        kb__refresh_pool(e, 0);
+        kb__refresh_pool(e, 0, st->choice_floor);
         kb__bbkb_new_pool(e);
         for (size_t j = 0; j < ds->n; j++)
             ds->rows[j].cand = NONE;
