@@ -18,24 +18,11 @@ the categorical as one ordered axis and no levels (the code before, warped outpu
 """
 import os
 import statistics
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "quality"))
-import run  # noqa: E402
-
-BENCH = os.environ.get("KB_BENCH", os.path.join(ROOT, "build", "kb-bench"))
-DAEMON = os.path.join(os.path.dirname(BENCH), "kbanditd")
+import run  # bench/quality, put on the path by conftest.py (as is the daemon fixture)
 SANITIZED = os.environ.get("KB_SANITIZED") == "1"
-
-
-@pytest.fixture(scope="module")
-def daemon():
-    d = run.Daemon(DAEMON)
-    yield d
-    d.close()
 
 
 @pytest.mark.parametrize("function", ["branin", "hartmann3"])

@@ -12,27 +12,11 @@ term, 0.0211 without it; every noisy run ends with the term in (share 0.0025-0.8
 Without noise the fitted noise falls below 0.01 and the term leaves (share 0 at the end on
 90 of 90 measured runs): asserted on seeds 1-5.
 """
-import os
 import statistics
-import sys
 
-import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "quality"))
-import run  # noqa: E402
-
-BENCH = os.environ.get("KB_BENCH", os.path.join(ROOT, "build", "kb-bench"))
-DAEMON = os.path.join(os.path.dirname(BENCH), "kbanditd")
+import run  # bench/quality, put on the path by conftest.py (as is the daemon fixture)
 NAME = "hartmann3_mixed"
 JOINT = {"categorical_kernel": "joint"}
-
-
-@pytest.fixture(scope="module")
-def daemon():
-    d = run.Daemon(DAEMON)
-    yield d
-    d.close()
 
 
 def test_a_noisy_categorical_effect_enters_the_model(daemon):

@@ -12,26 +12,10 @@ session): with the floor median simple regret 0.0005, 4 of 20 runs ended on "wid
 median below 0.05. Noise-free: 0 of 20 stuck with the floor (2 of 20 without); asserted
 on seeds 1-10: none.
 """
-import os
 import statistics
-import sys
 
-import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "quality"))
-import run  # noqa: E402
-
-BENCH = os.environ.get("KB_BENCH", os.path.join(ROOT, "build", "kb-bench"))
-DAEMON = os.path.join(os.path.dirname(BENCH), "kbanditd")
+import run  # bench/quality, put on the path by conftest.py (as is the daemon fixture)
 NAME = "choice_trap"
-
-
-@pytest.fixture(scope="module")
-def daemon():
-    d = run.Daemon(DAEMON)
-    yield d
-    d.close()
 
 
 def regrets(daemon, seeds, noise):

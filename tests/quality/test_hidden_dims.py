@@ -15,25 +15,11 @@ with the rule, 62% without it (28% with the rule before the floor). Asserted ove
 progress.hyperparameters. A pure-noise objective hides every dimension
 and each UCB engine still serves its trials.
 """
-import os
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "quality"))
-import run  # noqa: E402
-
-BENCH = os.environ.get("KB_BENCH", os.path.join(ROOT, "build", "kb-bench"))
-DAEMON = os.path.join(os.path.dirname(BENCH), "kbanditd")
+import run  # bench/quality, put on the path by conftest.py (as is the daemon fixture)
 NAME = "hartmann3_mixed"
-
-
-@pytest.fixture(scope="module")
-def daemon():
-    d = run.Daemon(DAEMON)
-    yield d
-    d.close()
 
 
 def test_a_noise_hidden_int_is_not_sent_to_its_ends(daemon, monkeypatch):
