@@ -994,8 +994,9 @@ static void pool_choices(const kb_engine *e, size_t count[3])
 
 /* Choice floors (engine.c, starved_choice): with t observations, a choice taken fewer than
  * min(choice_floor x 2 sqrt(t ln c / ((e - 1) c)), t / 2c) times gets the whole pool, the
- * most starved first, its local half centered on its own best points; at the floor, or
- * with choice_floor 0, the pool mixes the choices as before. */
+ * most starved first, its local half centered on its own best points; at the floor, with
+ * choice_floor 0, or when the noise hides the categorical, the pool mixes the choices as
+ * before. */
 static void starved_choice_gets_the_pool(void **state)
 {
     (void)state;
@@ -1025,6 +1026,12 @@ static void starved_choice_gets_the_pool(void **state)
     kb__refresh_pool(e, 0, 0.0); /* off */
     pool_choices(e, count);
     assert_true(count[0] > 0 && count[1] > 0 && count[2] > 0);
+    double ls = e->kernel.lengthscales[2];
+    e->kernel.lengthscales[2] = KB_OFF_LENGTHSCALE; /* hidden by the noise: no floor */
+    kb__refresh_pool(e, 0, 2.0);
+    pool_choices(e, count);
+    assert_true(count[0] > 0 && count[1] > 0 && count[2] > 0);
+    e->kernel.lengthscales[2] = ls;
     for (size_t k = 0; k < 8; k++) { /* choice 2 at its floor of 10: choice 1 is next */
         double x[3] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv), choice_u(2)};
         assert_int_equal(kb_engine_observe(e, x, 0.0, &err), KB_OK);

@@ -122,8 +122,8 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
     {"choice_floor", KB_OPT_NUMBER, 0, INFINITY, 0, 2.0, NULL, NULL,                           \
      "box spaces with categorical parameters: a choice tried fewer than choice_floor x "    \
      "2 sqrt(t ln c / ((e - 1) c)) times in t trials (c choices; EXP3's uniform draws, at " \
-     "most t / 2c) gets the next epoch's pool to itself (core/src/engine.c, "               \
-     "starved_choice); 0: off"}
+     "most t / 2c) gets the next epoch's pool to itself, unless the noise hides that "      \
+     "parameter (core/src/engine.c, starved_choice); 0: off"}
 
 static const kb_option_spec bbkb_options[] = {
     COMMON_OPTIONS,
