@@ -1059,6 +1059,34 @@ static void starved_choice_gets_the_pool(void **state)
     kb_engine_free(e);
 }
 
+/* A categorical of more than 4 choices has no floor (its floors would take up to half the
+ * trials): 40 observations all of choice 0 of 5 leave the pool mixing every choice. */
+static void many_choices_have_no_floor(void **state)
+{
+    (void)state;
+    kb_error err;
+    size_t levels[2] = {0, 5};
+    unsigned char cat[2] = {0, 1};
+    kb_space *sp = kb_space_new_box(2, 256, &err);
+    assert_int_equal(kb_space_set_levels(sp, levels, cat, &err), KB_OK);
+    kb_config *cfg = kb_config_new("bbkb", &err);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    for (int i = 0; i < 40; i++) {
+        double x[2] = {i / 40.0, 0.1};
+        assert_int_equal(kb_engine_observe(e, x, x[0], &err), KB_OK);
+    }
+    kb__refresh_pool(e, 0, 2.0);
+    size_t seen[5] = {0};
+    for (size_t i = 0; i < e->space->n; i++)
+        seen[kb__category(e->space->u[i * 2 + 1], 5)]++;
+    for (size_t l = 0; l < 5; l++)
+        assert_true(seen[l] > 0 && seen[l] < e->space->n);
+    kb_engine_free(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+}
+
 /* End to end: bbkb at its defaults, told with noise (sd 0.06) on a box where one choice is
  * best on average and another holds the optimum in a narrow well (choice_trap's shape),
  * keeps every choice within 3 trials of its floor at each step past the design;
@@ -1611,6 +1639,7 @@ int main(void)
         cmocka_unit_test(categorical_term_under_noise),
         cmocka_unit_test(starved_choice_gets_the_pool),
         cmocka_unit_test(choice_floor_end_to_end),
+        cmocka_unit_test(many_choices_have_no_floor),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),
         cmocka_unit_test(engine_figures_by_name),

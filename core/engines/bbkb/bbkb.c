@@ -120,7 +120,8 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
      "the best quarter of the others by value and a seeded sample of the rest "             \
      "(bbkb/dictionary.c); 0: all rows"},                                                   \
     {"choice_floor", KB_OPT_NUMBER, 0, INFINITY, 0, 2.0, NULL, NULL,                           \
-     "box spaces with categorical parameters: a choice tried fewer than choice_floor x "    \
+     "box spaces with categorical parameters of 2-4 choices: a choice tried fewer than "    \
+     "choice_floor x "                                                                     \
      "2 sqrt(t ln c / ((e - 1) c)) times in t trials (c choices; EXP3's uniform draws, at " \
      "most t / 2c) gets the next epoch's pool to itself, unless the noise hides that "      \
      "parameter (core/src/engine.c, starved_choice); 0: off"}
