@@ -1252,10 +1252,10 @@ static int starved_choice(const kb_engine *e, double choice_floor, size_t *fj, s
     return found;
 }
 
-void kb__refresh_pool(kb_engine *e, int refine, double choice_floor)
+int kb__refresh_pool(kb_engine *e, int refine, double choice_floor)
 {
     if (e->space->finite)
-        return;
+        return 0;
     enum { NBEST = 8 };
     kb_space *s = e->space;
     size_t idx[NBEST], d = s->dim, fj = d, fl = 0;
@@ -1271,4 +1271,5 @@ void kb__refresh_pool(kb_engine *e, int refine, double choice_floor)
         refine_pool(e, best, nb);
     memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);
     memset(e->cand_told, 0, e->space->n * sizeof *e->cand_told);
+    return starved;
 }

@@ -484,8 +484,8 @@ int kb__design_index(const kb_engine *e, size_t *index);
  * uphill on the fitted GP's UCB (acq.c): gp-ucb / gp-bucb ask for it; on the tuning
  * functions it made bbkb worse (docs/BENCHMARKS.md). With choice_floor > 0 (bbkb / bkb,
  * whose pool lasts one epoch) a categorical choice tried less than its floor gets the
- * whole pool (engine.c, starved_choice). */
-void kb__refresh_pool(kb_engine *e, int refine, double choice_floor);
+ * whole pool (engine.c, starved_choice); returns 1 when one did. */
+int kb__refresh_pool(kb_engine *e, int refine, double choice_floor);
 
 /* ------------------------------------------------------- registry */
 

@@ -1120,6 +1120,9 @@ static void choice_floor_end_to_end(void **state)
                 for (size_t k = 0; k < 3; k++)
                     short_of_floor[v] = (size_t)fmax((double)short_of_floor[v], floor_t - (double)taken[k]);
         }
+        double forced;
+        assert_int_equal(kb_engine_stat(e, "choice_floor_epochs", &forced, &err), KB_OK);
+        assert_true(v == 0 ? forced > 0 : forced == 0);
         if (v == 0) {
             kb_engine *r = tu_restored(e);
             next_asks_agree(e, r, 3);
@@ -1233,10 +1236,12 @@ static void stats_follow_the_callers_size(void **state)
  * epoch, epoch_asks, last_batch, dict_size and init_phase, 0 where absent). */
 static const char *const engine_figures[][2] = {
     {"random", ""},
-    {"bbkb", "epoch epoch_asks last_batch dict_size model_rows init_phase start_var_max "
+    {"bbkb", "epoch epoch_asks last_batch dict_size model_rows choice_floor_epochs "
+             "init_phase start_var_max "
              "epochs_low_rank epochs_bounded bound_resolved dict_capped sec_embed sec_resparsify "
              "sec_fit sec_ask sec_tell flop_l3"},
-    {"bkb", "epoch epoch_asks last_batch dict_size model_rows init_phase start_var_max "
+    {"bkb", "epoch epoch_asks last_batch dict_size model_rows choice_floor_epochs "
+            "init_phase start_var_max "
             "epochs_low_rank epochs_bounded bound_resolved dict_capped sec_embed sec_resparsify "
             "sec_fit sec_ask sec_tell flop_l3"},
     {"gp-ucb", "sec_embed sec_resparsify sec_ask sec_tell"},

@@ -283,7 +283,7 @@ static int refit_kernel(kb_engine *e, dataset *ds)
     if (rc)
         return rc;
     if (!e->space->finite) {
-        kb__refresh_pool(e, 0, st->choice_floor);
+        st->floor_epochs += (size_t)kb__refresh_pool(e, 0, st->choice_floor);
         kb__bbkb_new_pool(e);
         for (size_t j = 0; j < ds->n; j++)
             ds->rows[j].cand = NONE;
@@ -577,6 +577,7 @@ static const kb__stat bbkb_stats[] = {
     KB__STAT("last_batch", bbkb, last_batch),
     KB__STAT("dict_size", bbkb, m),
     KB__STAT("model_rows", bbkb, rows),
+    KB__STAT("choice_floor_epochs", bbkb, floor_epochs),
     KB__STAT("init_phase", bbkb, init_phase),
     KB__STAT("start_var_max", bbkb, var_max),
     KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),
