@@ -1195,33 +1195,35 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
     free(y);
 }
 
-/* Choice floors (bbkb's and bkb's option choice_floor, default 2): on a box with
- * categorical parameters, once the initial design is told, a choice l of a categorical
- * coordinate with c choices that t observations took fewer than
+/* Choice floors (bbkb's and bkb's option choice_floor, default 2). Why: the kernel's
+ * lengthscales are shared by every choice, so where the best continuous values depend on
+ * the choice, a choice tried a few times away from its own optimum looks worse than it is
+ * everywhere, and neither the UCB nor a wider width sends trials there (svm_mixed's rbf
+ * kernel, which needs the right gamma, against linear, good for any; choice_trap).
+ *
+ * Rule: on a box, once the initial design is told, a choice l of a categorical coordinate
+ * with c choices that t observations took fewer than
  *     floor(t) = min(choice_floor x 2 sqrt(t ln c / ((e - 1) c)),  t / (2 c))
  * times is given the next epoch's whole pool: every pool point takes choice l, and the
- * local half is centered on the best observations that took it. The first term is the
- * number of uniform draws EXP3 makes of each arm in t rounds (exploration rate gamma_s =
- * sqrt(c ln c / ((e - 1) s)), Auer, Cesa-Bianchi, Freund & Schapire, "The nonstochastic
- * multiarmed bandit problem", SIAM J. Comput. 32(1), 2002, Corollary 3.2; CoCaBO, Ru et
- * al., ICML 2020, chooses categorical values by EXP3); the second keeps the floors of a
- * categorical's choices to half the trials. The most starved choice goes first. A
- * categorical the noise hides (drop_hidden_dims: every choice predicts the same f) has
- * no floor: there a choice does not look worse than it is, and its floor only took trials
- * from the search (Mixed, 8 x 125: decided worse, +0.52 in mean log10 simple regret on
- * 30 seeds, where its choices' costs are half a noise sd). Nor has a categorical of more
- * than FLOOR_MAX_CHOICES (4) choices: the floors of c choices take up to (c - 1) / 2c of
- * the trials, and with 20 choices they took half of a 200-trial run from the search
- * (noise-free, mean log10 simple regret +1.23 on 20 seeds); every categorical the rule
- * was judged on had 2-4. Why the floor: the
- * kernel's lengthscales are shared by every choice, so where the best continuous values
- * depend on the choice, a choice tried a few times away from its own optimum looks worse
- * than it is everywhere, and neither the UCB nor a wider width sends trials there
- * (svm_mixed's rbf kernel, which needs the right gamma, against linear, good for any;
- * choice_trap). 2 was set on choice_trap and the mixed tuning functions and judged on
- * the seven held-out mixed spaces (docs/BENCHMARKS.md, thirty-ninth session). A function
- * of the observations, so replay gives the same pools; pending points are not counted,
- * so a floor may be overshot by one epoch's points. */
+ * local half is centered on the best observations that took it; the most starved choice
+ * goes first. The first term is the number of uniform draws EXP3 makes of each arm in t
+ * rounds (exploration rate gamma_s = sqrt(c ln c / ((e - 1) s)), Auer, Cesa-Bianchi, Freund
+ * & Schapire, "The nonstochastic multiarmed bandit problem", SIAM J. Comput. 32(1), 2002,
+ * Corollary 3.2; CoCaBO, Ru et al., ICML 2020, chooses categorical values by EXP3); the
+ * second keeps a categorical's floors to half the trials. 2 was set on choice_trap and the
+ * mixed tuning functions and judged on the seven held-out mixed spaces (docs/BENCHMARKS.md,
+ * thirty-ninth session).
+ *
+ * No floor for a categorical the noise hides (drop_hidden_dims: every choice predicts the
+ * same f): there a choice does not look worse than it is, and floors only took trials from
+ * the search (Mixed, 8 x 125: +0.52 in mean log10 simple regret on 30 seeds, where its
+ * choices' costs are half a noise sd). None either above FLOOR_MAX_CHOICES (4) choices:
+ * the floors of c choices take up to (c - 1) / 2c of the trials, and with 20 choices they
+ * took half of a 200-trial run (noise-free, +1.23 on 20 seeds); every categorical the rule
+ * was judged on had 2-4.
+ *
+ * A function of the observations, so replay gives the same pools; pending points are not
+ * counted, so a floor may be overshot by one epoch's points. */
 static int starved_choice(const kb_engine *e, double choice_floor, size_t *fj, size_t *fl)
 {
     enum { FLOOR_MAX_CHOICES = 4 };
