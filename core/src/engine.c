@@ -1236,15 +1236,15 @@ static int starved_choice(const kb_engine *e, double choice_floor, size_t *fj, s
         if (!s->categorical[j] || s->levels[j] > FLOOR_MAX_CHOICES ||
             e->kernel.lengthscales[j] >= KB_OFF_LENGTHSCALE)
             continue;
+        size_t taken[FLOOR_MAX_CHOICES] = {0};
+        for (size_t i = 0; i < e->n_obs; i++)
+            taken[kb__category(e->obs_u[i * s->dim + j], s->levels[j])]++;
         double c = (double)s->levels[j];
         double floor_t = fmin(choice_floor * 2.0 * sqrt(t * log(c) / ((M_E - 1.0) * c)),
                               t / (2.0 * c));
         for (size_t l = 0; l < s->levels[j]; l++) {
-            size_t n = 0;
-            for (size_t i = 0; i < e->n_obs; i++)
-                n += (size_t)takes_choice(e, i, j, l);
-            if (floor_t - (double)n > worst) {
-                worst = floor_t - (double)n;
+            if (floor_t - (double)taken[l] > worst) {
+                worst = floor_t - (double)taken[l];
                 *fj = j;
                 *fl = l;
                 found = 1;
