@@ -106,6 +106,7 @@ typedef struct study_progress {
     uint64_t epoch, epoch_asks, last_batch;
     size_t dict_size;
     size_t model_rows;  /* data rows the engine's current model is built on (bbkb) */
+    uint64_t choice_floor_pools; /* candidate pools a choice floor took (engine.c) */
     int init_phase;
     /* The kernel the engine uses now (fitted unless hyperparameters = fixed). */
     int fitted;

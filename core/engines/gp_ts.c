@@ -45,8 +45,9 @@
  * being appended in order; output standardization (kb__output_stats, over distinct
  * points, so that repeated arms do not shrink the output scale) is recomputed at each
  * refresh. On a box, the pool is redrawn (kb__refresh_pool) at the first model
- * refresh after `pool_refresh` tells since the last redraw, and W rebuilt in
- * O(n^2 A).
+ * refresh after `pool_refresh` tells since the last redraw, or when a choice floor starts
+ * or stops applying (engine.c, starved_choice: a floor holds the pool until it is met),
+ * and W rebuilt in O(n^2 A).
  *
  * Asynchrony: every ask draws a fresh sample, so concurrent asks already differ;
  * pending points are not hallucinated (the randomization of TS is what diversifies a
@@ -77,6 +78,7 @@ static const kb_option_spec gp_ts_options[] = {
      "refresh the model after this many new observations"},
     {"pool_refresh", KB_OPT_INTEGER, 1, 1e9, 0, 64, NULL, NULL,
      "box spaces: redraw the candidate pool after this many tells"},
+    KB__CHOICE_FLOOR_OPTION(0.0),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
@@ -91,6 +93,7 @@ typedef struct gp_ts {
     double *mu, *var; /* A: posterior mean and variance at every candidate */
     double log_det; /* sum log L_ii */
     size_t since_pool;
+    kb__pool_floor floors; /* choice floors (engine.c) */
     uint64_t refreshes;
     double sec_embed, sec_refresh, sec_ask;
     /* ask scratch */
@@ -198,8 +201,9 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
         if (append(e, st, e->obs_u + st->L.n * e->space->dim))
             return kb__fail(err, KB_ENUMERIC, "lambda",
                             "kernel matrix + lambda I is not positive definite");
-    if (!e->space->finite && st->since_pool >= st->pool_refresh) {
-        kb__refresh_pool(e, 0, 0.0);
+    if (!e->space->finite &&
+        (st->since_pool >= st->pool_refresh || kb__pool_floor_due(e, &st->floors))) {
+        kb__pool_floor_refresh(e, &st->floors, 0);
         rebuild_candidates(e, st);
         st->since_pool = 0;
     }
@@ -368,6 +372,7 @@ static int gp_ts_create(kb_engine *e, kb_error *err)
     st->subset_size = (size_t)kb_config_number(c, "subset_size");
     st->refresh_every = (size_t)kb_config_number(c, "refresh_every");
     st->pool_refresh = (size_t)kb_config_number(c, "pool_refresh");
+    st->floors.choice_floor = kb_config_number(c, "choice_floor");
     size_t A = e->space->n;
     st->mu = calloc(A, sizeof *st->mu);
     st->var = malloc(A * sizeof *st->var);
@@ -454,6 +459,7 @@ static const kb__stat gp_ts_stats[] = {
     KB__STAT("sec_resparsify", gp_ts, sec_refresh),
     KB__STAT("sec_ask", gp_ts, sec_ask),
     KB__STAT("sec_tell", gp_ts, sec_refresh),
+    KB__STAT("choice_floor_pools", gp_ts, floors.pools),
     {NULL, 0, 0},
 };
 

@@ -53,7 +53,9 @@
  * ask at 1,500 trials; the growth rule from the start lost held-out functions whose
  * incumbent moves between basins (Shekel-4 at 8 x 125: 0 of 5 seeds in the global basin
  * against 3 of 4; docs/BENCHMARKS.md, twenty-second session), so it waits until past
- * the quality suite's budgets.
+ * the quality suite's budgets. A pool is also redrawn when a choice floor starts or stops
+ * applying (engine.c, starved_choice; choice_floor: on in gp-ucb, off by default in
+ * gp-bucb, docs/BENCHMARKS.md, fortieth session).
  *
  * Timings (kb_engine_stat): sec_embed = Cholesky and kernel rows of new points; sec_ask =
  * the argmax plus the lazy mean/variance pass over Kc (most of the time); sec_tell = the
@@ -92,12 +94,14 @@
  * standardized per evaluation). */
 static const kb_option_spec ucb_options[] = {
     GP_UCB_OPTIONS,
+    KB__CHOICE_FLOOR_OPTION(2.0),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 static const kb_option_spec bucb_options[] = {
     GP_UCB_OPTIONS,
     {"C", KB_OPT_NUMBER, 1, INFINITY, 0, 2.0, NULL, NULL,
      "batch drift threshold (>= 1): a batch closes when prod (1 + sigma^2) exceeds C"},
+    KB__CHOICE_FLOOR_OPTION(0.0),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
@@ -128,6 +132,7 @@ typedef struct gp_state {
     double prod, alpha_ucb;
     uint64_t batches, batch_asks, last_batch;
     size_t obs_at_refresh;
+    kb__pool_floor floors;        /* choice floors (engine.c) */
     double sec_embed, sec_resparsify, sec_ask, sec_tell;
 } gp_state;
 
@@ -426,6 +431,7 @@ static int gp_create_common(kb_engine *e, int batched, kb_error *err)
     s->lambda = e->noise; /* lambda, or its fitted value (refit) */
     s->beta0 = kb_config_number(e->cfg, "beta_scale");
     s->C = batched ? kb_config_number(e->cfg, "C") : INFINITY;
+    s->floors.choice_floor = kb_config_number(e->cfg, "choice_floor");
     s->d = e->space->dim;
     s->A = e->space->n;
     s->var = malloc(s->A * sizeof *s->var);
@@ -451,10 +457,14 @@ static int fail_rc(kb_error *err, int rc)
                                       "kernel matrix + lambda I is not positive definite");
 }
 
-/* Box spaces: is a new pool due (the observations grew by a sixteenth since the last)? */
+/* Box spaces: is a new pool due? When the observations grew by a sixteenth since the
+ * last, and when a choice floor starts or stops applying (a floor holds the pool only
+ * until it is met: engine.c, starved_choice). */
 static int pool_due(const kb_engine *e, const gp_state *s)
 {
-    return !e->space->finite && e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 16;
+    return !e->space->finite &&
+           (e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 16 ||
+            kb__pool_floor_due(e, &s->floors));
 }
 
 /* gp-bucb redraws a box's pool at every batch start up to this many observations, then
@@ -464,7 +474,7 @@ static int pool_due(const kb_engine *e, const gp_state *s)
 /* Box spaces: a new pool around the best points, and everything candidate-sized with it. */
 static int refresh_pool(kb_engine *e, gp_state *s)
 {
-    kb__refresh_pool(e, 1, 0.0);
+    kb__pool_floor_refresh(e, &s->floors, 1);
     s->obs_at_refresh = e->n_obs;
     return rebuild(e, s);
 }
@@ -666,19 +676,20 @@ static int gp_posterior(kb_engine *e, const double *U, size_t m, double *mean, d
     return KB_OK;
 }
 
-/* Epochs are gp-bucb's batches; gp-ucb has none, so it offers only the timings. */
-#define GP_TIMINGS                                                                     \
+/* Epochs are gp-bucb's batches; gp-ucb has none, so it offers only these. */
+#define GP_FIGURES                                                                     \
     KB__STAT("sec_embed", gp_state, sec_embed),                                        \
     KB__STAT("sec_resparsify", gp_state, sec_resparsify),                              \
-    KB__STAT("sec_ask", gp_state, sec_ask), KB__STAT("sec_tell", gp_state, sec_tell)
+    KB__STAT("sec_ask", gp_state, sec_ask), KB__STAT("sec_tell", gp_state, sec_tell), \
+    KB__STAT("choice_floor_pools", gp_state, floors.pools)
 
-static const kb__stat ucb_stats[] = {GP_TIMINGS, {NULL, 0, 0}};
+static const kb__stat ucb_stats[] = {GP_FIGURES, {NULL, 0, 0}};
 
 static const kb__stat bucb_stats[] = {
     KB__STAT("epoch", gp_state, batches),
     KB__STAT("epoch_asks", gp_state, batch_asks),
     KB__STAT("last_batch", gp_state, last_batch),
-    GP_TIMINGS,
+    GP_FIGURES,
     {NULL, 0, 0},
 };
 

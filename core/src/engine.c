@@ -1195,7 +1195,8 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
     free(y);
 }
 
-/* Choice floors (bbkb's and bkb's option choice_floor, default 2). Why: the kernel's
+/* Choice floors (option choice_floor: 2 by default in bbkb, bkb and gp-ucb, 0 in gp-bucb,
+ * gp-ts and sgp-ts; see KB__CHOICE_FLOOR_OPTION). Why: the kernel's
  * lengthscales are shared by every choice, so where the best continuous values depend on
  * the choice, a choice tried a few times away from its own optimum looks worse than it is
  * everywhere, and neither the UCB nor a wider width sends trials there (svm_mixed's rbf
@@ -1212,7 +1213,9 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
  * Corollary 3.2; CoCaBO, Ru et al., ICML 2020, chooses categorical values by EXP3); the
  * second keeps a categorical's floors to half the trials. 2 was set on choice_trap and the
  * mixed tuning functions and judged on the seven held-out mixed spaces (docs/BENCHMARKS.md,
- * thirty-ninth session).
+ * thirty-ninth session for bbkb, fortieth for the others). bbkb's pool lasts one epoch;
+ * the other engines' pools last many asks, so they redraw the pool whenever
+ * kb__starved_choice changes (kb__pool_floor): a floor holds its pool until it is met.
  *
  * No floor for a categorical the noise hides (drop_hidden_dims: every choice predicts the
  * same f): there a choice does not look worse than it is, and floors only took trials from
@@ -1223,15 +1226,16 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
  * was judged on had 2-4.
  *
  * A function of the observations, so replay gives the same pools; pending points are not
- * counted, so a floor may be overshot by one epoch's points. */
-static int starved_choice(const kb_engine *e, double choice_floor, size_t *fj, size_t *fl)
+ * counted, so a floor may be overshot by one epoch's points. Returns the starved choice's
+ * key (kb__starved_choice: 0 for none) and sets *fj, *fl to its coordinate and choice. */
+enum { FLOOR_MAX_CHOICES = 4 };
+static size_t starved_choice(const kb_engine *e, double choice_floor, size_t *fj, size_t *fl)
 {
-    enum { FLOOR_MAX_CHOICES = 4 };
     const kb_space *s = e->space;
     if (!(choice_floor > 0.0) || !s->categorical || e->n_obs < e->design_n || e->n_obs < 2)
         return 0;
     double t = (double)e->n_obs, worst = 0.0;
-    int found = 0;
+    size_t key = 0;
     for (size_t j = 0; j < s->dim; j++) {
         if (!s->categorical[j] || s->levels[j] > FLOOR_MAX_CHOICES ||
             e->kernel.lengthscales[j] >= KB_OFF_LENGTHSCALE)
@@ -1247,21 +1251,38 @@ static int starved_choice(const kb_engine *e, double choice_floor, size_t *fj, s
                 worst = floor_t - (double)taken[l];
                 *fj = j;
                 *fl = l;
-                found = 1;
+                key = 1 + j * FLOOR_MAX_CHOICES + l;
             }
         }
     }
-    return found;
+    return key;
 }
 
-int kb__refresh_pool(kb_engine *e, int refine, double choice_floor)
+size_t kb__starved_choice(const kb_engine *e, double choice_floor)
+{
+    size_t j, l;
+    return e->space->finite ? 0 : starved_choice(e, choice_floor, &j, &l);
+}
+
+int kb__pool_floor_due(const kb_engine *e, const kb__pool_floor *f)
+{
+    return kb__starved_choice(e, f->choice_floor) != f->key;
+}
+
+void kb__pool_floor_refresh(kb_engine *e, kb__pool_floor *f, int refine)
+{
+    f->key = kb__refresh_pool(e, refine, f->choice_floor);
+    f->pools += f->key != 0;
+}
+
+size_t kb__refresh_pool(kb_engine *e, int refine, double choice_floor)
 {
     if (e->space->finite)
         return 0;
     enum { NBEST = 8 };
     kb_space *s = e->space;
     size_t idx[NBEST], d = s->dim, fj = d, fl = 0;
-    int starved = starved_choice(e, choice_floor, &fj, &fl);
+    size_t starved = starved_choice(e, choice_floor, &fj, &fl);
     size_t nb = best_obs(e, NBEST, idx, fj, fl);
     double best[NBEST * d > 0 ? NBEST * d : 1];
     for (size_t i = 0; i < nb; i++)
@@ -1270,7 +1291,7 @@ int kb__refresh_pool(kb_engine *e, int refine, double choice_floor)
     for (size_t i = 0; starved && i < s->n; i++)
         s->rows[i * d + fj] = s->u[i * d + fj] = ((double)fl + 0.5) / (double)s->levels[fj];
     if (e->fit_on && refine && nb)
-        refine_pool(e, best, nb);
+        refine_pool(e, best, nb); /* from the starved choice's points: keeps the choice */
     memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);
     memset(e->cand_told, 0, e->space->n * sizeof *e->cand_told);
     return starved;

@@ -482,10 +482,45 @@ int kb__design_index(const kb_engine *e, size_t *index);
  * observations and resets the per-candidate repeat counters for the new pool. With
  * refine (and fitted hyperparameters), the pool's last rows are the best points moved
  * uphill on the fitted GP's UCB (acq.c): gp-ucb / gp-bucb ask for it; on the tuning
- * functions it made bbkb worse (docs/BENCHMARKS.md). With choice_floor > 0 (bbkb / bkb,
- * whose pool lasts one epoch) a categorical choice tried less than its floor gets the
- * whole pool (engine.c, starved_choice); returns 1 when one did. */
-int kb__refresh_pool(kb_engine *e, int refine, double choice_floor);
+ * functions it made bbkb worse (docs/BENCHMARKS.md). With choice_floor > 0 a categorical
+ * choice tried less than its floor gets the whole pool (engine.c, starved_choice);
+ * returns that choice's key (kb__starved_choice), 0 when no floor took the pool. */
+size_t kb__refresh_pool(kb_engine *e, int refine, double choice_floor);
+
+/* The choice a floor would give the next pool to: 1 + j x 4 + l for choice l of
+ * categorical coordinate j, 0 for none (finite sets, floors off, every choice at its
+ * floor). Engines whose pool lasts many asks (gp-ucb, gp-bucb) redraw it when this key
+ * differs from the key their pool was drawn with, so a floor holds the pool only until
+ * it is met. */
+size_t kb__starved_choice(const kb_engine *e, double choice_floor);
+
+/* The choice floors of an engine whose pool lasts many asks (gp-ucb, gp-bucb, gp-ts,
+ * sgp-ts): the option's value, the key the current pool was drawn with and the pools
+ * the floors took (the figure choice_floor_pools). */
+typedef struct kb__pool_floor {
+    double choice_floor;
+    size_t key;
+    uint64_t pools;
+} kb__pool_floor;
+
+/* Is a redraw due because a floor starts, stops or moves to another choice? */
+int kb__pool_floor_due(const kb_engine *e, const kb__pool_floor *f);
+
+/* kb__refresh_pool with f's floor, recording the key (and the pool, if a floor took it). */
+void kb__pool_floor_refresh(kb_engine *e, kb__pool_floor *f, int refine);
+
+/* The choice_floor option of the engines that have choice floors (engine.c), with its
+ * default: 2 where it was judged on the held-out mixed spaces and kept (bbkb, bkb,
+ * gp-ucb), 0 (off) where a tuning or held-out function came out decided worse (gp-bucb,
+ * gp-ts, sgp-ts; the Thompson engines do not drop a categorical the noise hides, so its
+ * floors stay on there). docs/BENCHMARKS.md, fortieth session. */
+#define KB__CHOICE_FLOOR_OPTION(def)                                                       \
+    {"choice_floor", KB_OPT_NUMBER, 0, INFINITY, 0, def, NULL, NULL,                       \
+     "box spaces with categorical parameters of 2-4 choices: a choice tried fewer than "  \
+     "choice_floor x 2 sqrt(t ln c / ((e - 1) c)) times in t trials (c choices; EXP3's "  \
+     "uniform draws, at most t / 2c) gets the candidate pool to itself (bbkb / bkb: the " \
+     "next epoch's; the others: until it reaches that floor), unless the noise hides "     \
+     "that parameter (UCB engines; core/src/engine.c, starved_choice); 0: off"}
 
 /* ------------------------------------------------------- registry */
 

@@ -119,12 +119,7 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
      "objective): an epoch's model keeps at most this many data rows, every pending one, "  \
      "the best quarter of the others by value and a seeded sample of the rest "             \
      "(bbkb/dictionary.c); 0: all rows"},                                                   \
-    {"choice_floor", KB_OPT_NUMBER, 0, INFINITY, 0, 2.0, NULL, NULL,                           \
-     "box spaces with categorical parameters of 2-4 choices: a choice tried fewer than "    \
-     "choice_floor x "                                                                     \
-     "2 sqrt(t ln c / ((e - 1) c)) times in t trials (c choices; EXP3's uniform draws, at " \
-     "most t / 2c) gets the next epoch's pool to itself, unless the noise hides that "      \
-     "parameter (core/src/engine.c, starved_choice); 0: off"}
+    KB__CHOICE_FLOOR_OPTION(2.0)
 
 static const kb_option_spec bbkb_options[] = {
     COMMON_OPTIONS,
@@ -283,7 +278,7 @@ static int refit_kernel(kb_engine *e, dataset *ds)
     if (rc)
         return rc;
     if (!e->space->finite) {
-        st->floor_epochs += (size_t)kb__refresh_pool(e, 0, st->choice_floor);
+        st->floor_pools += kb__refresh_pool(e, 0, st->choice_floor) != 0;
         kb__bbkb_new_pool(e);
         for (size_t j = 0; j < ds->n; j++)
             ds->rows[j].cand = NONE;
@@ -577,7 +572,7 @@ static const kb__stat bbkb_stats[] = {
     KB__STAT("last_batch", bbkb, last_batch),
     KB__STAT("dict_size", bbkb, m),
     KB__STAT("model_rows", bbkb, rows),
-    KB__STAT("choice_floor_epochs", bbkb, floor_epochs),
+    KB__STAT("choice_floor_pools", bbkb, floor_pools),
     KB__STAT("init_phase", bbkb, init_phase),
     KB__STAT("start_var_max", bbkb, var_max),
     KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),
