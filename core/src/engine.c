@@ -175,34 +175,40 @@ static double *standardized_y(kb_engine *e)
     return y;
 }
 
-/* Box dimensions the noise hides leave the model: one whose whole effect on f, the
- * variance 2 s2 (1 - base(1 / l^2)) of f's change across the box's width (or between two
- * choices), is below the noise variance gets the lengthscale KB_OFF_LENGTHSCALE, the
- * fit's upper bound (hyper.c). Why: along such a dimension the posterior mean barely
- * moves and the sd grows towards the faces only because they have fewer neighbours, so
- * the UCB over the pool sent that coordinate to its end values (an int to its first or
- * last value on most asks) for no information: the boundary over-exploration of Siivola,
- * Vehtari, Vanhatalo, Gonzalez & Andersen, "Correcting boundary over-exploration
- * deficiencies in Bayesian optimization with virtual derivative sign observations"
- * (MLSP 2018). Out of the model, the coordinate keeps the pool point's value (quasi-random
- * or a step from a best point). The fit starts from its own values (fit_ls), so a
- * dimension whose effect shows later comes back. Without noise only a dimension with no
- * visible effect leaves (where it costs nothing). UCB engines only (kb_engine_ops.ucb): in
- * a Thompson sample the sd enters as a random draw, not as a bonus that every ask
- * collects at the faces, and gp-ts lost by the rule under noise (docs/BENCHMARKS.md,
- * nineteenth session). With the additive categorical term (categorical_mix) the rule still
- * reads the whole variance s2, not the joint part's (1 - mix) s2: so it was measured. */
+/* Does the noise hide box dimension j: is its whole effect on f, the variance
+ * 2 s2 (1 - base(1 / l^2)) of f's change across the box's width (or between two choices),
+ * below the noise variance? */
+static int hidden_dim(const kb_engine *e, size_t j)
+{
+    const kb_kernel *k = &e->kernel;
+    double l = k->lengthscales[j], slope;
+    return 2.0 * k->variance * (1.0 - kb__kernel_profile(k->kind, 1.0 / (l * l), &slope)) <
+           e->noise;
+}
+
+/* Box dimensions the noise hides (hidden_dim) leave the model: they get the lengthscale
+ * KB_OFF_LENGTHSCALE, the fit's upper bound (hyper.c). Why: along such a dimension the
+ * posterior mean barely moves and the sd grows towards the faces only because they have
+ * fewer neighbours, so the UCB over the pool sent that coordinate to its end values (an
+ * int to its first or last value on most asks) for no information: the boundary over-
+ * exploration of Siivola, Vehtari, Vanhatalo, Gonzalez & Andersen, "Correcting boundary
+ * over-exploration deficiencies in Bayesian optimization with virtual derivative sign
+ * observations" (MLSP 2018). Out of the model, the coordinate keeps the pool point's
+ * value (quasi-random or a step from a best point). The fit starts from its own values
+ * (fit_ls), so a dimension whose effect shows later comes back. Without noise only a
+ * dimension with no visible effect leaves (where it costs nothing). UCB engines only
+ * (kb_engine_ops.ucb): in a Thompson sample the sd enters as a random draw, not as a
+ * bonus that every ask collects at the faces, and gp-ts lost by the rule under noise
+ * (docs/BENCHMARKS.md, nineteenth session). With the additive categorical term
+ * (categorical_mix) the rule still reads the whole variance s2, not the joint part's (1 -
+ * mix) s2: so it was measured. */
 static void drop_hidden_dims(kb_engine *e)
 {
     kb_kernel *k = &e->kernel;
     memcpy(e->fit_ls, k->lengthscales, k->dim * sizeof *e->fit_ls);
-    for (size_t j = 0; j < k->dim; j++) {
-        double l = k->lengthscales[j], slope;
-        double spread = 2.0 * k->variance * (1.0 - kb__kernel_profile(k->kind, 1.0 / (l * l),
-                                                                     &slope));
-        if (spread < e->noise)
+    for (size_t j = 0; j < k->dim; j++)
+        if (hidden_dim(e, j))
             k->lengthscales[j] = KB_OFF_LENGTHSCALE;
-    }
 }
 
 /* Categorical main effects under noise (categorical_kernel = additive, the default): on a
@@ -1217,10 +1223,12 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
  * the other engines' pools last many asks, so they redraw the pool whenever
  * kb__starved_choice changes (kb__pool_floor): a floor holds its pool until it is met.
  *
- * No floor for a categorical the noise hides (drop_hidden_dims: every choice predicts the
- * same f): there a choice does not look worse than it is, and floors only took trials from
- * the search (Mixed, 8 x 125: +0.52 in mean log10 simple regret on 30 seeds, where its
- * choices' costs are half a noise sd). None either above FLOOR_MAX_CHOICES (4) choices:
+ * No floor for a categorical the noise hides (hidden_dim; the UCB engines' drop_hidden_dims
+ * leaves it out of the model, the Thompson engines keep it, so it is asked here): there a
+ * choice does not look worse than it is, and floors only took trials from the search
+ * (Mixed, 8 x 125: +0.52 in mean log10 simple regret on 30 seeds, where its choices' costs
+ * are half a noise sd; gp-ts at 4 x 50 +0.56 without this test, +0.02 with it). None
+ * either above FLOOR_MAX_CHOICES (4) choices:
  * the floors of c choices take up to (c - 1) / 2c of the trials, and with 20 choices they
  * took half of a 200-trial run (noise-free, +1.23 on 20 seeds); every categorical the rule
  * was judged on had 2-4.
@@ -1238,7 +1246,7 @@ static size_t starved_choice(const kb_engine *e, double choice_floor, size_t *fj
     size_t key = 0;
     for (size_t j = 0; j < s->dim; j++) {
         if (!s->categorical[j] || s->levels[j] > FLOOR_MAX_CHOICES ||
-            e->kernel.lengthscales[j] >= KB_OFF_LENGTHSCALE)
+            e->kernel.lengthscales[j] >= KB_OFF_LENGTHSCALE || (e->fit_on && hidden_dim(e, j)))
             continue;
         size_t taken[FLOOR_MAX_CHOICES] = {0};
         for (size_t i = 0; i < e->n_obs; i++)

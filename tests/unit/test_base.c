@@ -1063,6 +1063,29 @@ static void starved_choice_gets_the_pool(void **state)
     kb_engine_free(e);
 }
 
+/* The Thompson engines keep a categorical the noise hides in their model (no
+ * drop_hidden_dims), so the floors ask whether the noise hides it: with its whole effect
+ * 2 s2 (1 - exp(-1 / 2 l^2)) = 0.79 (l = 1, s2 = 1) above the noise variance a starved
+ * choice has a floor; with the noise variance at 1 it has none. */
+static void hidden_categorical_has_no_floor(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_engine *e = choice_engine("gp-ts", 2.0);
+    for (size_t i = 0; i < 60; i++) { /* 58 of choice 0, 2 of choice 2, none of choice 1 */
+        double x[3] = {i / 60.0, 0.5, choice_u(i < 2 ? 2 : 0)};
+        assert_int_equal(kb_engine_observe(e, x, x[0], &err), KB_OK);
+    }
+    for (size_t j = 0; j < 3; j++)
+        e->kernel.lengthscales[j] = 1.0;
+    e->kernel.variance = 1.0;
+    e->noise = 0.01;
+    assert_int_equal(kb__starved_choice(e, 2.0), 10); /* choice 1 (0 of 60) */
+    e->noise = 1.0;
+    assert_int_equal(kb__starved_choice(e, 2.0), 0);
+    kb_engine_free(e);
+}
+
 /* A categorical of more than 4 choices has no floor (its floors would take up to half the
  * trials): 40 observations all of choice 0 of 5 leave the pool mixing every choice. */
 static void many_choices_have_no_floor(void **state)
@@ -1674,6 +1697,7 @@ int main(void)
         cmocka_unit_test(choice_floor_end_to_end),
         cmocka_unit_test(gp_ucb_choice_floor_end_to_end),
         cmocka_unit_test(ts_choice_floor_end_to_end),
+        cmocka_unit_test(hidden_categorical_has_no_floor),
         cmocka_unit_test(many_choices_have_no_floor),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),
