@@ -338,8 +338,9 @@ KB_API int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err);
  *   dict_size        inducing points / dictionary size (pi-gp-ucb: cells of its cover)
  *   model_rows       bbkb: data rows the current epoch's model is built on (fewer than
  *                    the told points when a box's model window applies: model_rows)
- *   choice_floor_pools  bbkb, gp-ucb, gp-bucb, gp-ts, sgp-ts: pools the choice floors gave to one choice of
- *                    a categorical parameter tried less than its floor (choice_floor)
+ *   choice_floor_pools  bbkb, gp-ucb, gp-bucb, gp-ts, sgp-ts: candidate pools the choice
+ *                    floors gave to one choice of a categorical parameter tried less
+ *                    than its floor (choice_floor)
  *   init_phase       bbkb: 1 while uncertainty sampling to reach parallelism P
  *   start_var_max    bbkb: the largest sigma~^2 over the candidates at the epoch start,
  *                    which the initialization compares with 1 / P

@@ -1228,10 +1228,9 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
  * choice does not look worse than it is, and floors only took trials from the search
  * (Mixed, 8 x 125: +0.52 in mean log10 simple regret on 30 seeds, where its choices' costs
  * are half a noise sd; gp-ts at 4 x 50 +0.56 without this test, +0.02 with it). None
- * either above FLOOR_MAX_CHOICES (4) choices:
- * the floors of c choices take up to (c - 1) / 2c of the trials, and with 20 choices they
- * took half of a 200-trial run (noise-free, +1.23 on 20 seeds); every categorical the rule
- * was judged on had 2-4.
+ * either above FLOOR_MAX_CHOICES (4) choices: the floors of c choices take up to
+ * (c - 1) / 2c of the trials, and with 20 choices they took half of a 200-trial run
+ * (noise-free, +1.23 on 20 seeds); every categorical the rule was judged on had 2-4.
  *
  * A function of the observations, so replay gives the same pools; pending points are not
  * counted, so a floor may be overshot by one epoch's points. Returns the starved choice's
