@@ -494,9 +494,10 @@ size_t kb__refresh_pool(kb_engine *e, int refine, double choice_floor);
  * it is met. */
 size_t kb__starved_choice(const kb_engine *e, double choice_floor);
 
-/* The choice floors of an engine whose pool lasts many asks (gp-ucb, gp-bucb, gp-ts,
- * sgp-ts): the option's value, the key the current pool was drawn with and the pools
- * the floors took (the figure choice_floor_pools). */
+/* An engine's choice floors: the option's value, the key the current pool was drawn
+ * with and the pools the floors took (the figure choice_floor_pools). bbkb redraws its
+ * pool at every epoch; the engines whose pool lasts many asks (gp-ucb, gp-bucb, gp-ts,
+ * sgp-ts) also redraw it when kb__pool_floor_due. */
 typedef struct kb__pool_floor {
     double choice_floor;
     size_t key;

@@ -192,7 +192,7 @@ static void read_options(const kb_engine *e, bbkb *st)
     st->q = kb_config_number(c, "q");
     st->retain = kb_config_number(c, "retain");
     st->model_rows = (size_t)kb_config_number(c, "model_rows");
-    st->choice_floor = kb_config_number(c, "choice_floor");
+    st->floors.choice_floor = kb_config_number(c, "choice_floor");
     st->F = kb_config_number(c, "F");
     st->noise = kb_config_number(c, "noise");
     st->delta = kb_config_number(c, "delta");
@@ -278,7 +278,7 @@ static int refit_kernel(kb_engine *e, dataset *ds)
     if (rc)
         return rc;
     if (!e->space->finite) {
-        st->floor_pools += kb__refresh_pool(e, 0, st->choice_floor) != 0;
+        kb__pool_floor_refresh(e, &st->floors, 0);
         kb__bbkb_new_pool(e);
         for (size_t j = 0; j < ds->n; j++)
             ds->rows[j].cand = NONE;
@@ -572,7 +572,7 @@ static const kb__stat bbkb_stats[] = {
     KB__STAT("last_batch", bbkb, last_batch),
     KB__STAT("dict_size", bbkb, m),
     KB__STAT("model_rows", bbkb, rows),
-    KB__STAT("choice_floor_pools", bbkb, floor_pools),
+    KB__STAT("choice_floor_pools", bbkb, floors.pools),
     KB__STAT("init_phase", bbkb, init_phase),
     KB__STAT("start_var_max", bbkb, var_max),
     KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),
