@@ -107,6 +107,7 @@ typedef struct study_progress {
     size_t dict_size;
     size_t model_rows;  /* data rows the engine's current model is built on (bbkb) */
     uint64_t choice_floor_pools; /* candidate pools a choice floor took (engine.c) */
+    uint64_t climb_pools;        /* candidate pools a climb took (engine.c, bbkb / bkb) */
     int init_phase;
     /* The kernel the engine uses now (fitted unless hyperparameters = fixed). */
     int fitted;

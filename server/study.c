@@ -202,6 +202,7 @@ static int progress_copy(study *s, study_progress *p, api_error *err)
     p->dict_size = study_engine_count(s, "dict_size");
     p->model_rows = study_engine_count(s, "model_rows");
     p->choice_floor_pools = study_engine_count(s, "choice_floor_pools");
+    p->climb_pools = study_engine_count(s, "climb_pools");
     p->init_phase = study_engine_count(s, "init_phase") != 0;
     p->fitted = hp.fitting;
     p->fits = hp.fits;

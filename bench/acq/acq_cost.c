@@ -92,9 +92,9 @@ int main(int argc, char **argv)
         return 1;
     for (size_t r = 0; r < reps; r++) {
         double t0 = cpu_now();
-        kb__refresh_pool(e, 1, 0.0);
+        kb__refresh_pool(e, 1, NULL);
         double t1 = cpu_now();
-        kb__refresh_pool(e, 0, 0.0);
+        kb__refresh_pool(e, 0, NULL);
         with[r] = t1 - t0;
         without[r] = cpu_now() - t1;
     }

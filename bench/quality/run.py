@@ -416,6 +416,7 @@ def main():
                                    dictionary_size=progress.get("dictionary_size"),
                                    model_rows=progress.get("model_rows"),
                                    choice_floor_pools=progress.get("choice_floor_pools"),
+                                   climb_pools=progress.get("climb_pools"),
                                    eval_ms=args.eval_ms, noise=args.noise,
                                    idle_fraction=progress.get("idle_fraction"),
                                    lockstep=args.lockstep and not engine.startswith("optuna-"),

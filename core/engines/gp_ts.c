@@ -93,7 +93,7 @@ typedef struct gp_ts {
     double *mu, *var; /* A: posterior mean and variance at every candidate */
     double log_det; /* sum log L_ii */
     size_t since_pool;
-    kb__pool_floor floors; /* choice floors (engine.c) */
+    kb__pool_rules pool; /* choice floors (engine.c) */
     uint64_t refreshes;
     double sec_embed, sec_refresh, sec_ask;
     /* ask scratch */
@@ -202,8 +202,8 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
             return kb__fail(err, KB_ENUMERIC, "lambda",
                             "kernel matrix + lambda I is not positive definite");
     if (!e->space->finite &&
-        (st->since_pool >= st->pool_refresh || kb__pool_floor_due(e, &st->floors))) {
-        kb__pool_floor_refresh(e, &st->floors, 0);
+        (st->since_pool >= st->pool_refresh || kb__pool_rules_due(e, &st->pool))) {
+        kb__refresh_pool(e, 0, &st->pool);
         rebuild_candidates(e, st);
         st->since_pool = 0;
     }
@@ -372,7 +372,7 @@ static int gp_ts_create(kb_engine *e, kb_error *err)
     st->subset_size = (size_t)kb_config_number(c, "subset_size");
     st->refresh_every = (size_t)kb_config_number(c, "refresh_every");
     st->pool_refresh = (size_t)kb_config_number(c, "pool_refresh");
-    st->floors.choice_floor = kb_config_number(c, "choice_floor");
+    st->pool.choice_floor = kb_config_number(c, "choice_floor");
     size_t A = e->space->n;
     st->mu = calloc(A, sizeof *st->mu);
     st->var = malloc(A * sizeof *st->var);
@@ -459,7 +459,7 @@ static const kb__stat gp_ts_stats[] = {
     KB__STAT("sec_resparsify", gp_ts, sec_refresh),
     KB__STAT("sec_ask", gp_ts, sec_ask),
     KB__STAT("sec_tell", gp_ts, sec_refresh),
-    KB__STAT("choice_floor_pools", gp_ts, floors.pools),
+    KB__STAT("choice_floor_pools", gp_ts, pool.floor_pools),
     {NULL, 0, 0},
 };
 

@@ -132,7 +132,7 @@ typedef struct gp_state {
     double prod, alpha_ucb;
     uint64_t batches, batch_asks, last_batch;
     size_t obs_at_refresh;
-    kb__pool_floor floors;        /* choice floors (engine.c) */
+    kb__pool_rules pool;          /* choice floors (engine.c) */
     double sec_embed, sec_resparsify, sec_ask, sec_tell;
 } gp_state;
 
@@ -431,7 +431,7 @@ static int gp_create_common(kb_engine *e, int batched, kb_error *err)
     s->lambda = e->noise; /* lambda, or its fitted value (refit) */
     s->beta0 = kb_config_number(e->cfg, "beta_scale");
     s->C = batched ? kb_config_number(e->cfg, "C") : INFINITY;
-    s->floors.choice_floor = kb_config_number(e->cfg, "choice_floor");
+    s->pool.choice_floor = kb_config_number(e->cfg, "choice_floor");
     s->d = e->space->dim;
     s->A = e->space->n;
     s->var = malloc(s->A * sizeof *s->var);
@@ -464,7 +464,7 @@ static int pool_due(const kb_engine *e, const gp_state *s)
 {
     return !e->space->finite &&
            (e->n_obs >= s->obs_at_refresh + 1 + s->obs_at_refresh / 16 ||
-            kb__pool_floor_due(e, &s->floors));
+            kb__pool_rules_due(e, &s->pool));
 }
 
 /* gp-bucb redraws a box's pool at every batch start up to this many observations, then
@@ -474,7 +474,7 @@ static int pool_due(const kb_engine *e, const gp_state *s)
 /* Box spaces: a new pool around the best points, and everything candidate-sized with it. */
 static int refresh_pool(kb_engine *e, gp_state *s)
 {
-    kb__pool_floor_refresh(e, &s->floors, 1);
+    kb__refresh_pool(e, 1, &s->pool);
     s->obs_at_refresh = e->n_obs;
     return rebuild(e, s);
 }
@@ -681,7 +681,7 @@ static int gp_posterior(kb_engine *e, const double *U, size_t m, double *mean, d
     KB__STAT("sec_embed", gp_state, sec_embed),                                        \
     KB__STAT("sec_resparsify", gp_state, sec_resparsify),                              \
     KB__STAT("sec_ask", gp_state, sec_ask), KB__STAT("sec_tell", gp_state, sec_tell), \
-    KB__STAT("choice_floor_pools", gp_state, floors.pools)
+    KB__STAT("choice_floor_pools", gp_state, pool.floor_pools)
 
 static const kb__stat ucb_stats[] = {GP_FIGURES, {NULL, 0, 0}};
 

@@ -813,7 +813,7 @@ static void maybe_refresh_pool(kb_engine *e)
     size_t every = e->space->n / 4 ? e->space->n / 4 : 1;
     if (!st->split_since_refresh && st->asks_since_refresh < every)
         return;
-    kb__refresh_pool(e, 0, 0.0);
+    kb__refresh_pool(e, 0, NULL);
     assign_candidates(e);
     for (size_t i = 0; i < st->n_leaves; i++)
         st->cells[st->leaves[i]].stale = 1;

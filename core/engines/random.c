@@ -29,7 +29,7 @@ static int random_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_er
     random_state *st = e->impl;
     size_t n = e->space->n;
     if (!e->space->finite && ++st->since_refresh > n / 2 + 1) {
-        kb__space_refresh_pool(e->space, &e->rng, NULL, 0, NULL);
+        kb__space_refresh_pool(e->space, &e->rng, NULL, 0, NULL, 0);
         memset(e->cand_pending, 0, n * sizeof *e->cand_pending);
         memset(e->cand_told, 0, n * sizeof *e->cand_told);
         st->since_refresh = 1;

@@ -120,7 +120,7 @@ typedef struct sgp_ts {
     size_t n;      /* observations in the model */
     sgp_model mod;
     size_t since_pool;
-    kb__pool_floor floors; /* choice floors (engine.c) */
+    kb__pool_rules pool; /* choice floors (engine.c) */
     uint64_t refreshes;
     double sec_embed, sec_refresh, sec_ask;
 } sgp_ts;
@@ -311,13 +311,13 @@ static int refresh_due(const kb_engine *e, const sgp_ts *st)
 static int pool_due(const kb_engine *e, const sgp_ts *st)
 {
     return !e->space->finite &&
-           (st->since_pool >= st->pool_refresh || kb__pool_floor_due(e, &st->floors));
+           (st->since_pool >= st->pool_refresh || kb__pool_rules_due(e, &st->pool));
 }
 
 /* A new pool and the features at it; the caller embeds the model at it (embed_fill). */
 static void redraw_pool(kb_engine *e, sgp_ts *st)
 {
-    kb__pool_floor_refresh(e, &st->floors, 0);
+    kb__refresh_pool(e, 0, &st->pool);
     kb__ts_features_eval(&st->feat, e->space->u, e->space->n, st->PhiA);
     st->since_pool = 0;
 }
@@ -514,7 +514,7 @@ static int sgp_ts_create(kb_engine *e, kb_error *err)
     st->alpha_scale = kb_config_number(c, "alpha_scale");
     st->refresh_every = (size_t)kb_config_number(c, "refresh_every");
     st->pool_refresh = (size_t)kb_config_number(c, "pool_refresh");
-    st->floors.choice_floor = kb_config_number(c, "choice_floor");
+    st->pool.choice_floor = kb_config_number(c, "choice_floor");
     size_t A = e->space->n, M = st->M;
     if (A * M > KB_MAX_POINTS) { /* (M, not st->M: st is freed first) */
         sgp_ts_destroy(e);
@@ -575,7 +575,7 @@ static const kb__stat sgp_ts_stats[] = {
     KB__STAT("sec_resparsify", sgp_ts, sec_refresh),
     KB__STAT("sec_ask", sgp_ts, sec_ask),
     KB__STAT("sec_tell", sgp_ts, sec_refresh),
-    KB__STAT("choice_floor_pools", sgp_ts, floors.pools),
+    KB__STAT("choice_floor_pools", sgp_ts, pool.floor_pools),
     {NULL, 0, 0},
 };
 

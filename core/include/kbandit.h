@@ -341,6 +341,8 @@ KB_API int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err);
  *   choice_floor_pools  bbkb, gp-ucb, gp-bucb, gp-ts, sgp-ts: candidate pools the choice
  *                    floors gave to one choice of a categorical parameter tried less
  *                    than its floor (choice_floor)
+ *   climb_pools      bbkb: candidate pools given to a climb from a second basin once a
+ *                    noise-free run's best stopped improving (climb_after)
  *   init_phase       bbkb: 1 while uncertainty sampling to reach parallelism P
  *   start_var_max    bbkb: the largest sigma~^2 over the candidates at the epoch start,
  *                    which the initialization compares with 1 / P

@@ -140,9 +140,9 @@ void kb__space_to_internal(const kb_space *s, const double *x, double *u);
 /* Box only: draws a new pool. Half quasi-random (Halton, randomly shifted), half local
  * perturbations around the `nbest` rows of `best` (internal coordinates, best first) at
  * several trust-region sizes, scaled per dimension by `lengthscales` (NULL: isotropic;
- * space.c local_points); all quasi-random when nbest == 0. */
+ * space.c local_points); all quasi-random when nbest == 0, all local with all_local. */
 void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest,
-                            const double *lengthscales);
+                            const double *lengthscales, int all_local);
 /* Moves each of the n rows (internal coordinates) onto the box's levels (no-op without). */
 void kb__space_snap(const kb_space *s, double *rows, size_t n);
 
@@ -478,15 +478,6 @@ double kb__width(const kb_engine *e, double theory, double fitted);
  * pool's quasi-random rows in order. Sets *index and returns 1 while it applies. */
 int kb__design_index(const kb_engine *e, size_t *index);
 
-/* Called by box-space engines at resparsification: refreshes the pool around the best
- * observations and resets the per-candidate repeat counters for the new pool. With
- * refine (and fitted hyperparameters), the pool's last rows are the best points moved
- * uphill on the fitted GP's UCB (acq.c): gp-ucb / gp-bucb ask for it; on the tuning
- * functions it made bbkb worse (docs/BENCHMARKS.md). With choice_floor > 0 a categorical
- * choice tried less than its floor gets the whole pool (engine.c, starved_choice);
- * returns that choice's key (kb__starved_choice), 0 when no floor took the pool. */
-size_t kb__refresh_pool(kb_engine *e, int refine, double choice_floor);
-
 /* The choice a floor would give the next pool to: 1 + j x 4 + l for choice l of
  * categorical coordinate j, 0 for none (finite sets, floors off, every choice at its
  * floor). Engines whose pool lasts many asks (gp-ucb, gp-bucb) redraw it when this key
@@ -494,21 +485,31 @@ size_t kb__refresh_pool(kb_engine *e, int refine, double choice_floor);
  * it is met. */
 size_t kb__starved_choice(const kb_engine *e, double choice_floor);
 
-/* An engine's choice floors: the option's value, the key the current pool was drawn
- * with and the pools the floors took (the figure choice_floor_pools). bbkb redraws its
- * pool at every epoch; the engines whose pool lasts many asks (gp-ucb, gp-bucb, gp-ts,
- * sgp-ts) also redraw it when kb__pool_floor_due. */
-typedef struct kb__pool_floor {
+/* An engine's rules for its box pools (engine.c): the options' values (choice_floor;
+ * climb_after, 0 in the engines without that option), the key of the starved choice the
+ * current pool was drawn for, and the pools each rule took (the figures
+ * choice_floor_pools and climb_pools). bbkb redraws its pool at every epoch; the engines
+ * whose pool lasts many asks (gp-ucb, gp-bucb, gp-ts, sgp-ts) also redraw it when
+ * kb__pool_rules_due. */
+typedef struct kb__pool_rules {
     double choice_floor;
+    size_t climb_after;
     size_t key;
-    uint64_t pools;
-} kb__pool_floor;
+    uint64_t floor_pools, climb_pools;
+} kb__pool_rules;
 
 /* Is a redraw due because a floor starts, stops or moves to another choice? */
-int kb__pool_floor_due(const kb_engine *e, const kb__pool_floor *f);
+int kb__pool_rules_due(const kb_engine *e, const kb__pool_rules *r);
 
-/* kb__refresh_pool with f's floor, recording the key (and the pool, if a floor took it). */
-void kb__pool_floor_refresh(kb_engine *e, kb__pool_floor *f, int refine);
+/* Called by box-space engines at resparsification: refreshes the pool around the best
+ * observations and resets the per-candidate repeat counters for the new pool. With
+ * refine (and fitted hyperparameters), the pool's last rows are the best points moved
+ * uphill on the fitted GP's UCB (acq.c): gp-ucb / gp-bucb ask for it; on the tuning
+ * functions it made bbkb worse (docs/BENCHMARKS.md). Under r's rules (NULL: none) a
+ * categorical choice tried less than its floor gets the whole pool (engine.c,
+ * starved_choice), or else a stalled noise-free run's pool climbs from a second basin
+ * (climb_center); r records the key and counts the pool. */
+void kb__refresh_pool(kb_engine *e, int refine, kb__pool_rules *r);
 
 /* The choice_floor option of the engines that have choice floors (engine.c), with its
  * default: 2 where it was judged on the held-out mixed spaces and kept (bbkb, bkb,

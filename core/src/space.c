@@ -114,7 +114,7 @@ kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err)
     s->pool_size = pool_size;
     kb_rng rng;
     kb_rng_seed(&rng, 0);
-    kb__space_refresh_pool(s, &rng, NULL, 0, NULL);
+    kb__space_refresh_pool(s, &rng, NULL, 0, NULL, 0);
     s->generation = 0;
     return s;
 }
@@ -195,7 +195,7 @@ int kb_space_set_levels(kb_space *s, const size_t *levels, const unsigned char *
     s->categorical = cat;
     kb_rng rng;
     kb_rng_seed(&rng, 0);
-    kb__space_refresh_pool(s, &rng, NULL, 0, NULL);
+    kb__space_refresh_pool(s, &rng, NULL, 0, NULL, 0);
     s->generation = 0;
     return KB_OK;
 }
@@ -408,9 +408,9 @@ static void local_points(kb_space *s, kb_rng *rng, size_t first, const double *b
 }
 
 void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t nbest,
-                            const double *lengthscales)
+                            const double *lengthscales, int all_local)
 {
-    size_t n_local = nbest ? s->n / 2 : 0;
+    size_t n_local = nbest ? (all_local ? s->n : s->n / 2) : 0;
     size_t n_qmc = s->n - n_local;
     /* Cranley-Patterson rotation: a random shift per dimension, modulo 1, makes each
      * refresh a fresh low-discrepancy set. A random start index skips correlations. */

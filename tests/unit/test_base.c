@@ -997,6 +997,14 @@ static void pool_choices(const kb_engine *e, size_t count[3])
  * most starved first, its local half centered on its own best points; at the floor, with
  * choice_floor 0, or when the noise hides the categorical, the pool mixes the choices as
  * before. */
+/* A pool drawn under a choice floor alone; the starved choice's key (0: none). */
+static size_t floor_pool(kb_engine *e, double choice_floor)
+{
+    kb__pool_rules r = {.choice_floor = choice_floor};
+    kb__refresh_pool(e, 0, &r);
+    return r.key;
+}
+
 static void starved_choice_gets_the_pool(void **state)
 {
     (void)state;
@@ -1016,7 +1024,7 @@ static void starved_choice_gets_the_pool(void **state)
     size_t count[3];
     /* keys 1 + j x 4 + l: choice 2 of coordinate 2 is 11, choice 1 is 10 */
     assert_int_equal(kb__starved_choice(e, 2.0), 11);
-    assert_int_equal(kb__refresh_pool(e, 0, 2.0), 11);
+    assert_int_equal(floor_pool(e, 2.0), 11);
     pool_choices(e, count);
     assert_int_equal(count[2], e->space->n); /* choice 2 is further below (8 against 3) */
     /* the local half is centered on choice 2's observations (x0 = 0.1), not on the best
@@ -1026,12 +1034,12 @@ static void starved_choice_gets_the_pool(void **state)
         near += e->space->u[i * 3] < 0.3;
     assert_true(near > e->space->n / 4);
     assert_int_equal(kb__starved_choice(e, 0.0), 0);
-    assert_int_equal(kb__refresh_pool(e, 0, 0.0), 0); /* off */
+    assert_int_equal(floor_pool(e, 0.0), 0); /* off */
     pool_choices(e, count);
     assert_true(count[0] > 0 && count[1] > 0 && count[2] > 0);
     double ls = e->kernel.lengthscales[2];
     e->kernel.lengthscales[2] = KB_OFF_LENGTHSCALE; /* hidden by the noise: no floor */
-    assert_int_equal(kb__refresh_pool(e, 0, 2.0), 0);
+    assert_int_equal(floor_pool(e, 2.0), 0);
     pool_choices(e, count);
     assert_true(count[0] > 0 && count[1] > 0 && count[2] > 0);
     e->kernel.lengthscales[2] = ls;
@@ -1040,7 +1048,7 @@ static void starved_choice_gets_the_pool(void **state)
         assert_int_equal(kb_engine_observe(e, x, 0.0, &err), KB_OK);
     }
     /* t = 68: floor min(15.2, 11.3) = 11.3; choice 1 has 7, choice 2 has 10 */
-    assert_int_equal(kb__refresh_pool(e, 0, 2.0), 10);
+    assert_int_equal(floor_pool(e, 2.0), 10);
     pool_choices(e, count);
     assert_int_equal(count[1], e->space->n);
     for (size_t k = 0; k < 6; k++) {
@@ -1048,7 +1056,7 @@ static void starved_choice_gets_the_pool(void **state)
         assert_int_equal(kb_engine_observe(e, x, 0.0, &err), KB_OK);
     }
     /* t = 74: floor 12.3; choices take 51 / 10 / 13: choice 1 still short, so it goes */
-    kb__refresh_pool(e, 0, 2.0);
+    floor_pool(e, 2.0);
     pool_choices(e, count);
     assert_int_equal(count[1], e->space->n);
     for (size_t k = 0; k < 3; k++) {
@@ -1057,7 +1065,7 @@ static void starved_choice_gets_the_pool(void **state)
     }
     /* t = 77: floor 12.8; 51 / 13 / 13: none starved, the pool mixes them */
     assert_int_equal(kb__starved_choice(e, 2.0), 0);
-    assert_int_equal(kb__refresh_pool(e, 0, 2.0), 0);
+    assert_int_equal(floor_pool(e, 2.0), 0);
     pool_choices(e, count);
     assert_true(count[0] > 0 && count[1] > 0 && count[2] > 0);
     kb_engine_free(e);
@@ -1103,12 +1111,88 @@ static void many_choices_have_no_floor(void **state)
         double x[2] = {i / 40.0, 0.1};
         assert_int_equal(kb_engine_observe(e, x, x[0], &err), KB_OK);
     }
-    kb__refresh_pool(e, 0, 2.0);
+    floor_pool(e, 2.0);
     size_t seen[5] = {0};
     for (size_t i = 0; i < e->space->n; i++)
         seen[kb__category(e->space->u[i * 2 + 1], 5)]++;
     for (size_t l = 0; l < 5; l++)
         assert_true(seen[l] > 0 && seen[l] < e->space->n);
+    kb_engine_free(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+}
+
+/* Points of the last pool within 0.3 (each coordinate) of (cx, cy). */
+static size_t pool_near(const kb_engine *e, double cx, double cy)
+{
+    size_t near = 0;
+    for (size_t i = 0; i < e->space->n; i++)
+        near += fabs(e->space->u[i * 2] - cx) < 0.3 && fabs(e->space->u[i * 2 + 1] - cy) < 0.3;
+    return near;
+}
+
+/* Climb pools among two pools drawn in a row under r (climbs take the odd-numbered). */
+static uint64_t climbs_in_two_pools(kb_engine *e, kb__pool_rules *r)
+{
+    uint64_t before = r->climb_pools;
+    kb__refresh_pool(e, 0, r);
+    kb__refresh_pool(e, 0, r);
+    return r->climb_pools - before;
+}
+
+/* Climbs (engine.c, climb_center): a noise-free run whose best (1.0 at A = (0.8, 0.8))
+ * has not improved in its last 148 of 250 observations gives every other pool to a climb
+ * from B = (0.2, 0.2) (0.5, the best point more than two lengthscales from A): all local
+ * points around B, no quasi-random half. None under noise, with climb_after 0, or once
+ * the best improved within the last climb_after observations. */
+static void stalled_run_climbs_a_second_basin(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_rng drv;
+    kb_rng_seed(&drv, 3);
+    kb_space *sp = kb_space_new_box(2, 512, &err);
+    kb_config *cfg = kb_config_new("bbkb", &err);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    for (size_t i = 0; i < 250; i++) {
+        double x[2] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv)}, y = 0.0;
+        if (i == 100 || i == 101) {
+            x[0] = x[1] = i == 100 ? 0.8 : 0.2;
+            y = i == 100 ? 1.0 : 0.5;
+        } else if (i > 101) {
+            x[0] = 0.8 + 0.01 * kb_rng_uniform(&drv);
+            x[1] = 0.8 - 0.01 * kb_rng_uniform(&drv);
+            y = 0.9;
+        }
+        assert_int_equal(kb_engine_observe(e, x, y, &err), KB_OK);
+    }
+    e->kernel.lengthscales[0] = e->kernel.lengthscales[1] = 0.1;
+    e->noise = 1e-6;
+    kb__pool_rules r = {.climb_after = 100};
+    if (e->space->generation % 2 == 0)
+        kb__refresh_pool(e, 0, &r);
+    assert_int_equal(r.climb_pools, 0);
+    kb__refresh_pool(e, 0, &r);
+    assert_int_equal(r.climb_pools, 1);
+    assert_true(pool_near(e, 0.2, 0.2) > e->space->n * 9 / 10); /* measured 499 of 512 */
+    kb__refresh_pool(e, 0, &r);               /* the next pool: the usual one */
+    assert_int_equal(r.climb_pools, 1);
+    assert_true(pool_near(e, 0.2, 0.2) < e->space->n / 4);   /* measured 63 */
+    e->noise = 1e-2;                          /* a noisy fit: no climbs */
+    assert_int_equal(climbs_in_two_pools(e, &r), 0);
+    e->noise = 1e-6;
+    r.climb_after = 0;                        /* off */
+    assert_int_equal(climbs_in_two_pools(e, &r), 0);
+    r.climb_after = 160;                      /* the best is 149 observations old */
+    assert_int_equal(climbs_in_two_pools(e, &r), 0);
+    r.climb_after = 100;
+    assert_int_equal(climbs_in_two_pools(e, &r), 1);
+    double x[2] = {0.5, 0.5};                 /* a new best: no longer stalled */
+    assert_int_equal(kb_engine_observe(e, x, 2.0, &err), KB_OK);
+    e->kernel.lengthscales[0] = e->kernel.lengthscales[1] = 0.1;
+    e->noise = 1e-6;
+    assert_int_equal(climbs_in_two_pools(e, &r), 0);
     kb_engine_free(e);
     kb_space_free(sp);
     kb_config_free(cfg);
@@ -1286,11 +1370,11 @@ static void stats_follow_the_callers_size(void **state)
  * epoch, epoch_asks, last_batch, dict_size and init_phase, 0 where absent). */
 static const char *const engine_figures[][2] = {
     {"random", ""},
-    {"bbkb", "epoch epoch_asks last_batch dict_size model_rows choice_floor_pools "
+    {"bbkb", "epoch epoch_asks last_batch dict_size model_rows choice_floor_pools climb_pools "
              "init_phase start_var_max "
              "epochs_low_rank epochs_bounded bound_resolved dict_capped sec_embed sec_resparsify "
              "sec_fit sec_ask sec_tell flop_l3"},
-    {"bkb", "epoch epoch_asks last_batch dict_size model_rows choice_floor_pools "
+    {"bkb", "epoch epoch_asks last_batch dict_size model_rows choice_floor_pools climb_pools "
             "init_phase start_var_max "
             "epochs_low_rank epochs_bounded bound_resolved dict_capped sec_embed sec_resparsify "
             "sec_fit sec_ask sec_tell flop_l3"},
@@ -1549,7 +1633,7 @@ static void pool_is_the_shifted_halton_set(void **state)
     kb_rng rng, copy;
     kb_rng_seed(&rng, 77);
     copy = rng;
-    kb__space_refresh_pool(box, &rng, NULL, 0, NULL);
+    kb__space_refresh_pool(box, &rng, NULL, 0, NULL, 0);
     uint64_t start = 1 + kb_rng_below(&copy, 1u << 20);
     unsigned b = 1;
     for (size_t j = 0; j < DIM; j++) {
@@ -1597,7 +1681,7 @@ static void pool_local_steps_reflect_at_the_faces(void **state)
     kb_rng rng;
     kb_rng_seed(&rng, 5);
     const double best[2] = {0.5, 0.02}, ls[2] = {1.0, 64.0}; /* relative scales 1/8, 8 */
-    kb__space_refresh_pool(box, &rng, best, 1, ls);
+    kb__space_refresh_pool(box, &rng, best, 1, ls, 0);
     size_t first = POOL / 2, below = 0;
     const double a = 0.1;
     double expected = 0.0;
@@ -1699,6 +1783,7 @@ int main(void)
         cmocka_unit_test(ts_choice_floor_end_to_end),
         cmocka_unit_test(hidden_categorical_has_no_floor),
         cmocka_unit_test(many_choices_have_no_floor),
+        cmocka_unit_test(stalled_run_climbs_a_second_basin),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),
         cmocka_unit_test(engine_figures_by_name),

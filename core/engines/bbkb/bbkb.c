@@ -119,7 +119,12 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
      "objective): an epoch's model keeps at most this many data rows, every pending one, "  \
      "the best quarter of the others by value and a seeded sample of the rest "             \
      "(bbkb/dictionary.c); 0: all rows"},                                                   \
-    KB__CHOICE_FLOOR_OPTION(2.0)
+    KB__CHOICE_FLOOR_OPTION(2.0),                                                              \
+    {"climb_after", KB_OPT_INTEGER, 0, 1e9, 0, 100, NULL, NULL,                               \
+     "box spaces, noise-free fits: once the best value has not improved (by 1e-3 of its "    \
+     "distance above the median) in this many trials, every other candidate pool climbs "    \
+     "from the best point more than two lengthscales away from the best one, a second "      \
+     "basin (core/src/engine.c, climb_center); 0: off"}
 
 static const kb_option_spec bbkb_options[] = {
     COMMON_OPTIONS,
@@ -192,7 +197,8 @@ static void read_options(const kb_engine *e, bbkb *st)
     st->q = kb_config_number(c, "q");
     st->retain = kb_config_number(c, "retain");
     st->model_rows = (size_t)kb_config_number(c, "model_rows");
-    st->floors.choice_floor = kb_config_number(c, "choice_floor");
+    st->pool.choice_floor = kb_config_number(c, "choice_floor");
+    st->pool.climb_after = (size_t)kb_config_number(c, "climb_after");
     st->F = kb_config_number(c, "F");
     st->noise = kb_config_number(c, "noise");
     st->delta = kb_config_number(c, "delta");
@@ -278,7 +284,7 @@ static int refit_kernel(kb_engine *e, dataset *ds)
     if (rc)
         return rc;
     if (!e->space->finite) {
-        kb__pool_floor_refresh(e, &st->floors, 0);
+        kb__refresh_pool(e, 0, &st->pool);
         kb__bbkb_new_pool(e);
         for (size_t j = 0; j < ds->n; j++)
             ds->rows[j].cand = NONE;
@@ -572,7 +578,8 @@ static const kb__stat bbkb_stats[] = {
     KB__STAT("last_batch", bbkb, last_batch),
     KB__STAT("dict_size", bbkb, m),
     KB__STAT("model_rows", bbkb, rows),
-    KB__STAT("choice_floor_pools", bbkb, floors.pools),
+    KB__STAT("choice_floor_pools", bbkb, pool.floor_pools),
+    KB__STAT("climb_pools", bbkb, pool.climb_pools),
     KB__STAT("init_phase", bbkb, init_phase),
     KB__STAT("start_var_max", bbkb, var_max),
     KB__STAT("epochs_low_rank", bbkb, epochs_low_rank),

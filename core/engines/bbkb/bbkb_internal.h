@@ -39,7 +39,7 @@ typedef struct bbkb {
     int beta_mode, local_rule, dict_mode, full_start, batch_floor;
     double P;
     size_t model_rows; /* box: rows an epoch's model keeps at most (0: all; dictionary.c) */
-    kb__pool_floor floors; /* box: a starved categorical choice gets the pool (engine.c) */
+    kb__pool_rules pool; /* box: choice floors and climbs (engine.c) */
     /* dictionary and embedding: z(x) = W^T k_S(x) */
     size_t m, r, cap_m, cap_dc;
     double *S;        /* m x d, internal coordinates, in slot order */
