@@ -1299,19 +1299,18 @@ int kb__pool_rules_due(const kb_engine *e, const kb__pool_rules *r)
  * simple regret on 5 seeds); |best|, as TuRBO's own success test (1e-3 |f_best|), is not
  * translation-invariant, hence the smaller of the two. Noise gate: under noise the best
  * observed value stalls early (a lucky draw), and climbs then took trials from the search
- * (Branin at noise 0.1, 8 x 125: +0.44 on 5 seeds). A valley whose best stays exactly
- * flat for climb_after observations still looks done (Powell-8 loses a little;
- * docs/BENCHMARKS.md, forty-first session). A function of the observations and the pool
- * count, so replay gives the same pools. Returns the observation to climb from, or n_obs
- * for none. */
+ * (Branin at noise 0.1, 8 x 125: +0.44 on 5 seeds). A valley whose best stays flat for
+ * climb_after observations still looks done (Dixon-Price-6 loses, ~2x in median simple
+ * regret; docs/BENCHMARKS.md, forty-first session). A function of the observations and
+ * the pool count, so replay gives the same pools. */
 enum { CLIMB_RADIUS = 2 };
 #define CLIMB_NOISE 1e-4
-static size_t climb_center(const kb_engine *e, size_t climb_after)
+
+/* The best observation, if it improved by at most 1e-3 x min(|best|, best - median) on
+ * the best before the last `last` observations; n_obs otherwise (or out of memory). */
+static size_t stalled_best(const kb_engine *e, size_t last)
 {
-    size_t n = e->n_obs, d = e->space->dim;
-    if (!climb_after || n < 2 * climb_after || e->noise > CLIMB_NOISE ||
-        e->space->generation % 2 != 1)
-        return n;
+    size_t n = e->n_obs, top = 0, early = 0;
     double *v = malloc(n * sizeof *v);
     if (!v)
         return n;
@@ -1319,17 +1318,21 @@ static size_t climb_center(const kb_engine *e, size_t climb_after)
     qsort(v, n, sizeof *v, cmp_double);
     double median = v[n / 2];
     free(v);
-    size_t top = 0, early = 0;
     for (size_t i = 0; i < n; i++) {
         if (e->obs_y[i] > e->obs_y[top])
             top = i;
-        if (i < n - climb_after && e->obs_y[i] > e->obs_y[early])
+        if (i < n - last && e->obs_y[i] > e->obs_y[early])
             early = i;
     }
     double scale = fmin(fabs(e->obs_y[top]), e->obs_y[top] - median);
-    if (e->obs_y[top] - e->obs_y[early] > 1e-3 * scale)
-        return n;
-    size_t c = n;
+    return e->obs_y[top] - e->obs_y[early] > 1e-3 * scale ? n : top;
+}
+
+/* The best observation more than CLIMB_RADIUS lengthscales from observation `top`, or
+ * n_obs if there is none. */
+static size_t best_elsewhere(const kb_engine *e, size_t top)
+{
+    size_t n = e->n_obs, d = e->space->dim, c = n;
     const double *x0 = e->obs_u + top * d;
     for (size_t i = 0; i < n; i++) {
         double r2 = 0.0;
@@ -1341,6 +1344,17 @@ static size_t climb_center(const kb_engine *e, size_t climb_after)
             c = i;
     }
     return c;
+}
+
+/* The observation the next pool climbs from under the rule above, or n_obs for none. */
+static size_t climb_center(const kb_engine *e, size_t climb_after)
+{
+    size_t n = e->n_obs;
+    if (!climb_after || n < 2 * climb_after || e->noise > CLIMB_NOISE ||
+        e->space->generation % 2 != 1)
+        return n;
+    size_t top = stalled_best(e, climb_after);
+    return top < n ? best_elsewhere(e, top) : n;
 }
 
 void kb__refresh_pool(kb_engine *e, int refine, kb__pool_rules *r)
