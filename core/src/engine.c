@@ -1307,10 +1307,20 @@ enum { CLIMB_RADIUS = 2 };
 #define CLIMB_NOISE 1e-4
 
 /* The best observation, if it improved by at most 1e-3 x min(|best|, best - median) on
- * the best before the last `last` observations; n_obs otherwise (or out of memory). */
+ * the best before the last `last` observations; n_obs otherwise (or out of memory). The
+ * median (a sort) is needed only once the |best| test has passed. */
 static size_t stalled_best(const kb_engine *e, size_t last)
 {
     size_t n = e->n_obs, top = 0, early = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (e->obs_y[i] > e->obs_y[top])
+            top = i;
+        if (i < n - last && e->obs_y[i] > e->obs_y[early])
+            early = i;
+    }
+    double gain = e->obs_y[top] - e->obs_y[early];
+    if (gain > 1e-3 * fabs(e->obs_y[top]))
+        return n;
     double *v = malloc(n * sizeof *v);
     if (!v)
         return n;
@@ -1318,14 +1328,7 @@ static size_t stalled_best(const kb_engine *e, size_t last)
     qsort(v, n, sizeof *v, cmp_double);
     double median = v[n / 2];
     free(v);
-    for (size_t i = 0; i < n; i++) {
-        if (e->obs_y[i] > e->obs_y[top])
-            top = i;
-        if (i < n - last && e->obs_y[i] > e->obs_y[early])
-            early = i;
-    }
-    double scale = fmin(fabs(e->obs_y[top]), e->obs_y[top] - median);
-    return e->obs_y[top] - e->obs_y[early] > 1e-3 * scale ? n : top;
+    return gain > 1e-3 * (e->obs_y[top] - median) ? n : top;
 }
 
 /* The best observation more than CLIMB_RADIUS lengthscales from observation `top`, or
@@ -1366,8 +1369,9 @@ void kb__refresh_pool(kb_engine *e, int refine, kb__pool_rules *r)
     size_t idx[NBEST], d = s->dim, fj = d, fl = 0;
     size_t starved = r ? starved_choice(e, r->choice_floor, &fj, &fl) : 0;
     size_t climb = starved || !r ? e->n_obs : climb_center(e, r->climb_after);
-    size_t nb = climb < e->n_obs ? 1 : best_obs(e, NBEST, idx, fj, fl);
-    if (climb < e->n_obs)
+    int climbing = climb < e->n_obs;
+    size_t nb = climbing ? 1 : best_obs(e, NBEST, idx, fj, fl);
+    if (climbing)
         idx[0] = climb;
     double best[NBEST * d > 0 ? NBEST * d : 1];
     for (size_t i = 0; i < nb; i++)
@@ -1375,10 +1379,10 @@ void kb__refresh_pool(kb_engine *e, int refine, kb__pool_rules *r)
     if (r) {
         r->key = starved;
         r->floor_pools += starved != 0;
-        r->climb_pools += climb < e->n_obs;
+        r->climb_pools += climbing;
     }
     kb__space_refresh_pool(s, &e->rng, nb ? best : NULL, nb, e->kernel.lengthscales,
-                           climb < e->n_obs);
+                           climbing);
     for (size_t i = 0; starved && i < s->n; i++)
         s->rows[i * d + fj] = s->u[i * d + fj] = ((double)fl + 0.5) / (double)s->levels[fj];
     if (e->fit_on && refine && nb)

@@ -121,10 +121,10 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
      "(bbkb/dictionary.c); 0: all rows"},                                                   \
     KB__CHOICE_FLOOR_OPTION(2.0),                                                              \
     {"climb_after", KB_OPT_INTEGER, 0, 1e9, 0, 100, NULL, NULL,                               \
-     "box spaces, noise-free fits: once the best value has not improved (by 1e-3 of its "    \
-     "distance above the median) in this many trials, every other candidate pool climbs "    \
-     "from the best point more than two lengthscales away from the best one, a second "      \
-     "basin (core/src/engine.c, climb_center); 0: off"}
+     "box spaces, noise-free fits: once the best value has not improved (by 1e-3 of the "    \
+     "smaller of |best| and best - median) in this many trials, every other candidate pool " \
+     "climbs from the best point more than two lengthscales away from the best one, a "    \
+     "second basin (core/src/engine.c, climb_center); 0: off"}
 
 static const kb_option_spec bbkb_options[] = {
     COMMON_OPTIONS,
