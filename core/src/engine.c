@@ -1291,25 +1291,58 @@ int kb__pool_rules_due(const kb_engine *e, const kb__pool_rules *r)
  * standardized outputs'), once the best observation improved by at most 1e-3 x
  * min(|best|, best - median observation) over the last climb_after observations (and at
  * least 2 climb_after are in), every other pool is a climb pool: all of its points are
- * local (no quasi-random half), around the best observation farther than CLIMB_RADIUS
- * lengthscales from the best one. If that climb passes the incumbent, the best improves
- * and the run goes on from there; if not, it costs every other pool. The scale: the
- * median alone is set by a heavy tail of bad values (Colville-4: median -7,241 against a
- * best of -4), which called a valley still being descended stalled (+0.69 in mean log10
- * simple regret on 5 seeds); |best|, as TuRBO's own success test (1e-3 |f_best|), is not
- * translation-invariant, hence the smaller of the two. Noise gate: under noise the best
- * observed value stalls early (a lucky draw), and climbs then took trials from the search
- * (Branin at noise 0.1, 8 x 125: +0.44 on 5 seeds). A valley whose best stays flat for
- * climb_after observations still looks done (Dixon-Price-6 loses, ~2x in median simple
- * regret; docs/BENCHMARKS.md, forty-first session). A function of the observations and
- * the pool count, so replay gives the same pools. */
+ * local (no quasi-random half), around the second peak of the observations: the best
+ * observation farther than CLIMB_RADIUS lengthscales from every better one, if it is
+ * better than the worst quarter of them. If that climb passes the incumbent, the best
+ * improves and the run goes on from there; if not, it costs every other pool. The
+ * scale: the median alone is set by a heavy tail of bad values (Colville-4: median -7,241
+ * against a best of -4), which called a valley still being descended stalled (+0.69 in
+ * mean log10 simple regret on 5 seeds); |best|, as TuRBO's own success test (1e-3
+ * |f_best|), is not translation-invariant, hence the smaller of the two. The peak, after
+ * Rinnooy Kan & Timmer, "Stochastic global optimization methods", Math. Programming 39,
+ * 1987: part II's Multi-Level Single Linkage starts a local search only from a sample
+ * point with no better one within a critical distance, and part I's clustering methods
+ * keep a reduced sample of the best points (here: all but the worst quarter). The first rule
+ * climbed from the best observation beyond CLIMB_RADIUS of the best one alone, which in a
+ * long valley is a point on the incumbent's own slope (Dixon-Price-6: 2.0 lengthscales
+ * away, at -88,000 against a best of -20), so valleys paid for climbs that could only
+ * lead back (Dixon-Price-6 ~2x in median simple regret; docs/BENCHMARKS.md, forty-first
+ * and forty-second sessions); without the worst-quarter cut an isolated bad point is a
+ * peak too, and Colville-4's climbs spiralled through ever worse ones. Noise gate: under
+ * noise the best observed value stalls early (a lucky draw), and climbs then took trials
+ * from the search (Branin at noise 0.1, 8 x 125: +0.44 on 5 seeds). A function of the
+ * observations and the pool count, so replay gives the same pools. */
 enum { CLIMB_RADIUS = 2 };
 #define CLIMB_NOISE 1e-4
 
-/* The best observation, if it improved by at most 1e-3 x min(|best|, best - median) on
- * the best before the last `last` observations; n_obs otherwise (or out of memory). The
- * median (a sort) is needed only once the |best| test has passed. */
-static size_t stalled_best(const kb_engine *e, size_t last)
+/* An observation's value and index, for a best-first order. */
+typedef struct ranked_obs {
+    double y;
+    size_t i;
+} ranked_obs;
+
+static int cmp_ranked_best_first(const void *a, const void *b)
+{
+    const ranked_obs *p = a, *q = b;
+    if (p->y != q->y)
+        return p->y < q->y ? 1 : -1;
+    return (p->i > q->i) - (p->i < q->i); /* ties: the earlier first, as recent_gain */
+}
+
+/* The observations, best first (caller frees), or NULL when out of memory. */
+static ranked_obs *ranked_new(const kb_engine *e)
+{
+    ranked_obs *r = malloc(e->n_obs * sizeof *r);
+    for (size_t i = 0; r && i < e->n_obs; i++)
+        r[i] = (ranked_obs){e->obs_y[i], i};
+    if (r)
+        qsort(r, e->n_obs, sizeof *r, cmp_ranked_best_first);
+    return r;
+}
+
+/* The best observation's index, and in *gain how much it improved on the best before the
+ * last `last` observations. */
+static size_t recent_gain(const kb_engine *e, size_t last, double *gain)
 {
     size_t n = e->n_obs, top = 0, early = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1318,46 +1351,57 @@ static size_t stalled_best(const kb_engine *e, size_t last)
         if (i < n - last && e->obs_y[i] > e->obs_y[early])
             early = i;
     }
-    double gain = e->obs_y[top] - e->obs_y[early];
-    if (gain > 1e-3 * fabs(e->obs_y[top]))
-        return n;
-    double *v = malloc(n * sizeof *v);
-    if (!v)
-        return n;
-    memcpy(v, e->obs_y, n * sizeof *v);
-    qsort(v, n, sizeof *v, cmp_double);
-    double median = v[n / 2];
-    free(v);
-    return gain > 1e-3 * (e->obs_y[top] - median) ? n : top;
+    *gain = e->obs_y[top] - e->obs_y[early];
+    return top;
 }
 
-/* The best observation more than CLIMB_RADIUS lengthscales from observation `top`, or
- * n_obs if there is none. */
-static size_t best_elsewhere(const kb_engine *e, size_t top)
+/* Squared distance of observations a and b, in lengthscales. */
+static double scaled_dist2(const kb_engine *e, size_t a, size_t b)
 {
-    size_t n = e->n_obs, d = e->space->dim, c = n;
-    const double *x0 = e->obs_u + top * d;
-    for (size_t i = 0; i < n; i++) {
-        double r2 = 0.0;
-        for (size_t j = 0; j < d; j++) {
-            double z = (e->obs_u[i * d + j] - x0[j]) / e->kernel.lengthscales[j];
-            r2 += z * z;
-        }
-        if (r2 > CLIMB_RADIUS * CLIMB_RADIUS && (c == n || e->obs_y[i] > e->obs_y[c]))
-            c = i;
+    size_t d = e->space->dim;
+    double r2 = 0.0;
+    for (size_t j = 0; j < d; j++) {
+        double z = (e->obs_u[a * d + j] - e->obs_u[b * d + j]) / e->kernel.lengthscales[j];
+        r2 += z * z;
     }
-    return c;
+    return r2;
 }
 
-/* The observation the next pool climbs from under the rule above, or n_obs for none. */
+/* The first peak in the best-first order r after the best: an observation farther than
+ * CLIMB_RADIUS from every better one (the best included), and better than the worst
+ * quarter of the observations; n_obs if there is none. */
+static size_t second_peak(const kb_engine *e, const ranked_obs *r)
+{
+    size_t n = e->n_obs;
+    double low = r[n - 1 - n / 4].y;
+    for (size_t k = 1; k < n && r[k].y > low; k++) {
+        size_t b = 0;
+        while (b < k && scaled_dist2(e, r[b].i, r[k].i) > CLIMB_RADIUS * CLIMB_RADIUS)
+            b++;
+        if (b == k)
+            return r[k].i;
+    }
+    return n;
+}
+
+/* The observation the next pool climbs from under the rule above, or n_obs for none.
+ * The median (a sort) is needed only once the |best| test has passed. */
 static size_t climb_center(const kb_engine *e, size_t climb_after)
 {
     size_t n = e->n_obs;
     if (!climb_after || n < 2 * climb_after || e->noise > CLIMB_NOISE ||
         e->space->generation % 2 != 1)
         return n;
-    size_t top = stalled_best(e, climb_after);
-    return top < n ? best_elsewhere(e, top) : n;
+    double gain;
+    size_t top = recent_gain(e, climb_after, &gain);
+    if (gain > 1e-3 * fabs(e->obs_y[top]))
+        return n;
+    ranked_obs *r = ranked_new(e);
+    if (!r)
+        return n;
+    size_t c = gain > 1e-3 * (e->obs_y[top] - r[n / 2].y) ? n : second_peak(e, r);
+    free(r);
+    return c;
 }
 
 void kb__refresh_pool(kb_engine *e, int refine, kb__pool_rules *r)

@@ -1140,26 +1140,29 @@ static uint64_t climbs_in_two_pools(kb_engine *e, kb__pool_rules *r)
     return r->climb_pools - before;
 }
 
-/* Climbs (engine.c, climb_center): a noise-free run whose best (1.0 at A = (0.8, 0.8))
- * has not improved in its last 148 of 250 observations gives every other pool to a climb
- * from B = (0.2, 0.2) (0.5, the best point more than two lengthscales from A): all local
- * points around B, no quasi-random half. None under noise, with climb_after 0, or once
- * the best improved within the last climb_after observations. */
-static void stalled_run_climbs_a_second_basin(void **state)
+/* bbkb on a 2-d box of 512 candidates, told 250 noise-free observations: 0 at uniform
+ * points, the best (1.0) at A = (0.8, 0.8) as the 101st, `second` at B = (0.2, 0.2) next,
+ * then 148 at 0.9 within 0.01 of A; with `slope`, before A, 0.8 at (0.8, 0.55) and 0.95
+ * at (0.8, 0.65): a point 2.5 lengthscales from A with a better one 1 lengthscale away,
+ * as on the incumbent's own slope. Lengthscales 0.1, fitted noise 1e-6. */
+static kb_engine *stalled_engine(kb_space **sp, kb_config **cfg, double second, int slope)
 {
-    (void)state;
     kb_error err;
     kb_rng drv;
     kb_rng_seed(&drv, 3);
-    kb_space *sp = kb_space_new_box(2, 512, &err);
-    kb_config *cfg = kb_config_new("bbkb", &err);
-    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    *sp = kb_space_new_box(2, 512, &err);
+    *cfg = kb_config_new("bbkb", &err);
+    kb_engine *e = kb_engine_create(*cfg, *sp, &err);
     assert_non_null(e);
     for (size_t i = 0; i < 250; i++) {
         double x[2] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv)}, y = 0.0;
-        if (i == 100 || i == 101) {
+        if (slope && (i == 98 || i == 99)) {
+            x[0] = 0.8;
+            x[1] = i == 98 ? 0.55 : 0.65;
+            y = i == 98 ? 0.8 : 0.95;
+        } else if (i == 100 || i == 101) {
             x[0] = x[1] = i == 100 ? 0.8 : 0.2;
-            y = i == 100 ? 1.0 : 0.5;
+            y = i == 100 ? 1.0 : second;
         } else if (i > 101) {
             x[0] = 0.8 + 0.01 * kb_rng_uniform(&drv);
             x[1] = 0.8 - 0.01 * kb_rng_uniform(&drv);
@@ -1169,6 +1172,21 @@ static void stalled_run_climbs_a_second_basin(void **state)
     }
     e->kernel.lengthscales[0] = e->kernel.lengthscales[1] = 0.1;
     e->noise = 1e-6;
+    return e;
+}
+
+/* Climbs (engine.c, climb_center): a noise-free run whose best (A) has not improved in
+ * its last 148 of 250 observations gives every other pool to a climb from B (0.5, the
+ * second peak: no better point within two lengthscales): all local points around B, no
+ * quasi-random half. None under noise, with climb_after 0, or once the best improved
+ * within the last climb_after observations. */
+static void stalled_run_climbs_a_second_basin(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_space *sp;
+    kb_config *cfg;
+    kb_engine *e = stalled_engine(&sp, &cfg, 0.5, 0);
     kb__pool_rules r = {.climb_after = 100};
     if (e->space->generation % 2 == 0)
         kb__refresh_pool(e, 0, &r);
@@ -1196,6 +1214,30 @@ static void stalled_run_climbs_a_second_basin(void **state)
     kb_engine_free(e);
     kb_space_free(sp);
     kb_config_free(cfg);
+}
+
+/* A climb starts from a peak: not from a point on the incumbent's slope, better as it is
+ * than B (the slope of stalled_engine: the climb goes to B), nor from a point in the
+ * worst quarter of the observations (B at -1, below the 0 of the uniform points: no
+ * climb at all, where the point farther than two lengthscales alone would take one). */
+static void climbs_start_from_a_peak(void **state)
+{
+    (void)state;
+    kb_space *sp;
+    kb_config *cfg;
+    for (int worst = 0; worst < 2; worst++) {
+        kb_engine *e = stalled_engine(&sp, &cfg, worst ? -1.0 : 0.5, !worst);
+        kb__pool_rules r = {.climb_after = 100};
+        if (e->space->generation % 2 == 0)
+            kb__refresh_pool(e, 0, &r);
+        kb__refresh_pool(e, 0, &r); /* the odd-numbered pool */
+        assert_int_equal(r.climb_pools, !worst);
+        if (!worst)
+            assert_true(pool_near(e, 0.2, 0.2) > e->space->n * 9 / 10);
+        kb_engine_free(e);
+        kb_space_free(sp);
+        kb_config_free(cfg);
+    }
 }
 
 /* End to end: bbkb at its defaults, told a noise-free function of two bumps (the lower one
@@ -1816,6 +1858,7 @@ int main(void)
         cmocka_unit_test(hidden_categorical_has_no_floor),
         cmocka_unit_test(many_choices_have_no_floor),
         cmocka_unit_test(stalled_run_climbs_a_second_basin),
+        cmocka_unit_test(climbs_start_from_a_peak),
         cmocka_unit_test(climbs_end_to_end),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),
