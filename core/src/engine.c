@@ -1375,10 +1375,10 @@ static size_t second_peak(const kb_engine *e, const ranked_obs *r)
     size_t n = e->n_obs;
     double low = r[n - 1 - n / 4].y;
     for (size_t k = 1; k < n && r[k].y > low; k++) {
-        size_t b = 0;
-        while (b < k && scaled_dist2(e, r[b].i, r[k].i) > CLIMB_RADIUS * CLIMB_RADIUS)
-            b++;
-        if (b == k)
+        size_t b = k; /* from the nearest in value: in a basin or a valley, a neighbour */
+        while (b > 0 && scaled_dist2(e, r[b - 1].i, r[k].i) > CLIMB_RADIUS * CLIMB_RADIUS)
+            b--;
+        if (b == 0)
             return r[k].i;
     }
     return n;
