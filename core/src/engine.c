@@ -1294,7 +1294,10 @@ int kb__pool_rules_due(const kb_engine *e, const kb__pool_rules *r)
  * local (no quasi-random half), around the second peak of the observations: the best
  * observation farther than CLIMB_RADIUS lengthscales from every better one, if it is
  * better than the worst quarter of them. If that climb passes the incumbent, the best
- * improves and the run goes on from there; if not, it costs every other pool. The
+ * improves and the run goes on from there; once it has run its course (climb_after / 2
+ * observations since the stall began lie within CLIMB_RADIUS of the peak, and the best
+ * of those within it has not improved by the stall's scale in climb_after
+ * observations), the pools are the usual ones until the best improves again. The
  * scale: the median alone is set by a heavy tail of bad values (Colville-4: median -7,241
  * against a best of -4), which called a valley still being descended stalled (+0.69 in
  * mean log10 simple regret on 5 seeds); |best|, as TuRBO's own success test (1e-3
@@ -1302,16 +1305,19 @@ int kb__pool_rules_due(const kb_engine *e, const kb__pool_rules *r)
  * Rinnooy Kan & Timmer, "Stochastic global optimization methods", Math. Programming 39,
  * 1987: part II's Multi-Level Single Linkage starts a local search only from a sample
  * point with no better one within a critical distance, and part I's clustering methods
- * keep a reduced sample of the best points (here: all but the worst quarter). The first rule
- * climbed from the best observation beyond CLIMB_RADIUS of the best one alone, which in a
- * long valley is a point on the incumbent's own slope (Dixon-Price-6: 2.0 lengthscales
+ * keep a reduced sample of the best points (here: all but the worst quarter). The first
+ * rule climbed from the best observation beyond CLIMB_RADIUS of the best one alone: in a
+ * long valley, a point on the incumbent's own slope (Dixon-Price-6: 2.0 lengthscales
  * away, at -88,000 against a best of -20), so valleys paid for climbs that could only
  * lead back (Dixon-Price-6 ~2x in median simple regret; docs/BENCHMARKS.md, forty-first
  * and forty-second sessions); without the worst-quarter cut an isolated bad point is a
- * peak too, and Colville-4's climbs spiralled through ever worse ones. Noise gate: under
- * noise the best observed value stalls early (a lucky draw), and climbs then took trials
- * from the search (Branin at noise 0.1, 8 x 125: +0.44 on 5 seeds). A function of the
- * observations and the pool count, so replay gives the same pools. */
+ * peak too, and Colville-4's climbs spiralled through ever worse ones. Without the end of
+ * a spent climb, a lone peak far from a unimodal function's optimum took every other
+ * pool to the end (the noise-free load benchmark: ~3x slower, its dictionary at the
+ * model window on every run; forty-second session). Noise gate: under noise the best
+ * observed value stalls early (a lucky draw), and climbs then took trials from the search
+ * (Branin at noise 0.1, 8 x 125: +0.44 on 5 seeds). A function of the observations and
+ * the pool count, so replay gives the same pools. */
 enum { CLIMB_RADIUS = 2 };
 #define CLIMB_NOISE 1e-4
 
@@ -1384,6 +1390,38 @@ static size_t second_peak(const kb_engine *e, const ranked_obs *r)
     return n;
 }
 
+/* Whether the climb from peak c has run its course: at least climb_after / 2 of the
+ * observations since `since` lie within CLIMB_RADIUS of c, and the best of all those
+ * within it last improved by more than thr climb_after or more observations ago. */
+static int climb_spent(const kb_engine *e, size_t c, size_t since, double thr,
+                       size_t climb_after)
+{
+    size_t n = e->n_obs, inside = 0, last = 0;
+    double best = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        if (scaled_dist2(e, i, c) > CLIMB_RADIUS * CLIMB_RADIUS)
+            continue;
+        inside += i >= since;
+        if (e->obs_y[i] > best + thr)
+            last = i;
+        best = fmax(best, e->obs_y[i]);
+    }
+    return inside >= climb_after / 2 && n - last >= climb_after;
+}
+
+/* The first observation whose running best came within thr of the best one's value: where
+ * the stall began. */
+static size_t stall_start(const kb_engine *e, size_t top, double thr)
+{
+    double run = -INFINITY;
+    for (size_t i = 0; i < e->n_obs; i++) {
+        run = fmax(run, e->obs_y[i]);
+        if (run >= e->obs_y[top] - thr)
+            return i;
+    }
+    return top;
+}
+
 /* The observation the next pool climbs from under the rule above, or n_obs for none.
  * The median (a sort) is needed only once the |best| test has passed. */
 static size_t climb_center(const kb_engine *e, size_t climb_after)
@@ -1399,8 +1437,11 @@ static size_t climb_center(const kb_engine *e, size_t climb_after)
     ranked_obs *r = ranked_new(e);
     if (!r)
         return n;
-    size_t c = gain > 1e-3 * (e->obs_y[top] - r[n / 2].y) ? n : second_peak(e, r);
+    double thr = 1e-3 * fmin(fabs(e->obs_y[top]), e->obs_y[top] - r[n / 2].y);
+    size_t c = gain > thr ? n : second_peak(e, r);
     free(r);
+    if (c < n && climb_spent(e, c, stall_start(e, top, thr), thr, climb_after))
+        return n;
     return c;
 }
 

@@ -1240,6 +1240,35 @@ static void climbs_start_from_a_peak(void **state)
     }
 }
 
+/* A climb runs its course: once 60 observations since the stall lie within two
+ * lengthscales of B and B's best there (0.5) is over climb_after observations old, no
+ * climb; a new best near B (0.6) makes the climb go on from it. */
+static void spent_climb_stops(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_space *sp;
+    kb_config *cfg;
+    kb_engine *e = stalled_engine(&sp, &cfg, 0.5, 0);
+    for (size_t i = 0; i < 61; i++) {
+        double x[2] = {0.2 + 0.001 * (double)(i % 10), 0.2 + 0.001 * (double)(i / 10)};
+        assert_int_equal(kb_engine_observe(e, x, i < 60 ? 0.4 : 0.6, &err), KB_OK);
+        if (i == 59) {
+            e->kernel.lengthscales[0] = e->kernel.lengthscales[1] = 0.1;
+            e->noise = 1e-6;
+            kb__pool_rules r = {.climb_after = 100};
+            assert_int_equal(climbs_in_two_pools(e, &r), 0);
+        }
+    }
+    e->kernel.lengthscales[0] = e->kernel.lengthscales[1] = 0.1;
+    e->noise = 1e-6;
+    kb__pool_rules r = {.climb_after = 100};
+    assert_int_equal(climbs_in_two_pools(e, &r), 1);
+    kb_engine_free(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+}
+
 /* End to end: bbkb at its defaults, told a noise-free function of two bumps (the lower one
  * broad, the taller one narrow), stalls and takes climb pools within 320 asks; a restored
  * engine asks the same points. */
@@ -1859,6 +1888,7 @@ int main(void)
         cmocka_unit_test(many_choices_have_no_floor),
         cmocka_unit_test(stalled_run_climbs_a_second_basin),
         cmocka_unit_test(climbs_start_from_a_peak),
+        cmocka_unit_test(spent_climb_stops),
         cmocka_unit_test(climbs_end_to_end),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),

@@ -124,8 +124,8 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
      "box spaces, noise-free fits: once the best value has not improved (by 1e-3 of the "    \
      "smaller of |best| and best - median) in this many trials, every other candidate pool " \
      "climbs from the second peak of the observations (the best point with no better one " \
-     "within two lengthscales, outside the worst quarter), a second basin "               \
-     "(core/src/engine.c, climb_center); 0: off"}
+     "within two lengthscales, outside the worst quarter), a second basin, until that "   \
+     "climb stops improving for as many trials (core/src/engine.c, climb_center); 0: off"}
 
 static const kb_option_spec bbkb_options[] = {
     COMMON_OPTIONS,
