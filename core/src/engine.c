@@ -1361,14 +1361,16 @@ static size_t recent_gain(const kb_engine *e, size_t last, double *gain)
     return top;
 }
 
-/* Squared distance of observations a and b, in lengthscales. */
+/* Squared distance of observations a and b in lengthscales, as the kernel's r^2 (a
+ * categorical coordinate counts 0 or 1, its choices unordered: kb__coord_d2). */
 static double scaled_dist2(const kb_engine *e, size_t a, size_t b)
 {
     size_t d = e->space->dim;
     double r2 = 0.0;
     for (size_t j = 0; j < d; j++) {
-        double z = (e->obs_u[a * d + j] - e->obs_u[b * d + j]) / e->kernel.lengthscales[j];
-        r2 += z * z;
+        double l = e->kernel.lengthscales[j];
+        r2 += kb__coord_d2(e->kernel.choices, j, e->obs_u[a * d + j], e->obs_u[b * d + j]) /
+              (l * l);
     }
     return r2;
 }
