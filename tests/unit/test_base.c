@@ -1240,6 +1240,51 @@ static void climbs_start_from_a_peak(void **state)
     }
 }
 
+/* Distances in lengthscales count a categorical coordinate as the kernel does (0 or 1),
+ * not by its choices' bin centres: with a categorical of 5 choices beside a float, B (0.5)
+ * differs from the best (1.0) and its neighbours (0.9) only in the choice, the next one
+ * up (centres 0.2 apart, 0.67 lengthscales; 1 / 0.3 by identity), so B is the second
+ * peak and the odd pool climbs from it: most of its points take B's choice (measured
+ * 458 of 512). The bin-centre distance made B a point on the best one's slope: no climb. */
+static void climbs_count_choices_unordered(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_rng drv;
+    kb_rng_seed(&drv, 5);
+    size_t levels[2] = {0, 5};
+    unsigned char cat[2] = {0, 1};
+    kb_space *sp = kb_space_new_box(2, 512, &err);
+    assert_int_equal(kb_space_set_levels(sp, levels, cat, &err), KB_OK);
+    kb_config *cfg = kb_config_new("bbkb", &err);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    for (size_t i = 0; i < 250; i++) {
+        double x[2] = {kb_rng_uniform(&drv), kb_rng_uniform(&drv)}, y = 0.0;
+        if (i >= 100) {
+            x[0] = i < 102 ? 0.8 : 0.8 + 0.01 * kb_rng_uniform(&drv);
+            x[1] = i == 101 ? 0.7 : 0.9;
+            y = i == 100 ? 1.0 : i == 101 ? 0.5 : 0.9;
+        }
+        assert_int_equal(kb_engine_observe(e, x, y, &err), KB_OK);
+    }
+    e->kernel.lengthscales[0] = 0.1;
+    e->kernel.lengthscales[1] = 0.3;
+    e->noise = 1e-6;
+    kb__pool_rules r = {.climb_after = 100};
+    if (e->space->generation % 2 == 0)
+        kb__refresh_pool(e, 0, &r);
+    kb__refresh_pool(e, 0, &r);
+    assert_int_equal(r.climb_pools, 1);
+    size_t took = 0;
+    for (size_t i = 0; i < e->space->n; i++)
+        took += kb__category(e->space->u[i * 2 + 1], 5) == 3;
+    assert_true(took > e->space->n * 7 / 10);
+    kb_engine_free(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+}
+
 /* A climb runs its course: once 60 observations since the stall lie within two
  * lengthscales of B and B's best there (0.5) is over climb_after observations old, no
  * climb; a new best near B (0.6) makes the climb go on from it. */
@@ -1889,6 +1934,7 @@ int main(void)
         cmocka_unit_test(stalled_run_climbs_a_second_basin),
         cmocka_unit_test(climbs_start_from_a_peak),
         cmocka_unit_test(spent_climb_stops),
+        cmocka_unit_test(climbs_count_choices_unordered),
         cmocka_unit_test(climbs_end_to_end),
         cmocka_unit_test(codes_without_error_struct),
         cmocka_unit_test(stats_follow_the_callers_size),
