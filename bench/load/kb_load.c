@@ -6,12 +6,13 @@
  *
  *   kb-load --port P [--host 127.0.0.1] [--clients 32] [--studies 1] [--seconds 10]
  *           [--engine random] [--token T] [--dim 4] [--set NAME=NUMBER] [--noise 0]
- *           [--trials N]
+ *           [--trials N] [--keep 0|1]
  *   kb-load --port P --create ROWSxDIM      time a CSV upload + study creation
  *   kb-load --port P --get PATH [--clients 32] [--seconds 10]
  *                                           GET PATH in a loop: the HTTP stack's ceiling
  *
- * Client k works on study k % studies (studies are created, and deleted at the end):
+ * Client k works on study k % studies (studies are created, and deleted at the end
+ * unless --keep 1 leaves them, with their trials, for inspection):
  * boxes of `dim` floats in [0, 1]. A trial is told a smooth function of its point,
  * -sum_j (x_j - 0.3)^2, so that model-based engines fit a model with some structure (a
  * constant value makes every fit degenerate and is no workload a user sends). The line
@@ -51,6 +52,7 @@
 static struct {
     const char *host, *token, *engine, *create, *get;
     int port, clients, studies, dim;
+    int keep;      /* --keep 1: leave the studies in the daemon for inspection */
     double trials; /* told trials per client (a whole number), 0: until --seconds */
     double seconds, noise;
     char settings[96]; /* the engine's settings object: {} or {"NAME":NUMBER} */
@@ -439,7 +441,7 @@ static int run_load(conn *c0)
            m1[2] > m0[2] ? (double)rt / (m1[2] - m0[2]) : 0.0, studies_regret(ks, best),
            model[0], model[1], model[2], fitted_noise);
     char path[64];
-    for (int i = 0; i < opt.studies; i++) {
+    for (int i = 0; i < opt.studies && !opt.keep; i++) {
         snprintf(path, sizeof path, "/v1/studies/%lld", sids[i]);
         call(c0, "DELETE", path, NULL);
     }
@@ -527,6 +529,7 @@ int main(int argc, char **argv)
                 return fprintf(stderr, "--set wants NAME=NUMBER, got %s\n", v), 2;
         } else if (!strcmp(k, "--noise")) opt.noise = number(v);
         else if (!strcmp(k, "--trials")) opt.trials = number(v);
+        else if (!strcmp(k, "--keep")) opt.keep = atoi(v);
         else return fprintf(stderr, "unknown option %s\n", k), 2;
     }
     /* --trials is a whole count: a fraction, a negative or a non-number is refused. */
@@ -536,7 +539,7 @@ int main(int argc, char **argv)
         return fprintf(stderr, "usage: kb-load --port P [--clients N] [--studies N] "
                                "[--seconds S] [--engine E] [--token T] [--dim 1..64] "
                                "[--set NAME=NUMBER] [--noise SD] [--trials N] "
-                               "[--create RxD]\n"), 2;
+                               "[--keep 0|1] [--create RxD]\n"), 2;
     conn c0 = {0};
     if (conn_open(&c0))
         return 1;
