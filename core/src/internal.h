@@ -155,6 +155,13 @@ void kb__space_snap(const kb_space *s, double *rows, size_t n);
 /* The output warp's spread in noise sds at least (engine.c fit_warp). */
 #define KB_WARP_NOISE_SDS 4.0
 
+/* The initial design's size on a box at most (engine.c setup_fitting). */
+#define KB_DESIGN_MAX 40
+
+/* The output warp's spread as a share of the initial design's at least (engine.c
+ * fit_warp). */
+#define KB_WARP_DESIGN_SHARE 0.1
+
 /* Observations one fit uses at most (kb_hyper_opts.max_rows 0): a uniform sample beyond. */
 #define KB_HYPER_ROWS 256
 

@@ -503,6 +503,33 @@ static void output_stats_count_distinct_points(void **state)
     kb_engine_free(e);
 }
 
+/* The warp's spread floor as fit_warp sets it, recomputed from the told values y[0..n) in
+ * the order they arrived: KB_WARP_NOISE_SDS noise sds of the last fit, or
+ * KB_WARP_DESIGN_SHARE of the root mean square above their median of the first design_n
+ * values (the initial design), whichever is larger. */
+static double warp_floor(const kb_engine *e, const double *y, size_t n)
+{
+    size_t k = e->design_n < n ? e->design_n : n;
+    double v[KB_DESIGN_MAX], s2 = 0.0, design = 0.0;
+    size_t above = 0;
+    memcpy(v, y, k * sizeof *v);
+    for (size_t i = 0; i < k; i++) /* insertion sort: k <= 40 */
+        for (size_t j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    double m = k == 0 ? 0.0 : k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+    for (size_t i = 0; i < k; i++)
+        if (v[i] > m) {
+            s2 += (v[i] - m) * (v[i] - m);
+            above++;
+        }
+    if (k >= 3 && above)
+        design = KB_WARP_DESIGN_SHARE * sqrt(s2 / (double)above);
+    return fmax(KB_WARP_NOISE_SDS * e->fit_noise_sd, design);
+}
+
 /* kb__output_y with the warp on (as engines that fit hyperparameters have it) against
  * tu_output_y, on a heavy lower tail (y = -exp(2 z)), repeated arms and observes, at every
  * observation and at probes between, below and above them; monotone in y. With a noise
@@ -655,8 +682,7 @@ static void recommend_is_the_best_posterior_mean(void **state)
             memcpy(rating, y, (i + 1) * sizeof *y);
         } else {
             for (size_t j = 0; j <= i; j++)
-                ys[j] = tu_output_y(X, y, i + 1, 3, e->warp, KB_WARP_NOISE_SDS * e->fit_noise_sd,
-                                    y[j]);
+                ys[j] = tu_output_y(X, y, i + 1, 3, e->warp, warp_floor(e, y, i + 1), y[j]);
             assert_int_equal(tu_exact_posterior(&e->kernel, X, ys, i + 1, e->noise, X + 3,
                                                 i, rating + 1, var + 1), 0);
             for (size_t j = 1; j <= i; j++)
@@ -765,10 +791,58 @@ static void refit_sets_noise_sd_of_the_warp(void **state)
     assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
     assert_true(e->fit_noise_sd > 0.0);
     assert_true(fabs(e->fit_noise_sd - sqrt(e->noise) * sd) <= 1e-12 * e->fit_noise_sd);
-    double floor = KB_WARP_NOISE_SDS * e->fit_noise_sd;
+    double floor = warp_floor(e, y, N);
     for (size_t i = 0; i < N; i++)
         assert_true(fabs(kb__output_y(e, y[i]) - tu_output_y(X, y, N, 3, 1, floor, y[i])) <
                     1e-9);
+    kb_engine_free(e);
+}
+
+/* A noise-free search that has put most of its trials next to its best point: a 3-d
+ * quadratic told at the 8-point design and then at 150 points within ~0.003 of its
+ * optimum. The warp's spread is floored at KB_WARP_DESIGN_SHARE of the design's (the
+ * cluster's own spread is below a hundredth of that floor), kb__output_y matches the
+ * reference with that floor, and the worst value stays more than two floors below the
+ * median: the box outside the cluster is not pressed into a few of the cluster's spreads
+ * (which read a quadratic as a spike: docs/BENCHMARKS.md, forty-third session). */
+static void warp_spread_floored_by_design(void **state)
+{
+    (void)state;
+    kb_error err;
+    kb_engine *e = box3_engine("gp-ucb");
+    kb_rng drv;
+    kb_rng_seed(&drv, 22);
+    enum { N = 158 };
+    double X[N * 3], y[N], worst = 0.0;
+    assert_int_equal(e->design_n, 8);
+    for (size_t i = 0; i < N; i++) {
+        y[i] = 0.0;
+        for (int j = 0; j < 3; j++) {
+            double x = i < 8 ? kb_rng_uniform(&drv) : 0.3 + 0.003 * kb_rng_normal(&drv);
+            X[3 * i + j] = x;
+            y[i] -= (x - 0.3) * (x - 0.3);
+        }
+        worst = fmin(worst, y[i]);
+        assert_int_equal(kb_engine_observe(e, X + 3 * i, y[i], &err), KB_OK);
+    }
+    assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
+    double floor = warp_floor(e, y, N), m, sd;
+    assert_true(floor > 100.0 * KB_WARP_NOISE_SDS * e->fit_noise_sd); /* the design's binds */
+    kb_engine *cluster = box3_engine("gp-ucb"); /* the cluster's own spread, design-free */
+    cluster->warp = 1;
+    for (size_t i = 8; i < N; i++)
+        assert_int_equal(kb_engine_observe(cluster, X + 3 * i, y[i], &err), KB_OK);
+    cluster->design_n = 0;
+    cluster->out_valid = 0;
+    kb__output_stats(cluster, &m, &sd);
+    assert_true(cluster->out_spread > 0.0 && cluster->out_spread < floor / 100.0);
+    kb__output_stats(e, &m, &sd);
+    assert_true(fabs(e->out_spread - floor) <= 1e-12 * floor);
+    for (size_t i = 0; i < N; i++)
+        assert_true(fabs(kb__output_y(e, y[i]) - tu_output_y(X, y, N, 3, 1, floor, y[i])) <
+                    1e-9);
+    assert_true(e->out_median - (kb__output_y(e, worst) * sd + m) > 2.0 * floor);
+    kb_engine_free(cluster);
     kb_engine_free(e);
 }
 
@@ -1923,6 +1997,7 @@ int main(void)
         cmocka_unit_test(output_warp_matches_reference),
         cmocka_unit_test(output_warp_spread_floored_by_noise),
         cmocka_unit_test(refit_sets_noise_sd_of_the_warp),
+        cmocka_unit_test(warp_spread_floored_by_design),
         cmocka_unit_test(categorical_order_does_not_matter),
         cmocka_unit_test(categorical_term_under_noise),
         cmocka_unit_test(starved_choice_gets_the_pool),
