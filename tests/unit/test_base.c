@@ -505,28 +505,12 @@ static void output_stats_count_distinct_points(void **state)
 
 /* The warp's spread floor as fit_warp sets it, recomputed from the told values y[0..n) in
  * the order they arrived: KB_WARP_NOISE_SDS noise sds of the last fit, or
- * KB_WARP_DESIGN_SHARE of the root mean square above their median of the first design_n
- * values (the initial design), whichever is larger. */
+ * KB_WARP_DESIGN_SHARE of the spread of the first design_n values (the initial design; at
+ * least three), whichever is larger. */
 static double warp_floor(const kb_engine *e, const double *y, size_t n)
 {
     size_t k = e->design_n < n ? e->design_n : n;
-    double v[KB_DESIGN_MAX], s2 = 0.0, design = 0.0;
-    size_t above = 0;
-    memcpy(v, y, k * sizeof *v);
-    for (size_t i = 0; i < k; i++) /* insertion sort: k <= 40 */
-        for (size_t j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    double m = k == 0 ? 0.0 : k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-    for (size_t i = 0; i < k; i++)
-        if (v[i] > m) {
-            s2 += (v[i] - m) * (v[i] - m);
-            above++;
-        }
-    if (k >= 3 && above)
-        design = KB_WARP_DESIGN_SHARE * sqrt(s2 / (double)above);
+    double design = k >= 3 ? KB_WARP_DESIGN_SHARE * tu_upper_spread(y, k, NULL) : 0.0;
     return fmax(KB_WARP_NOISE_SDS * e->fit_noise_sd, design);
 }
 
@@ -828,21 +812,14 @@ static void warp_spread_floored_by_design(void **state)
     assert_int_equal(kb__hyper_refit(e, &err), KB_OK);
     double floor = warp_floor(e, y, N), m, sd;
     assert_true(floor > 100.0 * KB_WARP_NOISE_SDS * e->fit_noise_sd); /* the design's binds */
-    kb_engine *cluster = box3_engine("gp-ucb"); /* the cluster's own spread, design-free */
-    cluster->warp = 1;
-    for (size_t i = 8; i < N; i++)
-        assert_int_equal(kb_engine_observe(cluster, X + 3 * i, y[i], &err), KB_OK);
-    cluster->design_n = 0;
-    cluster->out_valid = 0;
-    kb__output_stats(cluster, &m, &sd);
-    assert_true(cluster->out_spread > 0.0 && cluster->out_spread < floor / 100.0);
+    double own = tu_upper_spread(y + 8, N - 8, NULL); /* the cluster's, design-free */
+    assert_true(own > 0.0 && own < floor / 100.0);
     kb__output_stats(e, &m, &sd);
     assert_true(fabs(e->out_spread - floor) <= 1e-12 * floor);
     for (size_t i = 0; i < N; i++)
         assert_true(fabs(kb__output_y(e, y[i]) - tu_output_y(X, y, N, 3, 1, floor, y[i])) <
                     1e-9);
     assert_true(e->out_median - (kb__output_y(e, worst) * sd + m) > 2.0 * floor);
-    kb_engine_free(cluster);
     kb_engine_free(e);
 }
 

@@ -195,25 +195,34 @@ static int cmp_dbl(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+double tu_upper_spread(const double *v, size_t k, double *median)
+{
+    double *s = malloc((k ? k : 1) * sizeof *s), m = 0.0, s2 = 0.0;
+    size_t above = 0;
+    memcpy(s, v, k * sizeof *s);
+    qsort(s, k, sizeof *s, cmp_dbl);
+    if (k)
+        m = k % 2 ? s[k / 2] : 0.5 * (s[k / 2 - 1] + s[k / 2]);
+    for (size_t g = 0; g < k; g++)
+        if (v[g] > m) {
+            s2 += (v[g] - m) * (v[g] - m);
+            above++;
+        }
+    free(s);
+    if (median)
+        *median = m;
+    return above ? sqrt(s2 / (double)above) : 0.0;
+}
+
 /* The warp of v among the k averages: median by sorting a copy, ranks by counting. */
 static double warp_ref(const double *avg, size_t k, double floor, double v)
 {
     if (k < 3)
         return v;
-    double *s = malloc(k * sizeof *s), m, s2 = 0.0, below = 0.0;
-    memcpy(s, avg, k * sizeof *s);
-    qsort(s, k, sizeof *s, cmp_dbl);
-    m = k % 2 ? s[k / 2] : 0.5 * (s[k / 2 - 1] + s[k / 2]);
-    size_t above = 0;
-    for (size_t g = 0; g < k; g++) {
-        if (avg[g] > m) {
-            s2 += (avg[g] - m) * (avg[g] - m);
-            above++;
-        }
+    double m, below = 0.0;
+    double spread = tu_upper_spread(avg, k, &m);
+    for (size_t g = 0; g < k; g++)
         below += avg[g] < v ? 1.0 : avg[g] == v ? 0.5 : 0.0;
-    }
-    free(s);
-    double spread = above ? sqrt(s2 / (double)above) : 0.0;
     if (spread > 0.0 && spread < floor)
         spread = floor;
     if (!(v < m) || !(spread > 0.0))

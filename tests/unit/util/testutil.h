@@ -41,6 +41,10 @@ int tu_sparse_posterior(const kb_kernel *k, const double *Z, size_t m, const dou
 void tu_distinct_stats(const double *X, const double *y, size_t n, size_t d, double *mean,
                        double *sd);
 
+/* The median of v[0..k) (in *median when not NULL; 0 for k = 0) and the root mean square
+ * of v - median over the values above it (0 when there is none): the warp's spread. */
+double tu_upper_spread(const double *v, size_t k, double *median);
+
 /* v as the engines model it (kb__output_y), computed independently: with `warp`, each
  * distinct average and v below the averages' median m are raised to
  * max(value, m + s Phi^{-1}(q)), s the root mean square of (average - m) over the averages
