@@ -260,7 +260,8 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
     e->fit_opts.starts = n < 64 ? 2 : 0;
     /* On a sample of the rows, a warm-started run gains <= 1.2 nats (over 256 rows) after
      * its tenth evaluation (docs/BENCHMARKS.md, tenth session): less than the sample's
-     * own noise, for a third of the cost. */
+     * own noise, for a third of the cost. A run still gaining more at the cap started far
+     * from an optimum and runs on (hyper.c, CAP_TAIL_GAIN). */
     e->fit_opts.max_evals = n > KB_HYPER_ROWS ? 10 : 0;
     kb_error ferr;
     if (e->fit_ls)

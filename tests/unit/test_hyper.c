@@ -7,7 +7,8 @@
  * recovery of known ARD
  * lengthscales and noise from a GP draw, the noise from a bandit-like history that
  * repeats one arm (more rows than a fit uses), a short warm-started refit on a sample
- * against a fit from scratch, fixed parameters held, determinism.
+ * against a fit from scratch, from a near start and from a far one, fixed parameters
+ * held, determinism.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -250,6 +251,41 @@ static void warm_refit_on_a_sample_matches_multistart(void **state)
     free(y);
 }
 
+/* The same capped refit from a start far from any optimum (lengthscales 0.005, noise at its
+ * floor: what a fit on a converged noise-free search's rows can leave behind). Ten
+ * evaluations stop it on its way; the run must go on to the optimum a fit from scratch
+ * finds on the same rows (within 1 nat of its log posterior), not end where it was
+ * stopped (hundreds of nats short, the lengthscales still a few hundredths). */
+static void capped_refit_from_a_far_start_runs_on(void **state)
+{
+    (void)state;
+    enum { N = 256 };
+    const double true_l[D] = {0.15, 0.3, 0.6}, noise_sd = 0.01;
+    double *U, *y;
+    gp_rows(13, N, true_l, noise_sd, &U, &y);
+    const double far[D] = {0.005, 0.005, 0.005};
+    kb_kernel *warm = tu_kernel_with(KB_KERNEL_MATERN52, D, 1.0, far);
+    kb_kernel *full = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
+    double nw = 1e-6, nf = 0.01;
+    kb_hyper_opts refit = {.max_evals = 10}, scratch = {.starts = 2};
+    fit(warm, &nw, U, y, N, &refit, 7);
+    fit(full, &nf, U, y, N, &scratch, 7);
+    double tw[D + 2], tf[D + 2];
+    for (size_t j = 0; j < D; j++)
+        tw[j] = log(warm->lengthscales[j]), tf[j] = log(full->lengthscales[j]);
+    tw[D] = log(warm->variance), tf[D] = log(full->variance);
+    tw[D + 1] = log(nw), tf[D + 1] = log(nf);
+    double pw = kb__hyper_objective(warm, U, y, N, tw, NULL, 1);
+    double pf = kb__hyper_objective(full, U, y, N, tf, NULL, 1);
+    if (pw < pf - 1.0)
+        fail_msg("capped refit: log posterior %g, from scratch %g (lengthscale 0: %g, %g)", pw,
+                 pf, warm->lengthscales[0], full->lengthscales[0]);
+    kb_kernel_free(warm);
+    kb_kernel_free(full);
+    free(U);
+    free(y);
+}
+
 static void fixed_values_held_and_fit_deterministic(void **state)
 {
     (void)state;
@@ -303,6 +339,7 @@ int main(void)
         cmocka_unit_test(recovers_ard_lengthscales_and_noise),
         cmocka_unit_test(noise_recovered_from_repeats_of_one_arm),
         cmocka_unit_test(warm_refit_on_a_sample_matches_multistart),
+        cmocka_unit_test(capped_refit_from_a_far_start_runs_on),
         cmocka_unit_test(fixed_values_held_and_fit_deterministic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
