@@ -727,17 +727,16 @@ static void recommend_keeps_to_values_near_the_best(void **state)
     kb_engine_free(e);
 }
 
-/* The refit schedule (kb__hyper_refit): every 20% more observations while a fit sees all
- * of them, with the full evaluation budget; once there are more than KB_HYPER_ROWS (a fit
- * sees a sample), the next fit waits for n to double and a refit gets 10 evaluations. */
-static void refits_space_out_once_a_fit_samples(void **state)
+/* The refit schedule (kb__hyper_refit): every 20% more observations, with the full
+ * evaluation budget while a fit sees all of them and 10 evaluations once there are more
+ * than KB_HYPER_ROWS (a fit sees a sample); past that, on a finite set, the next fit waits
+ * for n to double. */
+static void refit_schedule(kb_engine *e, size_t after_300)
 {
-    (void)state;
     kb_error err;
-    kb_engine *e = box3_engine("random"); /* no model that a refit would outdate */
     kb_rng drv;
     kb_rng_seed(&drv, 5);
-    const size_t at[3] = {200, KB_HYPER_ROWS, 300}, next[3] = {240, 307, 600};
+    const size_t at[3] = {200, KB_HYPER_ROWS, 300}, next[3] = {240, 307, after_300};
     const int evals[3] = {0, 0, 10};
     for (size_t k = 0, i = 0; k < 3; k++) {
         for (; i < at[k]; i++) {
@@ -749,6 +748,26 @@ static void refits_space_out_once_a_fit_samples(void **state)
         assert_int_equal(e->fit_opts.max_evals, evals[k]);
     }
     kb_engine_free(e);
+}
+
+static void refits_space_out_once_a_fit_samples(void **state)
+{
+    (void)state;
+    refit_schedule(box3_engine("random"), 360); /* no model that a refit would outdate */
+    enum { ROWS = 64 };
+    double rows[ROWS * 3];
+    kb_rng rng;
+    kb_rng_seed(&rng, 8);
+    for (size_t i = 0; i < ROWS * 3; i++)
+        rows[i] = kb_rng_uniform(&rng);
+    kb_error err;
+    kb_space *sp = kb_space_new_finite(rows, ROWS, 3, &err);
+    kb_config *cfg = kb_config_new("random", &err);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+    refit_schedule(e, 600);
 }
 
 /* A fit records its noise sd in y's units (the fitted standardized noise times the sd
