@@ -31,13 +31,13 @@
  * Optimizer: NLopt's bounded L-BFGS (NLOPT_LD_LBFGS) from the current values (warm
  * start) and from `starts` further points drawn from the priors with the caller's RNG; the
  * best end point wins. A run capped at `max_evals` that is still gaining at the cap goes
- * on with the full budget (optimize_run). (Stopping at 1e-3 nats / 1e-3 in log space instead of the relative
- * tolerances below was tried and dropped: held-out abalone, gp-ucb, seed 1 went from a
- * regret ratio of 0.16 to 0.32; docs/BENCHMARKS.md, tenth session. Keeping, instead of
- * the best end point, the shortest-lengthscale one within 1 nat of it was tried and
- * dropped too: held-out gp-ucb abalone's worst seed went from 0.17 to 0.43; eleventh
- * session.) Parameters the user fixed keep their values (they are left out of
- * the optimized vector). Large n: the fit uses at most `max_rows` observations, a seeded
+ * on with the full budget (optimize_run). (Stopping at 1e-3 nats / 1e-3 in log space
+ * instead of the relative tolerances below was tried and dropped: held-out abalone,
+ * gp-ucb, seed 1 went from a regret ratio of 0.16 to 0.32; docs/BENCHMARKS.md, tenth
+ * session. Keeping, instead of the best end point, the shortest-lengthscale one within 1
+ * nat of it was tried and dropped too: held-out gp-ucb abalone's worst seed went from 0.17
+ * to 0.43; eleventh session.) Parameters the user fixed keep their values (they are left
+ * out of the optimized vector). Large n: the fit uses at most `max_rows` observations, a seeded
  * uniform sample (kb__hyper_fit), so a fit costs O(max_rows^3) per evaluation whatever the
  * history (max_rows = 256: ~17 MFLOP for the factor and the inverse, ~1.7 ms per
  * evaluation with its gradient at d = 6).
