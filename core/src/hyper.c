@@ -14,6 +14,7 @@
  * O_ij the share of categorical coordinates on which rows i and j agree) has one more
  * entry, logit(mix): the lengthscales' terms carry (1 - mix) and
  *   dK_ij/dlogit(mix) = s2 (O_ij - base(r2_ij)) mix (1 - mix).
+ * Rows repeating an input add sn2 / c on its diagonal and a term in sn2 alone (row_set).
  * O(n^3) for the factor and the inverse, O(n^2 d) for the gradient.
  *
  * Priors, each the log density of the stated distribution evaluated on the parameter
@@ -37,10 +38,11 @@
  * session. Keeping, instead of the best end point, the shortest-lengthscale one within 1
  * nat of it was tried and dropped too: held-out gp-ucb abalone's worst seed went from 0.17
  * to 0.43; eleventh session.) Parameters the user fixed keep their values (they are left
- * out of the optimized vector). Large n: the fit uses at most `max_rows` observations, a seeded
- * uniform sample (kb__hyper_fit), so a fit costs O(max_rows^3) per evaluation whatever the
- * history (max_rows = 256: ~17 MFLOP for the factor and the inverse, ~1.7 ms per
- * evaluation with its gradient at d = 6).
+ * out of the optimized vector). Repeated inputs enter by their means and within sums of
+ * squares, exactly (row_set), so n is the number of distinct inputs. Large n: the fit uses
+ * at most `max_rows` distinct inputs, a seeded uniform sample (kb__hyper_fit), so a fit
+ * costs O(max_rows^3) per evaluation whatever the history (max_rows = 256: ~17 MFLOP for
+ * the factor and the inverse, ~1.7 ms per evaluation with its gradient at d = 6).
  * Deterministic: same inputs and RNG state, same result.
  */
 #include "internal.h"
@@ -71,6 +73,137 @@ static double lognormal(double theta, double mu, double sd, double *dtheta)
     return -theta - 0.5 * z * z;
 }
 
+/* Rows with the same inputs (a finite set's arm told again, a point of a discrete space
+ * repeated) enter the likelihood through their sufficient statistics, exactly: c rows at
+ * one input with mean ybar and within sum of squares S contribute ybar with noise
+ * variance sn2 / c to the GP term, and an independent
+ *   -(c - 1)/2 log(2 pi sn2) - S / (2 sn2) - 1/2 log c
+ * (an orthonormal change of the c values to sqrt(c) ybar and c - 1 contrasts, which are
+ * N(0, sn2) whatever f is). So a fit costs O(distinct^3), and a sample of max_rows draws
+ * distinct inputs, each with all its repeats: a bandit that tells one arm thousands of
+ * times no longer fills the sample with that arm (the 20,000-arm benchmark), and the
+ * repeats still pin the noise. */
+typedef struct row_set {
+    size_t m;                /* distinct inputs kept */
+    double *U, *y, *inv_c;   /* m x d inputs, their mean values, 1 / their counts */
+    double extra, ss;        /* over all inputs, kept or not: sum (c - 1), sum S */
+    double log_c;            /* over the kept inputs: sum log c */
+} row_set;
+
+/* All n rows, or max_rows of them: the `top` best by y, then a uniform sample without
+ * replacement of the others (a partial Fisher-Yates shuffle drawn from rng). */
+static size_t pick(const double *y, size_t n, size_t max_rows, size_t top, kb_rng *rng,
+                   size_t *idx)
+{
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    if (n <= max_rows)
+        return n;
+    for (size_t i = 0; i < top; i++) { /* selection of the best, ties to the lower */
+        size_t b = i;
+        for (size_t j = i + 1; j < n; j++)
+            if (y[idx[j]] > y[idx[b]])
+                b = j;
+        size_t t = idx[i];
+        idx[i] = idx[b];
+        idx[b] = t;
+    }
+    for (size_t i = top; i < max_rows; i++) {
+        size_t j = i + (size_t)kb_rng_below(rng, n - i), t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+    return max_rows;
+}
+
+typedef struct row_key {
+    const double *u;
+    size_t d, i;
+} row_key;
+
+static int row_key_cmp(const void *a, const void *b)
+{
+    const row_key *x = a, *y = b;
+    int c = memcmp(x->u, y->u, x->d * sizeof *x->u);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* of[i] = the group of row i, groups numbered in order of first occurrence (so without
+ * repeats of[i] = i); returns the number of groups, or 0 when out of memory. */
+static size_t group_rows(const double *U, size_t n, size_t d, size_t *of)
+{
+    row_key *keys = malloc((n ? n : 1) * sizeof *keys);
+    size_t *first = malloc((n ? n : 1) * sizeof *first), groups = 0;
+    if (keys && first) {
+        for (size_t i = 0; i < n; i++)
+            keys[i] = (row_key){U + i * d, d, i};
+        qsort(keys, n, sizeof *keys, row_key_cmp);
+        for (size_t s = 0, lead = 0; s < n; s++) {
+            if (s == 0 || memcmp(keys[s].u, keys[s - 1].u, d * sizeof *U) != 0)
+                lead = keys[s].i; /* the lowest row of its run */
+            first[keys[s].i] = lead;
+        }
+        for (size_t i = 0; i < n; i++) /* first[i] <= i: its group is numbered already */
+            of[i] = first[i] == i ? groups++ : of[first[i]];
+    }
+    free(keys);
+    free(first);
+    return groups;
+}
+
+static void row_set_free(row_set *rs)
+{
+    free(rs->U);
+    free(rs->y);
+    free(rs->inv_c);
+}
+
+/* The n rows (U, y) grouped by input, and at most max_rows groups of them: all, or a
+ * uniform sample drawn from rng (chosen by input alone, see kb__hyper_fit). */
+static int row_set_init(row_set *rs, const double *U, const double *y, size_t n, size_t d,
+                        size_t max_rows, kb_rng *rng)
+{
+    size_t nn = n ? n : 1, groups = 0;
+    size_t *of = malloc(nn * sizeof *of), *gidx = malloc(nn * sizeof *gidx);
+    size_t *first = malloc(nn * sizeof *first); /* each group's first row */
+    double *cnt = calloc(nn, sizeof *cnt), *mean = calloc(nn, sizeof *mean);
+    *rs = (row_set){0};
+    rs->U = malloc(nn * d * sizeof *rs->U);
+    rs->y = malloc(nn * sizeof *rs->y);
+    rs->inv_c = malloc(nn * sizeof *rs->inv_c);
+    int rc = of && gidx && first && cnt && mean && rs->U && rs->y && rs->inv_c ? KB_OK
+                                                                               : KB_ENOMEM;
+    if (rc == KB_OK && n > 0 && (groups = group_rows(U, n, d, of)) == 0)
+        rc = KB_ENOMEM;
+    for (size_t i = 0; rc == KB_OK && i < n; i++) {
+        if (cnt[of[i]]++ == 0)
+            first[of[i]] = i;
+        mean[of[i]] += y[i];
+    }
+    for (size_t g = 0; rc == KB_OK && g < groups; g++) {
+        mean[g] /= cnt[g];
+        rs->extra += cnt[g] - 1.0;
+    }
+    /* The within terms of every group, sampled or not: they depend on the noise alone */
+    for (size_t i = 0; rc == KB_OK && i < n; i++)
+        rs->ss += (y[i] - mean[of[i]]) * (y[i] - mean[of[i]]);
+    if (rc == KB_OK)
+        rs->m = pick(NULL, groups, max_rows, 0, rng, gidx);
+    for (size_t s = 0; rc == KB_OK && s < rs->m; s++) {
+        size_t g = gidx[s];
+        memcpy(rs->U + s * d, U + first[g] * d, d * sizeof *U);
+        rs->y[s] = mean[g];
+        rs->inv_c[s] = 1.0 / cnt[g];
+        rs->log_c += log(cnt[g]);
+    }
+    free(of);
+    free(gidx);
+    free(first);
+    free(cnt);
+    free(mean);
+    return rc;
+}
+
 /* Work space of one objective: the data, the pairs' squared coordinate differences, per
  * pair its r2, base(r2) and slope, and the n x n factor. Pairs i > j are numbered in the
  * order (1,0), (2,0), (2,1), ... (the row-major lower triangle); column c of D2 (column-
@@ -81,8 +214,9 @@ static double lognormal(double theta, double mu, double sd, double *dtheta)
 typedef struct lml_work {
     kb_kernel_kind kind;
     int additive;    /* theta[d + 2] is logit(mix) (kb_kernel.additive) */
-    size_t n, d, pairs, nt; /* nt: entries of theta (n_theta) */
-    const double *y;
+    size_t n, d, pairs, nt; /* n: distinct inputs (row_set.m); nt: entries of theta */
+    const double *y, *inv_c; /* the row_set's means and 1 / counts (not owned) */
+    double extra, ss, log_c; /* the row_set's within-group terms */
     double *D2, *r2, *base, *slope, *L, *a;
     double *O;       /* additive only: each pair's overlap (kb__kernel_overlap) */
 } lml_work;
@@ -92,12 +226,13 @@ static size_t n_theta(const kb_kernel *k) { return k->dim + 2 + (k->additive != 
 
 static double logistic(double t) { return 1.0 / (1.0 + exp(-t)); }
 
-static int work_init(lml_work *w, const kb_kernel *k, const double *U, const double *y,
-                     size_t n)
+static int work_init(lml_work *w, const kb_kernel *k, const row_set *rs)
 {
-    size_t d = k->dim, pairs = n * (n - (n > 0)) / 2, np = pairs ? pairs : 1;
+    size_t d = k->dim, n = rs->m, pairs = n * (n - (n > 0)) / 2, np = pairs ? pairs : 1;
+    const double *U = rs->U;
     *w = (lml_work){.kind = k->kind, .additive = k->additive, .n = n, .d = d, .pairs = pairs,
-                    .nt = n_theta(k), .y = y};
+                    .nt = n_theta(k), .y = rs->y, .inv_c = rs->inv_c, .extra = rs->extra,
+                    .ss = rs->ss, .log_c = rs->log_c};
     w->D2 = malloc(np * d * sizeof *w->D2);
     w->r2 = malloc(np * sizeof *w->r2);
     w->base = malloc(np * sizeof *w->base);
@@ -159,7 +294,7 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
         for (size_t j = 0; j < i; j++, p++)
             w->L[i * n + j] =
                 s2 * (w->additive ? (1.0 - mix) * w->base[p] + mix * w->O[p] : w->base[p]);
-        w->L[i * n + i] = s2 * diag0 + sn2;
+        w->L[i * n + i] = s2 * diag0 + sn2 * w->inv_c[i];
     }
     if (LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'U', (int)n, w->L, (int)n) != 0)
         return -HUGE_VAL;
@@ -170,7 +305,10 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
         fit += w->y[i] * w->a[i];
         logdet += log(w->L[i * n + i]);
     }
-    double lml = -0.5 * fit - logdet - 0.5 * (double)n * LOG_2PI;
+    /* The repeats' deviations from their means: N(0, sn2) each (exactly 0 without repeats) */
+    double within = -0.5 * w->extra * (LOG_2PI + theta[d + 1]) - 0.5 * w->ss / sn2 -
+                    0.5 * w->log_c;
+    double lml = -0.5 * fit - logdet - 0.5 * (double)n * LOG_2PI + within;
     if (!grad)
         return lml;
     /* Ky^-1 = U^-1 U^-T overwrites L (lower triangle); W = a a^T - Ky^-1. Per pair,
@@ -197,7 +335,7 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
         }
         double Wii = w->a[i] * w->a[i] - w->L[i * n + i];
         gs2 += 0.5 * Wii * diag0;
-        gsn2 += 0.5 * Wii;
+        gsn2 += 0.5 * Wii * w->inv_c[i];
     }
     memset(grad, 0, w->nt * sizeof *grad);
     if (w->pairs)
@@ -206,7 +344,7 @@ static double log_marginal(lml_work *w, const double *theta, double *grad)
     for (size_t k = 0; k < d; k++)
         grad[k] *= exp(-2.0 * theta[k]);
     grad[d] = s2 * gs2;
-    grad[d + 1] = sn2 * gsn2;
+    grad[d + 1] = sn2 * gsn2 + 0.5 * (w->ss / sn2 - w->extra);
     if (w->additive)
         grad[d + 2] = s2 * gmix * mix * (1.0 - mix);
     return lml;
@@ -242,14 +380,17 @@ static double log_prior(size_t d, int additive, const double *theta, double *gra
 double kb__hyper_objective(const kb_kernel *shape, const double *U, const double *y, size_t n,
                            const double *theta, double *grad, int with_prior)
 {
-    lml_work w;
+    lml_work w = {0};
+    row_set rs;
     double v = -HUGE_VAL;
-    if (work_init(&w, shape, U, y, n) == KB_OK) {
+    if (row_set_init(&rs, U, y, n, shape->dim, n, NULL) == KB_OK &&
+        work_init(&w, shape, &rs) == KB_OK) {
         v = log_marginal(&w, theta, grad);
         if (with_prior && v > -HUGE_VAL)
             v += log_prior(shape->dim, shape->additive, theta, grad);
     }
     work_free(&w);
+    row_set_free(&rs);
     return v;
 }
 
@@ -333,32 +474,6 @@ static void prior_draw(size_t d, size_t idx, kb_rng *rng, double *x)
     *x = fmin(hi, fmax(lo, mu + 0.5 * sd * kb_rng_normal(rng)));
 }
 
-/* All n rows, or max_rows of them: the `top` best by y, then a uniform sample without
- * replacement of the others (a partial Fisher-Yates shuffle drawn from rng). */
-static size_t pick(const double *y, size_t n, size_t max_rows, size_t top, kb_rng *rng,
-                   size_t *idx)
-{
-    for (size_t i = 0; i < n; i++)
-        idx[i] = i;
-    if (n <= max_rows)
-        return n;
-    for (size_t i = 0; i < top; i++) { /* selection of the best, ties to the lower */
-        size_t b = i;
-        for (size_t j = i + 1; j < n; j++)
-            if (y[idx[j]] > y[idx[b]])
-                b = j;
-        size_t t = idx[i];
-        idx[i] = idx[b];
-        idx[b] = t;
-    }
-    for (size_t i = top; i < max_rows; i++) {
-        size_t j = i + (size_t)kb_rng_below(rng, n - i), t = idx[i];
-        idx[i] = idx[j];
-        idx[j] = t;
-    }
-    return max_rows;
-}
-
 size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, size_t *idx)
 {
     return pick(y, n, max_rows, max_rows / 4, rng, idx);
@@ -439,29 +554,22 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
     if (k->kind == KB_KERNEL_LINEAR)
         return kb__fail(err, KB_EUNSUPPORTED, "kernel", "the linear kernel is not fitted");
     size_t d = k->dim, max_rows = o->max_rows ? o->max_rows : KB_HYPER_ROWS;
-    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
-    double *Us = malloc((n ? n : 1) * d * sizeof *Us), *ys = malloc((n ? n : 1) * sizeof *ys);
     size_t nt = n_theta(k);
     double theta[nt], best[nt], grad_full[nt];
     size_t free_idx[nt], n_free = 0;
     fit_ctx c = {.theta = theta, .free_idx = free_idx, .grad_full = grad_full};
-    int rc = idx && Us && ys ? KB_OK : KB_ENOMEM;
-    if (rc == KB_OK) {
-        /* A uniform sample, chosen without looking at y: its likelihood is the GP's own
-         * marginal on those rows. Rows chosen by y (kb__pick_rows' best quarter, right for
-         * a posterior near the incumbent) select on the noise as well as on f, which the
-         * likelihood does not model: a selection is ignorable only when it does not
-         * depend on the values left out (Rubin, "Inference and missing data",
-         * Biometrika 63(3), 1976). Repeats of one arm made that selection keep its
-         * largest noise draws and inflated the fitted noise (docs/BENCHMARKS.md, ninth
-         * session, the 20,000-arm benchmark). */
-        size_t m = pick(y, n, max_rows, 0, rng, idx);
-        for (size_t i = 0; i < m; i++) {
-            memcpy(Us + i * d, U + idx[i] * d, d * sizeof *Us);
-            ys[i] = y[idx[i]];
-        }
-        rc = work_init(&c.w, k, Us, ys, m);
-    }
+    /* A uniform sample of the distinct inputs, chosen without looking at y: its
+     * likelihood is the GP's own marginal on those rows. Rows chosen by y (kb__pick_rows'
+     * best quarter, right for a posterior near the incumbent) select on the noise as well
+     * as on f, which the likelihood does not model: a selection is ignorable only when it
+     * does not depend on the values left out (Rubin, "Inference and missing data",
+     * Biometrika 63(3), 1976). Repeats of one arm made that selection keep its largest
+     * noise draws and inflated the fitted noise (docs/BENCHMARKS.md, ninth session, the
+     * 20,000-arm benchmark). */
+    row_set rs;
+    int rc = row_set_init(&rs, U, y, n, d, max_rows, rng);
+    if (rc == KB_OK)
+        rc = work_init(&c.w, k, &rs);
     for (size_t j = 0; j < d; j++) {
         theta[j] = log(k->lengthscales[j]);
         if (!o->fix_lengthscales)
@@ -489,9 +597,7 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
             *(j < d ? &k->lengthscales[j] : j == d ? &k->variance : noise) = exp(best[j]);
     }
     work_free(&c.w);
-    free(idx);
-    free(Us);
-    free(ys);
+    row_set_free(&rs);
     if (rc == KB_ENOMEM)
         return kb__fail(err, rc, NULL, "out of memory");
     if (rc != KB_OK)

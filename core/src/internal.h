@@ -162,19 +162,21 @@ void kb__space_snap(const kb_space *s, double *rows, size_t n);
  * fit_warp). */
 #define KB_WARP_DESIGN_SHARE 0.1
 
-/* Observations one fit uses at most (kb_hyper_opts.max_rows 0): a uniform sample beyond. */
+/* Distinct inputs one fit uses at most (kb_hyper_opts.max_rows 0), each with all its
+ * repeats: a uniform sample beyond. */
 #define KB_HYPER_ROWS 256
 
 typedef struct kb_hyper_opts {
     int fix_lengthscales, fix_variance, fix_noise; /* held at their current values */
-    size_t max_rows;  /* observations used by one fit (0: KB_HYPER_ROWS) */
+    size_t max_rows;  /* distinct inputs used by one fit (0: KB_HYPER_ROWS) */
     int starts;       /* random restarts drawn from the priors, besides the warm start */
     int max_evals;    /* objective evaluations per start (0: 80) */
 } kb_hyper_opts;
 
 /* MAP fit of k's lengthscales and variance and of *noise (those not fixed) to (U, y), n
  * rows of k->dim internal coordinates and standardized values, warm-started from their
- * current values; draws restarts and the row subset (uniform, max_rows) from rng. On
+ * current values; rows with equal inputs enter by their mean (exactly, hyper.c row_set);
+ * draws restarts and the subset of distinct inputs (uniform, max_rows) from rng. On
  * failure they are unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
 int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
                   const kb_hyper_opts *o, kb_rng *rng, kb_error *err);

@@ -4,7 +4,7 @@
  * (LU solve and LU determinant), its gradient against central finite differences for every
  * hyperparameter of every stationary kernel with ARD lengthscales, with and without a
  * categorical coordinate (indicator distance against the kernel's one-hot embedding),
- * recovery of known ARD
+ * the same with repeated inputs (merged by the fit, against every row), recovery of known ARD
  * lengthscales and noise from a GP draw, the noise from a bandit-like history that
  * repeats one arm (more rows than a fit uses), a short warm-started refit on a sample
  * against a fit from scratch, from a near start and from a far one, fixed parameters
@@ -62,6 +62,29 @@ static double dense_log_marginal(const kb_kernel *shape, const double *theta, co
     return -0.5 * quad - 0.5 * logdet - 0.5 * (double)n * log(2.0 * M_PI);
 }
 
+/* The objective's gradient (every entry of theta) against central differences. */
+static void check_gradient(const kb_kernel *shape, const double *U, const double *y, size_t n,
+                           const double *theta, int prior)
+{
+    size_t nt = D + 2 + (size_t)shape->additive;
+    double g[D + 3];
+    kb__hyper_objective(shape, U, y, n, theta, g, prior);
+    for (size_t j = 0; j < nt; j++) {
+        double h = 1e-5, tp[D + 3], tm[D + 3];
+        memcpy(tp, theta, sizeof tp);
+        memcpy(tm, theta, sizeof tm);
+        tp[j] += h;
+        tm[j] -= h;
+        double fd = (kb__hyper_objective(shape, U, y, n, tp, NULL, prior) -
+                     kb__hyper_objective(shape, U, y, n, tm, NULL, prior)) /
+                    (2 * h);
+        if (fabs(fd - g[j]) > 1e-5 * (1.0 + fabs(fd)))
+            fail_msg("n %zu kernel %d additive %d prior %d theta[%zu]: gradient %.10g, "
+                     "differences %.10g",
+                     n, (int)shape->kind, shape->additive, prior, j, g[j], fd);
+    }
+}
+
 /* At n = 40 and 100: the inverse behind the gradient recurses by halves down to blocks of
  * 32 (hyper.c's upper_inverse), once and twice. */
 static void likelihood_matches_dense_and_gradient_matches_differences(void **state)
@@ -86,31 +109,53 @@ static void likelihood_matches_dense_and_gradient_matches_differences(void **sta
             assert_int_equal(kb_kernel_set_choices(shape, k % 3 ? choices : NULL, NULL),
                              KB_OK);
             shape->additive = k % 3 == 2;
-            size_t nt = D + 2 + (size_t)shape->additive;
-            for (int prior = 0; prior <= 1; prior++) {
-                double g[D + 3];
-                double v = kb__hyper_objective(shape, U, y, N, theta, g, prior);
-                if (!prior) {
-                    double ref = dense_log_marginal(shape, theta, U, y, N);
-                    assert_true(fabs(v - ref) <= 1e-9 * fabs(ref));
-                }
-                for (size_t j = 0; j < nt; j++) {
-                    double h = 1e-5, tp[D + 3], tm[D + 3];
-                    memcpy(tp, theta, sizeof tp);
-                    memcpy(tm, theta, sizeof tm);
-                    tp[j] += h;
-                    tm[j] -= h;
-                    double fd = (kb__hyper_objective(shape, U, y, N, tp, NULL, prior) -
-                                 kb__hyper_objective(shape, U, y, N, tm, NULL, prior)) /
-                                (2 * h);
-                    if (fabs(fd - g[j]) > 1e-5 * (1.0 + fabs(fd)))
-                        fail_msg("n %zu kernel %zu prior %d theta[%zu]: gradient %.10g, "
-                                 "differences %.10g",
-                                 N, k, prior, j, g[j], fd);
-                }
-            }
+            double v = kb__hyper_objective(shape, U, y, N, theta, NULL, 0);
+            double ref = dense_log_marginal(shape, theta, U, y, N);
+            assert_true(fabs(v - ref) <= 1e-9 * fabs(ref));
+            for (int prior = 0; prior <= 1; prior++)
+                check_gradient(shape, U, y, N, theta, prior);
             kb_kernel_free(shape);
         }
+}
+
+/* Rows that repeat an input (a finite set's arm told again) enter the objective through
+ * their mean and their within sum of squares (hyper.c, row_set): the likelihood of every
+ * row all the same, and its gradient, the noise's above all. 30 points told 1-6 times
+ * each, the repeats interleaved (105 rows), with and without a categorical coordinate. */
+static void repeated_inputs_give_the_likelihood_of_every_row(void **state)
+{
+    (void)state;
+    enum { G = 30, NMAX = 6 * G };
+    kb_rng rng;
+    kb_rng_seed(&rng, 13);
+    double Ug[G * D], U[NMAX * D], y[NMAX];
+    random_points(&rng, G, Ug);
+    for (size_t i = 0; i < G; i++) /* the third coordinate one of 3 choices */
+        Ug[i * D + 2] = (double)(i % 3) / 3.0 + 1.0 / 6.0;
+    size_t n = 0;
+    for (size_t c = 0; c < 6; c++)
+        for (size_t i = 0; i < G; i++) {
+            if (i % 6 < c)
+                continue;
+            const double *u = Ug + i * D;
+            memcpy(U + n * D, u, D * sizeof *U);
+            y[n++] = sin(6 * u[0]) + u[1] * u[2] + 0.1 * kb_rng_normal(&rng);
+        }
+    assert_int_equal(n, 105);
+    double theta[D + 3] = {log(0.3), log(0.7), log(1.9), log(1.3), log(0.02), log(0.3 / 0.7)};
+    size_t choices[D] = {0, 0, 3};
+    for (int k = 0; k < 3; k++) {
+        kb_kernel *shape = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
+        assert_int_equal(kb_kernel_set_choices(shape, k ? choices : NULL, NULL), KB_OK);
+        shape->additive = k == 2;
+        double v = kb__hyper_objective(shape, U, y, n, theta, NULL, 0);
+        double ref = dense_log_marginal(shape, theta, U, y, n);
+        if (!(fabs(v - ref) <= 1e-9 * fabs(ref)))
+            fail_msg("kernel %d: log likelihood %.12g, dense over every row %.12g", k, v, ref);
+        for (int prior = 0; prior <= 1; prior++)
+            check_gradient(shape, U, y, n, theta, prior);
+        kb_kernel_free(shape);
+    }
 }
 
 /* y = f + noise with f a draw from the GP with ARD lengthscales TRUE_L, amplitude 1. */
@@ -336,6 +381,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(likelihood_matches_dense_and_gradient_matches_differences),
+        cmocka_unit_test(repeated_inputs_give_the_likelihood_of_every_row),
         cmocka_unit_test(recovers_ard_lengthscales_and_noise),
         cmocka_unit_test(noise_recovered_from_repeats_of_one_arm),
         cmocka_unit_test(warm_refit_on_a_sample_matches_multistart),
