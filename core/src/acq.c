@@ -12,7 +12,9 @@
  * so grad u = sum_i D_ij (a_i - width q_i / s): one pass over the rows per evaluation,
  * O(n^2) for the two triangular solves. base' comes from kb__kernel_profile.
  *
- * kb__gp_mean gives the same GP's mean alone (the model's recommendation, engine.c).
+ * kb__gp_mean gives the same GP's mean alone (the model's recommendation, engine.c), on
+ * the rows with repeated inputs merged (kb__row_set_init: one row per distinct input at
+ * its mean, noise lambda / count, the exact posterior of every row).
  *
  * The GP is built once per call on at most 256 rows (kb__pick_rows, RNG seeded from n so
  * that the engine's streams do not move), in O(256^3 / 3); each run is capped at 40
@@ -48,9 +50,11 @@ static void acq_free(acq_gp *g)
     free(g->sl);
 }
 
-/* Factors K + noise I over the chosen rows and solves a = K_y^-1 y. */
+/* Factors K + noise C^-1 over the chosen rows (C^-1 = diag(inv_c), each row's 1 / count
+ * when repeats were merged; I when inv_c is NULL) and solves a = K_y^-1 y. */
 static int acq_build(acq_gp *g, const kb_kernel *k, double noise, const double *U,
-                     const double *y, const size_t *rows, size_t n, double width)
+                     const double *y, const double *inv_c, const size_t *rows, size_t n,
+                     double width)
 {
     size_t d = k->dim;
     *g = (acq_gp){.k = k, .width = width, .n = n, .d = d};
@@ -70,7 +74,7 @@ static int acq_build(acq_gp *g, const kb_kernel *k, double noise, const double *
         return KB_OK;
     kb_kernel_matrix(k, g->X, n, g->X, n, g->L);
     for (size_t i = 0; i < n; i++)
-        g->L[i * n + i] += noise;
+        g->L[i * n + i] += inv_c ? noise * inv_c[rows[i]] : noise;
     int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, g->L, (int)n);
     if (info)
         return kb__lapack_status(info);
@@ -148,7 +152,7 @@ int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const doub
         return KB_OK;
     size_t d = k->dim, *rows = malloc(n * sizeof *rows);
     acq_gp g = {0};
-    int rc = rows ? acq_build(&g, k, noise, U, y, rows, choose_rows(y, n, rows), width)
+    int rc = rows ? acq_build(&g, k, noise, U, y, NULL, rows, choose_rows(y, n, rows), width)
                   : KB_ENOMEM;
     nlopt_opt opt = rc == KB_OK ? nlopt_create(NLOPT_LD_LBFGS, (unsigned)d) : NULL;
     double *x = malloc(d * sizeof *x);
@@ -183,10 +187,21 @@ int kb__gp_mean(const kb_kernel *k, double noise, const double *U, const double 
                 const double *P, size_t m, double *mean)
 {
     enum { BLOCK = 256 };
+    /* Repeats merged (exact), then kb__pick_rows' choice over the distinct inputs: a told
+     * arm's largest noise draws no longer fill the best quarter. Without repeats these are
+     * choose_rows' rows in its order. */
+    kb_rng rng;
+    kb_rng_seed(&rng, (uint64_t)n);
+    kb_row_set rs;
     size_t *rows = malloc((n ? n : 1) * sizeof *rows);
     acq_gp g = {0};
-    int rc = rows ? acq_build(&g, k, noise, U, y, rows, choose_rows(y, n, rows), 0.0)
-                  : KB_ENOMEM;
+    int rc = kb__row_set_init(&rs, U, y, n, k->dim, ACQ_MAX_ROWS, ACQ_MAX_ROWS / 4, &rng);
+    if (rc == KB_OK && !rows)
+        rc = KB_ENOMEM;
+    for (size_t i = 0; rc == KB_OK && i < rs.m; i++)
+        rows[i] = i;
+    if (rc == KB_OK)
+        rc = acq_build(&g, k, noise, rs.U, rs.y, rs.inv_c, rows, rs.m, 0.0);
     double *K = rc == KB_OK ? malloc(BLOCK * (g.n ? g.n : 1) * sizeof *K) : NULL;
     if (rc == KB_OK && !K)
         rc = KB_ENOMEM;
@@ -202,6 +217,7 @@ int kb__gp_mean(const kb_kernel *k, double noise, const double *U, const double 
     }
     free(K);
     free(rows);
+    kb__row_set_free(&rs);
     acq_free(&g);
     return rc;
 }
@@ -215,7 +231,7 @@ double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const d
     if (rows) {
         for (size_t i = 0; i < n; i++)
             rows[i] = i;
-        if (acq_build(&g, k, noise, U, y, rows, n, width) == KB_OK)
+        if (acq_build(&g, k, noise, U, y, NULL, rows, n, width) == KB_OK)
             v = acq_eval(&g, x, grad);
     }
     free(rows);

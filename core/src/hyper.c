@@ -14,7 +14,7 @@
  * O_ij the share of categorical coordinates on which rows i and j agree) has one more
  * entry, logit(mix): the lengthscales' terms carry (1 - mix) and
  *   dK_ij/dlogit(mix) = s2 (O_ij - base(r2_ij)) mix (1 - mix).
- * Rows repeating an input add sn2 / c on its diagonal and a term in sn2 alone (row_set).
+ * Rows repeating an input add sn2 / c on its diagonal and a term in sn2 alone (kb__row_set_init).
  * O(n^3) for the factor and the inverse, O(n^2 d) for the gradient.
  *
  * Priors, each the log density of the stated distribution evaluated on the parameter
@@ -39,7 +39,7 @@
  * nat of it was tried and dropped too: held-out gp-ucb abalone's worst seed went from 0.17
  * to 0.43; eleventh session.) Parameters the user fixed keep their values (they are left
  * out of the optimized vector). Repeated inputs enter by their means and within sums of
- * squares, exactly (row_set), so n is the number of distinct inputs. Large n: the fit uses
+ * squares, exactly (kb__row_set_init), so n is the number of distinct inputs. Large n: the fit uses
  * at most `max_rows` distinct inputs, a seeded uniform sample (kb__hyper_fit), so a fit
  * costs O(max_rows^3) per evaluation whatever the history (max_rows = 256: ~17 MFLOP for
  * the factor and the inverse, ~1.7 ms per evaluation with its gradient at d = 6).
@@ -73,6 +73,8 @@ static double lognormal(double theta, double mu, double sd, double *dtheta)
     return -theta - 0.5 * z * z;
 }
 
+/* -------------------------------------------------------------- repeated inputs */
+
 /* Rows with the same inputs (a finite set's arm told again, a point of a discrete space
  * repeated) enter the likelihood through their sufficient statistics, exactly: c rows at
  * one input with mean ybar and within sum of squares S contribute ybar with noise
@@ -82,13 +84,8 @@ static double lognormal(double theta, double mu, double sd, double *dtheta)
  * N(0, sn2) whatever f is). So a fit costs O(distinct^3), and a sample of max_rows draws
  * distinct inputs, each with all its repeats: a bandit that tells one arm thousands of
  * times no longer fills the sample with that arm (the 20,000-arm benchmark), and the
- * repeats still pin the noise. */
-typedef struct row_set {
-    size_t m;                /* distinct inputs kept */
-    double *U, *y, *inv_c;   /* m x d inputs, their mean values, 1 / their counts */
-    double extra, ss;        /* over all inputs, kept or not: sum (c - 1), sum S */
-    double log_c;            /* over the kept inputs: sum log c */
-} row_set;
+ * repeats still pin the noise. The same merge makes the model's recommendation (acq.c,
+ * kb__gp_mean) the exact posterior mean of every row. kb_row_set: internal.h. */
 
 /* All n rows, or max_rows of them: the `top` best by y, then a uniform sample without
  * replacement of the others (a partial Fisher-Yates shuffle drawn from rng). */
@@ -151,23 +148,21 @@ static size_t group_rows(const double *U, size_t n, size_t d, size_t *of)
     return groups;
 }
 
-static void row_set_free(row_set *rs)
+void kb__row_set_free(kb_row_set *rs)
 {
     free(rs->U);
     free(rs->y);
     free(rs->inv_c);
 }
 
-/* The n rows (U, y) grouped by input, and at most max_rows groups of them: all, or a
- * uniform sample drawn from rng (chosen by input alone, see kb__hyper_fit). */
-static int row_set_init(row_set *rs, const double *U, const double *y, size_t n, size_t d,
-                        size_t max_rows, kb_rng *rng)
+int kb__row_set_init(kb_row_set *rs, const double *U, const double *y, size_t n, size_t d,
+                     size_t max_rows, size_t top, kb_rng *rng)
 {
     size_t nn = n ? n : 1, groups = 0;
     size_t *of = malloc(nn * sizeof *of), *gidx = malloc(nn * sizeof *gidx);
     size_t *first = malloc(nn * sizeof *first); /* each group's first row */
     double *cnt = calloc(nn, sizeof *cnt), *mean = calloc(nn, sizeof *mean);
-    *rs = (row_set){0};
+    *rs = (kb_row_set){0};
     rs->U = malloc(nn * d * sizeof *rs->U);
     rs->y = malloc(nn * sizeof *rs->y);
     rs->inv_c = malloc(nn * sizeof *rs->inv_c);
@@ -188,7 +183,7 @@ static int row_set_init(row_set *rs, const double *U, const double *y, size_t n,
     for (size_t i = 0; rc == KB_OK && i < n; i++)
         rs->ss += (y[i] - mean[of[i]]) * (y[i] - mean[of[i]]);
     if (rc == KB_OK)
-        rs->m = pick(NULL, groups, max_rows, 0, rng, gidx);
+        rs->m = pick(mean, groups, max_rows, top, rng, gidx);
     for (size_t s = 0; rc == KB_OK && s < rs->m; s++) {
         size_t g = gidx[s];
         memcpy(rs->U + s * d, U + first[g] * d, d * sizeof *U);
@@ -214,9 +209,9 @@ static int row_set_init(row_set *rs, const double *U, const double *y, size_t n,
 typedef struct lml_work {
     kb_kernel_kind kind;
     int additive;    /* theta[d + 2] is logit(mix) (kb_kernel.additive) */
-    size_t n, d, pairs, nt; /* n: distinct inputs (row_set.m); nt: entries of theta */
-    const double *y, *inv_c; /* the row_set's means and 1 / counts (not owned) */
-    double extra, ss, log_c; /* the row_set's within-group terms */
+    size_t n, d, pairs, nt; /* n: distinct inputs (kb_row_set.m); nt: entries of theta */
+    const double *y, *inv_c; /* the kb_row_set's means and 1 / counts (not owned) */
+    double extra, ss, log_c; /* the kb_row_set's within-group terms */
     double *D2, *r2, *base, *slope, *L, *a;
     double *O;       /* additive only: each pair's overlap (kb__kernel_overlap) */
 } lml_work;
@@ -226,7 +221,7 @@ static size_t n_theta(const kb_kernel *k) { return k->dim + 2 + (k->additive != 
 
 static double logistic(double t) { return 1.0 / (1.0 + exp(-t)); }
 
-static int work_init(lml_work *w, const kb_kernel *k, const row_set *rs)
+static int work_init(lml_work *w, const kb_kernel *k, const kb_row_set *rs)
 {
     size_t d = k->dim, n = rs->m, pairs = n * (n - (n > 0)) / 2, np = pairs ? pairs : 1;
     const double *U = rs->U;
@@ -381,16 +376,16 @@ double kb__hyper_objective(const kb_kernel *shape, const double *U, const double
                            const double *theta, double *grad, int with_prior)
 {
     lml_work w = {0};
-    row_set rs;
+    kb_row_set rs;
     double v = -HUGE_VAL;
-    if (row_set_init(&rs, U, y, n, shape->dim, n, NULL) == KB_OK &&
+    if (kb__row_set_init(&rs, U, y, n, shape->dim, n, 0, NULL) == KB_OK &&
         work_init(&w, shape, &rs) == KB_OK) {
         v = log_marginal(&w, theta, grad);
         if (with_prior && v > -HUGE_VAL)
             v += log_prior(shape->dim, shape->additive, theta, grad);
     }
     work_free(&w);
-    row_set_free(&rs);
+    kb__row_set_free(&rs);
     return v;
 }
 
@@ -566,8 +561,8 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
      * Biometrika 63(3), 1976). Repeats of one arm made that selection keep its largest
      * noise draws and inflated the fitted noise (docs/BENCHMARKS.md, ninth session, the
      * 20,000-arm benchmark). */
-    row_set rs;
-    int rc = row_set_init(&rs, U, y, n, d, max_rows, rng);
+    kb_row_set rs;
+    int rc = kb__row_set_init(&rs, U, y, n, d, max_rows, 0, rng);
     if (rc == KB_OK)
         rc = work_init(&c.w, k, &rs);
     for (size_t j = 0; j < d; j++) {
@@ -597,7 +592,7 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
             *(j < d ? &k->lengthscales[j] : j == d ? &k->variance : noise) = exp(best[j]);
     }
     work_free(&c.w);
-    row_set_free(&rs);
+    kb__row_set_free(&rs);
     if (rc == KB_ENOMEM)
         return kb__fail(err, rc, NULL, "out of memory");
     if (rc != KB_OK)

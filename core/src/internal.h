@@ -175,11 +175,26 @@ typedef struct kb_hyper_opts {
 
 /* MAP fit of k's lengthscales and variance and of *noise (those not fixed) to (U, y), n
  * rows of k->dim internal coordinates and standardized values, warm-started from their
- * current values; rows with equal inputs enter by their mean (exactly, hyper.c row_set);
+ * current values; rows with equal inputs enter by their mean (exactly, kb_row_set);
  * draws restarts and the subset of distinct inputs (uniform, max_rows) from rng. On
  * failure they are unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
 int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
                   const kb_hyper_opts *o, kb_rng *rng, kb_error *err);
+/* The rows (U, y) with repeated inputs merged (hyper.c: exact for a GP likelihood and
+ * posterior): m distinct inputs, each with its mean value and 1 / its count (its noise
+ * variance's factor); at most max_rows of them: the `top` best by mean, then a uniform
+ * sample of the others drawn from rng (rng unused when all fit). Owns U, y, inv_c. */
+typedef struct kb_row_set {
+    size_t m;                /* distinct inputs kept */
+    double *U, *y, *inv_c;   /* m x d inputs, their mean values, 1 / their counts */
+    double extra, ss;        /* over all inputs, kept or not: sum (c - 1), within sum of
+                              * squares */
+    double log_c;            /* over the kept inputs: sum log c */
+} kb_row_set;
+/* KB_ENOMEM (rs then holds nothing to free beyond kb__row_set_free), or KB_OK. */
+int kb__row_set_init(kb_row_set *rs, const double *U, const double *y, size_t n, size_t d,
+                     size_t max_rows, size_t top, kb_rng *rng);
+void kb__row_set_free(kb_row_set *rs);
 /* Rows a GP posterior is built on when there are many (acq.c): all when n <= max_rows,
  * else the best quarter by y and a uniform sample of the others drawn from rng. Writes
  * the indices to idx (n entries of room), returns how many. */

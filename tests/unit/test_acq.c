@@ -7,7 +7,8 @@
  * kernel, which refinement leaves alone); refinement that stays in the unit cube, never
  * lowers the UCB and is deterministic; and, inside an engine, refined pool rows that lie
  * on the levels of integer and categorical parameters, and engines that refine which
- * replay bit for bit, from the start and from a snapshot.
+ * replay bit for bit, from the start and from a snapshot; the model's mean (kb__gp_mean)
+ * on a history of repeated arms against the dense posterior of every row.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -353,6 +354,41 @@ static void refinement_is_deterministic_and_restorable(void **state)
     }
 }
 
+/* The model's recommendation (kb__gp_mean) on a finite set's history: 30 arms told 1-25
+ * times each with noise, 340 rows. Repeats are merged, so its GP is the exact posterior of
+ * every row (a 256-row sample that keeps the best quarter by value was not: it kept the
+ * largest draws of the most told arms). Against the dense posterior of all 340 rows. */
+static void model_mean_is_the_posterior_of_every_repeated_row(void **state)
+{
+    (void)state;
+    enum { ROWS = 340, M = 8 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 17);
+    double U[N * D], y[N], *R = malloc(ROWS * D * sizeof *R), *yr = malloc(ROWS * sizeof *yr);
+    data(&rng, 0, U, y);
+    size_t n = 0;
+    for (size_t c = 0; c < 25; c++) /* arm i told 1 + i % 25 times, interleaved */
+        for (size_t i = 0; i < N; i++)
+            if (i % 25 >= c) {
+                memcpy(R + n * D, U + i * D, D * sizeof *R);
+                yr[n++] = y[i] + 0.1 * kb_rng_normal(&rng);
+            }
+    assert_int_equal(n, ROWS);
+    double P[M * D], mean[M], ref[M], var[M];
+    memcpy(P, U, 4 * D * sizeof *P); /* four told arms, four new points */
+    for (size_t i = 4 * D; i < M * D; i++)
+        P[i] = kb_rng_uniform(&rng);
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 1.3);
+    assert_int_equal(kb__gp_mean(k, NOISE, R, yr, ROWS, P, M, mean), KB_OK);
+    assert_int_equal(tu_exact_posterior(k, R, yr, ROWS, NOISE, P, M, ref, var), 0);
+    for (size_t i = 0; i < M; i++)
+        if (fabs(mean[i] - ref[i]) > 1e-8 * (1.0 + fabs(ref[i])))
+            fail_msg("point %zu: mean %.12g, dense over every row %.12g", i, mean[i], ref[i]);
+    kb_kernel_free(k);
+    free(R);
+    free(yr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -363,6 +399,7 @@ int main(void)
         cmocka_unit_test(refinement_climbs_inside_the_cube),
         cmocka_unit_test(refined_rows_lie_on_levels),
         cmocka_unit_test(refinement_is_deterministic_and_restorable),
+        cmocka_unit_test(model_mean_is_the_posterior_of_every_repeated_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
