@@ -14,7 +14,8 @@
  * O_ij the share of categorical coordinates on which rows i and j agree) has one more
  * entry, logit(mix): the lengthscales' terms carry (1 - mix) and
  *   dK_ij/dlogit(mix) = s2 (O_ij - base(r2_ij)) mix (1 - mix).
- * Rows repeating an input add sn2 / c on its diagonal and a term in sn2 alone (kb__row_set_init).
+ * Rows repeating an input add sn2 / c on its diagonal and a term in sn2 alone
+ * (kb__row_set_init).
  * O(n^3) for the factor and the inverse, O(n^2 d) for the gradient.
  *
  * Priors, each the log density of the stated distribution evaluated on the parameter
@@ -39,10 +40,11 @@
  * nat of it was tried and dropped too: held-out gp-ucb abalone's worst seed went from 0.17
  * to 0.43; eleventh session.) Parameters the user fixed keep their values (they are left
  * out of the optimized vector). Repeated inputs enter by their means and within sums of
- * squares, exactly (kb__row_set_init), so n is the number of distinct inputs. Large n: the fit uses
- * at most `max_rows` distinct inputs, a seeded uniform sample (kb__hyper_fit), so a fit
- * costs O(max_rows^3) per evaluation whatever the history (max_rows = 256: ~17 MFLOP for
- * the factor and the inverse, ~1.7 ms per evaluation with its gradient at d = 6).
+ * squares, exactly (kb__row_set_init), so n is the number of distinct inputs. Large n:
+ * the fit uses at most `max_rows` distinct inputs, a seeded uniform sample
+ * (kb__hyper_fit), so a fit costs O(max_rows^3) per evaluation whatever the history
+ * (max_rows = 256: ~17 MFLOP for the factor and the inverse, ~1.7 ms per evaluation with
+ * its gradient at d = 6).
  * Deterministic: same inputs and RNG state, same result.
  */
 #include "internal.h"
