@@ -32,7 +32,7 @@ static double objective_cost(const kb_kernel *k, const double *U, const double *
     theta[d + 1] = log(0.01);
     for (int r = 0; r < reps; r++) {
         double t0 = cpu_now();
-        kb__hyper_objective(k, U, y, n, theta, grad, 1);
+        kb__hyper_objective(k, &(kb_rows){U, y, n, NULL, 0}, theta, grad, 1);
         t[r] = cpu_now() - t0;
     }
     return median(t, (size_t)reps);
@@ -53,7 +53,7 @@ static double fit_cost(const kb_kernel *k, const double *U, const double *y, siz
         kb_rng rng;
         kb_rng_seed(&rng, 7);
         if (f)
-            kb__hyper_fit(f, &noise, U, y, n, &o, &rng, NULL);
+            kb__hyper_fit(f, &noise, &(kb_rows){U, y, n, NULL, 0}, &o, &rng, NULL);
         t[r] = cpu_now() - t0;
         kb_kernel_free(f);
     }

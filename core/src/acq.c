@@ -50,8 +50,9 @@ static void acq_free(acq_gp *g)
     free(g->sl);
 }
 
-/* Factors K + noise C^-1 over the chosen rows (C^-1 = diag(inv_c), each row's 1 / count
- * when repeats were merged; I when inv_c is NULL) and solves a = K_y^-1 y. */
+/* Factors K + noise C^-1 over the chosen rows (rows NULL: the first n; C^-1 = diag(inv_c),
+ * each row's 1 / count when repeats were merged; I when inv_c is NULL) and solves
+ * a = K_y^-1 y. */
 static int acq_build(acq_gp *g, const kb_kernel *k, double noise, const double *U,
                      const double *y, const double *inv_c, const size_t *rows, size_t n,
                      double width)
@@ -67,14 +68,15 @@ static int acq_build(acq_gp *g, const kb_kernel *k, double noise, const double *
     if (!g->X || !g->L || !g->a || !g->kx || !g->q || !g->sl)
         return KB_ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        memcpy(g->X + i * d, U + rows[i] * d, d * sizeof *g->X);
-        g->a[i] = y[rows[i]];
+        size_t r = rows ? rows[i] : i;
+        memcpy(g->X + i * d, U + r * d, d * sizeof *g->X);
+        g->a[i] = y[r];
     }
     if (n == 0)
         return KB_OK;
     kb_kernel_matrix(k, g->X, n, g->X, n, g->L);
     for (size_t i = 0; i < n; i++)
-        g->L[i * n + i] += inv_c ? noise * inv_c[rows[i]] : noise;
+        g->L[i * n + i] += inv_c ? noise * inv_c[rows ? rows[i] : i] : noise;
     int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, g->L, (int)n);
     if (info)
         return kb__lapack_status(info);
@@ -183,25 +185,20 @@ int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const doub
     return rc == KB_ENUMERIC ? KB_OK : rc; /* an unfactorable GP refines nothing */
 }
 
-int kb__gp_mean(const kb_kernel *k, double noise, const double *U, const double *y, size_t n,
-                const double *P, size_t m, double *mean)
+int kb__gp_mean(const kb_kernel *k, double noise, const kb_rows *rows, const double *P,
+                size_t m, double *mean)
 {
     enum { BLOCK = 256 };
     /* Repeats merged (exact), then kb__pick_rows' choice over the distinct inputs: a told
      * arm's largest noise draws no longer fill the best quarter. Without repeats these are
      * choose_rows' rows in its order. */
     kb_rng rng;
-    kb_rng_seed(&rng, (uint64_t)n);
+    kb_rng_seed(&rng, (uint64_t)rows->n);
     kb_row_set rs;
-    size_t *rows = malloc((n ? n : 1) * sizeof *rows);
     acq_gp g = {0};
-    int rc = kb__row_set_init(&rs, U, y, n, k->dim, ACQ_MAX_ROWS, ACQ_MAX_ROWS / 4, &rng);
-    if (rc == KB_OK && !rows)
-        rc = KB_ENOMEM;
-    for (size_t i = 0; rc == KB_OK && i < rs.m; i++)
-        rows[i] = i;
+    int rc = kb__row_set_init(&rs, rows, k->dim, ACQ_MAX_ROWS, ACQ_MAX_ROWS / 4, &rng);
     if (rc == KB_OK)
-        rc = acq_build(&g, k, noise, rs.U, rs.y, rs.inv_c, rows, rs.m, 0.0);
+        rc = acq_build(&g, k, noise, rs.U, rs.y, rs.inv_c, NULL, rs.m, 0.0);
     double *K = rc == KB_OK ? malloc(BLOCK * (g.n ? g.n : 1) * sizeof *K) : NULL;
     if (rc == KB_OK && !K)
         rc = KB_ENOMEM;
@@ -216,7 +213,6 @@ int kb__gp_mean(const kb_kernel *k, double noise, const double *U, const double 
                     0.0, mean + p, 1);
     }
     free(K);
-    free(rows);
     kb__row_set_free(&rs);
     acq_free(&g);
     return rc;
@@ -225,16 +221,10 @@ int kb__gp_mean(const kb_kernel *k, double noise, const double *U, const double 
 double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const double *y,
                       size_t n, double width, const double *x, double *grad)
 {
-    size_t *rows = malloc((n ? n : 1) * sizeof *rows);
     acq_gp g = {0};
     double v = NAN;
-    if (rows) {
-        for (size_t i = 0; i < n; i++)
-            rows[i] = i;
-        if (acq_build(&g, k, noise, U, y, NULL, rows, n, width) == KB_OK)
-            v = acq_eval(&g, x, grad);
-    }
-    free(rows);
+    if (acq_build(&g, k, noise, U, y, NULL, NULL, n, width) == KB_OK)
+        v = acq_eval(&g, x, grad);
     acq_free(&g);
     return v;
 }

@@ -102,10 +102,11 @@ static int reserve_trials(kb_engine *e, size_t need)
 
 static int reserve_obs(kb_engine *e, size_t need)
 {
-    size_t cap = e->cap_obs, c1 = cap, c2 = cap, c3 = cap;
+    size_t cap = e->cap_obs, c1 = cap, c2 = cap, c3 = cap, c4 = cap;
     if (kb__grow((void **)&e->obs_u, &c1, need, e->space->dim * sizeof(double)) ||
         kb__grow((void **)&e->obs_y, &c2, need, sizeof(double)) ||
-        kb__grow((void **)&e->obs_trial, &c3, need, sizeof(uint64_t)))
+        kb__grow((void **)&e->obs_trial, &c3, need, sizeof(uint64_t)) ||
+        kb__grow((void **)&e->obs_group, &c4, need, sizeof(size_t)))
         return KB_ENOMEM;
     e->cap_obs = c1;
     return KB_OK;
@@ -267,8 +268,8 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
     if (e->fit_ls)
         memcpy(e->kernel.lengthscales, e->fit_ls, e->kernel.dim * sizeof *e->fit_ls);
     categorical_mix(e);
-    int rc = kb__hyper_fit(&e->kernel, &e->noise, e->obs_u, y, n, &e->fit_opts, &e->fit_rng,
-                           &ferr);
+    kb_rows rows = {e->obs_u, y, n, e->obs_group, e->n_groups};
+    int rc = kb__hyper_fit(&e->kernel, &e->noise, &rows, &e->fit_opts, &e->fit_rng, &ferr);
     free(y);
     if (rc == KB_OK) { /* the output stats are still those the fit's y were scaled by */
         double mean, sd;
@@ -367,7 +368,8 @@ int kb_engine_recommend(kb_engine *e, uint64_t *handle, kb_error *err)
     if (rc == KB_OK && m == 0)
         rc = kb__fail(err, KB_ENOTFOUND, NULL, "no told trial yet");
     if (rc == KB_OK && !by_value) {
-        rc = kb__gp_mean(&e->kernel, e->noise, e->obs_u, y, n, P, m, mean);
+        kb_rows rows = {e->obs_u, y, n, e->obs_group, e->n_groups};
+        rc = kb__gp_mean(&e->kernel, e->noise, &rows, P, m, mean);
         by_value = rc == KB_ENUMERIC; /* a GP that does not factor rates nothing */
         rc = rc == KB_ENUMERIC ? KB_OK : rc;
     }
@@ -487,6 +489,7 @@ void kb_engine_free(kb_engine *e)
     free(e->obs_u);
     free(e->obs_y);
     free(e->obs_trial);
+    free(e->obs_group);
     free(e->groups);
     free(e->out_sorted);
     free(e->group_head);
@@ -675,6 +678,7 @@ static int group_add(kb_engine *e, size_t i)
         e->groups[g] = (struct kb_obs_group){i, 0, 0.0, e->group_head[b]};
         e->group_head[b] = g;
     }
+    e->obs_group[i] = g;
     struct kb_obs_group *gr = &e->groups[g];
     double n = (double)++gr->count;
     e->undo_ymean = gr->ymean;

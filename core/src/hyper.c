@@ -87,7 +87,10 @@ static double lognormal(double theta, double mu, double sd, double *dtheta)
  * distinct inputs, each with all its repeats: a bandit that tells one arm thousands of
  * times no longer fills the sample with that arm (the 20,000-arm benchmark), and the
  * repeats still pin the noise. The same merge makes the model's recommendation (acq.c,
- * kb__gp_mean) the exact posterior mean of every row. kb_row_set: internal.h. */
+ * kb__gp_mean) the exact posterior mean of every row. The groups are the caller's
+ * (kb_rows.group_of: the engine's table of distinct observed points, kept as tells
+ * arrive), so "the same input" has one meaning in the library and no fit sorts its rows.
+ * kb_row_set: internal.h. */
 
 /* All n rows, or max_rows of them: the `top` best by y, then a uniform sample without
  * replacement of the others (a partial Fisher-Yates shuffle drawn from rng). */
@@ -115,41 +118,6 @@ static size_t pick(const double *y, size_t n, size_t max_rows, size_t top, kb_rn
     return max_rows;
 }
 
-typedef struct row_key {
-    const double *u;
-    size_t d, i;
-} row_key;
-
-static int row_key_cmp(const void *a, const void *b)
-{
-    const row_key *x = a, *y = b;
-    int c = memcmp(x->u, y->u, x->d * sizeof *x->u);
-    return c ? c : (x->i > y->i) - (x->i < y->i);
-}
-
-/* of[i] = the group of row i, groups numbered in order of first occurrence (so without
- * repeats of[i] = i); returns the number of groups, or 0 when out of memory. */
-static size_t group_rows(const double *U, size_t n, size_t d, size_t *of)
-{
-    row_key *keys = malloc((n ? n : 1) * sizeof *keys);
-    size_t *first = malloc((n ? n : 1) * sizeof *first), groups = 0;
-    if (keys && first) {
-        for (size_t i = 0; i < n; i++)
-            keys[i] = (row_key){U + i * d, d, i};
-        qsort(keys, n, sizeof *keys, row_key_cmp);
-        for (size_t s = 0, lead = 0; s < n; s++) {
-            if (s == 0 || memcmp(keys[s].u, keys[s - 1].u, d * sizeof *U) != 0)
-                lead = keys[s].i; /* the lowest row of its run */
-            first[keys[s].i] = lead;
-        }
-        for (size_t i = 0; i < n; i++) /* first[i] <= i: its group is numbered already */
-            of[i] = first[i] == i ? groups++ : of[first[i]];
-    }
-    free(keys);
-    free(first);
-    return groups;
-}
-
 void kb__row_set_free(kb_row_set *rs)
 {
     free(rs->U);
@@ -157,43 +125,41 @@ void kb__row_set_free(kb_row_set *rs)
     free(rs->inv_c);
 }
 
-int kb__row_set_init(kb_row_set *rs, const double *U, const double *y, size_t n, size_t d,
-                     size_t max_rows, size_t top, kb_rng *rng)
+int kb__row_set_init(kb_row_set *rs, const kb_rows *rows, size_t d, size_t max_rows,
+                     size_t top, kb_rng *rng)
 {
-    size_t nn = n ? n : 1, groups = 0;
-    size_t *of = malloc(nn * sizeof *of), *gidx = malloc(nn * sizeof *gidx);
-    size_t *first = malloc(nn * sizeof *first); /* each group's first row */
-    double *cnt = calloc(nn, sizeof *cnt), *mean = calloc(nn, sizeof *mean);
+    size_t n = rows->n, groups = rows->group_of ? rows->n_groups : n, ng = groups ? groups : 1;
+    size_t *gidx = malloc(ng * sizeof *gidx), *first = malloc(ng * sizeof *first);
+    double *cnt = calloc(ng, sizeof *cnt), *mean = calloc(ng, sizeof *mean);
     *rs = (kb_row_set){0};
-    rs->U = malloc(nn * d * sizeof *rs->U);
-    rs->y = malloc(nn * sizeof *rs->y);
-    rs->inv_c = malloc(nn * sizeof *rs->inv_c);
-    int rc = of && gidx && first && cnt && mean && rs->U && rs->y && rs->inv_c ? KB_OK
-                                                                               : KB_ENOMEM;
-    if (rc == KB_OK && n > 0 && (groups = group_rows(U, n, d, of)) == 0)
-        rc = KB_ENOMEM;
+    rs->U = malloc(ng * d * sizeof *rs->U);
+    rs->y = malloc(ng * sizeof *rs->y);
+    rs->inv_c = malloc(ng * sizeof *rs->inv_c);
+    int rc = gidx && first && cnt && mean && rs->U && rs->y && rs->inv_c ? KB_OK : KB_ENOMEM;
     for (size_t i = 0; rc == KB_OK && i < n; i++) {
-        if (cnt[of[i]]++ == 0)
-            first[of[i]] = i;
-        mean[of[i]] += y[i];
+        size_t g = rows->group_of ? rows->group_of[i] : i;
+        if (cnt[g]++ == 0)
+            first[g] = i;
+        mean[g] += rows->y[i];
     }
     for (size_t g = 0; rc == KB_OK && g < groups; g++) {
         mean[g] /= cnt[g];
         rs->extra += cnt[g] - 1.0;
     }
     /* The within terms of every group, sampled or not: they depend on the noise alone */
-    for (size_t i = 0; rc == KB_OK && i < n; i++)
-        rs->ss += (y[i] - mean[of[i]]) * (y[i] - mean[of[i]]);
+    for (size_t i = 0; rc == KB_OK && rows->group_of && i < n; i++) {
+        double r = rows->y[i] - mean[rows->group_of[i]];
+        rs->ss += r * r;
+    }
     if (rc == KB_OK)
         rs->m = pick(mean, groups, max_rows, top, rng, gidx);
     for (size_t s = 0; rc == KB_OK && s < rs->m; s++) {
         size_t g = gidx[s];
-        memcpy(rs->U + s * d, U + first[g] * d, d * sizeof *U);
+        memcpy(rs->U + s * d, rows->U + first[g] * d, d * sizeof *rs->U);
         rs->y[s] = mean[g];
         rs->inv_c[s] = 1.0 / cnt[g];
         rs->log_c += log(cnt[g]);
     }
-    free(of);
     free(gidx);
     free(first);
     free(cnt);
@@ -374,13 +340,13 @@ static double log_prior(size_t d, int additive, const double *theta, double *gra
     return lp;
 }
 
-double kb__hyper_objective(const kb_kernel *shape, const double *U, const double *y, size_t n,
-                           const double *theta, double *grad, int with_prior)
+double kb__hyper_objective(const kb_kernel *shape, const kb_rows *rows, const double *theta,
+                           double *grad, int with_prior)
 {
     lml_work w = {0};
     kb_row_set rs;
     double v = -HUGE_VAL;
-    if (kb__row_set_init(&rs, U, y, n, shape->dim, n, 0, NULL) == KB_OK &&
+    if (kb__row_set_init(&rs, rows, shape->dim, rows->n, 0, NULL) == KB_OK &&
         work_init(&w, shape, &rs) == KB_OK) {
         v = log_marginal(&w, theta, grad);
         if (with_prior && v > -HUGE_VAL)
@@ -545,8 +511,8 @@ static int run_starts(fit_ctx *c, const kb_hyper_opts *o, kb_rng *rng, double *b
     return rc;
 }
 
-int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
-                  const kb_hyper_opts *o, kb_rng *rng, kb_error *err)
+int kb__hyper_fit(kb_kernel *k, double *noise, const kb_rows *rows, const kb_hyper_opts *o,
+                  kb_rng *rng, kb_error *err)
 {
     if (k->kind == KB_KERNEL_LINEAR)
         return kb__fail(err, KB_EUNSUPPORTED, "kernel", "the linear kernel is not fitted");
@@ -564,7 +530,7 @@ int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y,
      * noise draws and inflated the fitted noise (docs/BENCHMARKS.md, ninth session, the
      * 20,000-arm benchmark). */
     kb_row_set rs;
-    int rc = kb__row_set_init(&rs, U, y, n, d, max_rows, 0, rng);
+    int rc = kb__row_set_init(&rs, rows, d, max_rows, 0, rng);
     if (rc == KB_OK)
         rc = work_init(&c.w, k, &rs);
     for (size_t j = 0; j < d; j++) {

@@ -173,17 +173,27 @@ typedef struct kb_hyper_opts {
     int max_evals;    /* objective evaluations per start (0: 80) */
 } kb_hyper_opts;
 
-/* MAP fit of k's lengthscales and variance and of *noise (those not fixed) to (U, y), n
- * rows of k->dim internal coordinates and standardized values, warm-started from their
- * current values; rows with equal inputs enter by their mean (exactly, kb_row_set);
- * draws restarts and the subset of distinct inputs (uniform, max_rows) from rng. On
+/* Observations for the fit and the model's mean: n rows of dim internal coordinates and
+ * their standardized values. Rows with equal inputs form groups: group_of[i] is row i's,
+ * numbered 0..n_groups-1 in order of first occurrence (the engine's table of distinct
+ * observed points, engine.c); group_of NULL: every row a group of its own. Not owned. */
+typedef struct kb_rows {
+    const double *U, *y;
+    size_t n;
+    const size_t *group_of;
+    size_t n_groups;
+} kb_rows;
+
+/* MAP fit of k's lengthscales and variance and of *noise (those not fixed) to the rows,
+ * warm-started from their current values; a group enters by its mean (exactly,
+ * kb_row_set); draws restarts and the subset of groups (uniform, max_rows) from rng. On
  * failure they are unchanged. Stationary kernels only (KB_EUNSUPPORTED for linear). */
-int kb__hyper_fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
-                  const kb_hyper_opts *o, kb_rng *rng, kb_error *err);
-/* The rows (U, y) with repeated inputs merged (hyper.c: exact for a GP likelihood and
- * posterior): m distinct inputs, each with its mean value and 1 / its count (its noise
- * variance's factor); at most max_rows of them: the `top` best by mean, then a uniform
- * sample of the others drawn from rng (rng unused when all fit). Owns U, y, inv_c. */
+int kb__hyper_fit(kb_kernel *k, double *noise, const kb_rows *rows, const kb_hyper_opts *o,
+                  kb_rng *rng, kb_error *err);
+/* The rows with each group merged (hyper.c: exact for a GP likelihood and posterior): m
+ * distinct inputs, each with its mean value and 1 / its count (its noise variance's
+ * factor); at most max_rows of them: the `top` best by mean, then a uniform sample of the
+ * others drawn from rng (rng unused when all fit). Owns U, y, inv_c. */
 typedef struct kb_row_set {
     size_t m;                /* distinct inputs kept */
     double *U, *y, *inv_c;   /* m x d inputs, their mean values, 1 / their counts */
@@ -192,8 +202,8 @@ typedef struct kb_row_set {
     double log_c;            /* over the kept inputs: sum log c */
 } kb_row_set;
 /* KB_ENOMEM (rs then holds nothing to free beyond kb__row_set_free), or KB_OK. */
-int kb__row_set_init(kb_row_set *rs, const double *U, const double *y, size_t n, size_t d,
-                     size_t max_rows, size_t top, kb_rng *rng);
+int kb__row_set_init(kb_row_set *rs, const kb_rows *rows, size_t d, size_t max_rows,
+                     size_t top, kb_rng *rng);
 void kb__row_set_free(kb_row_set *rs);
 /* Rows a GP posterior is built on when there are many (acq.c): all when n <= max_rows,
  * else the best quarter by y and a uniform sample of the others drawn from rng. Writes
@@ -209,11 +219,13 @@ size_t kb__pick_rows(const double *y, size_t n, size_t max_rows, kb_rng *rng, si
  * where it was. Deterministic. KB_ENOMEM, or KB_OK. */
 int kb__acq_refine(const kb_kernel *k, double noise, const double *U, const double *y,
                    size_t n, double width, double *P, size_t m);
-/* The mean of the GP above (at most 256 rows, kb__pick_rows) at the m points P (m x dim,
- * internal coordinates) into mean. KB_ENOMEM, KB_ENUMERIC (K + noise I not positive
- * definite), or KB_OK. Deterministic; no engine state is read or drawn from. */
-int kb__gp_mean(const kb_kernel *k, double noise, const double *U, const double *y, size_t n,
-                const double *P, size_t m, double *mean);
+/* The mean of the GP with kernel k and noise variance `noise` on the rows, each group
+ * merged (at most 256 groups: the best quarter by mean and a sample of the others), at
+ * the m points P (m x dim, internal coordinates) into mean. KB_ENOMEM, KB_ENUMERIC
+ * (K + noise I not positive definite), or KB_OK. Deterministic; no engine state is read
+ * or drawn from. */
+int kb__gp_mean(const kb_kernel *k, double noise, const kb_rows *rows, const double *P,
+                size_t m, double *mean);
 /* The UCB and its gradient (dim entries, when not NULL) at x of the GP above built on all
  * n rows; for tests. */
 double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const double *y,
@@ -223,8 +235,8 @@ double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const d
  * when grad is not NULL) at theta = (log l_1..log l_dim, log variance, log noise), for a
  * kernel of shape's kind, dim and choices (its values are not used). For tests;
  * -HUGE_VAL when the covariance is not positive definite. */
-double kb__hyper_objective(const kb_kernel *shape, const double *U, const double *y, size_t n,
-                           const double *theta, double *grad, int with_prior);
+double kb__hyper_objective(const kb_kernel *shape, const kb_rows *rows, const double *theta,
+                           double *grad, int with_prior);
 
 /* ---------------------------------------------------- kernels (kernel.c) */
 
@@ -397,9 +409,11 @@ struct kb_engine {
     double *obs_u;       /* n_obs x dim */
     double *obs_y;       /* n_obs, raw values as told */
     uint64_t *obs_trial; /* n_obs, handle or 0 */
+    size_t *obs_group;   /* n_obs, the index in groups of each observation's point */
     size_t n_obs, cap_obs;
 
-    /* Distinct observed points, for the output standardization (kb__output_stats):
+    /* Distinct observed points, for the output standardization (kb__output_stats) and
+     * the fit's and the model's merged repeats (kb_rows):
      * observations with identical internal coordinates form one group, kept in a
      * chained hash table over obs_u (engine.c). */
     struct kb_obs_group *groups;

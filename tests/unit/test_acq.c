@@ -365,12 +365,14 @@ static void model_mean_is_the_posterior_of_every_repeated_row(void **state)
     kb_rng rng;
     kb_rng_seed(&rng, 17);
     double U[N * D], y[N], *R = malloc(ROWS * D * sizeof *R), *yr = malloc(ROWS * sizeof *yr);
+    size_t of[ROWS]; /* the round c = 0 tells every arm first: arm i is group i */
     data(&rng, 0, U, y);
     size_t n = 0;
     for (size_t c = 0; c < 25; c++) /* arm i told 1 + i % 25 times, interleaved */
         for (size_t i = 0; i < N; i++)
             if (i % 25 >= c) {
                 memcpy(R + n * D, U + i * D, D * sizeof *R);
+                of[n] = i;
                 yr[n++] = y[i] + 0.1 * kb_rng_normal(&rng);
             }
     assert_int_equal(n, ROWS);
@@ -379,7 +381,8 @@ static void model_mean_is_the_posterior_of_every_repeated_row(void **state)
     for (size_t i = 4 * D; i < M * D; i++)
         P[i] = kb_rng_uniform(&rng);
     kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 1.3);
-    assert_int_equal(kb__gp_mean(k, NOISE, R, yr, ROWS, P, M, mean), KB_OK);
+    kb_rows rows = {R, yr, ROWS, of, N};
+    assert_int_equal(kb__gp_mean(k, NOISE, &rows, P, M, mean), KB_OK);
     assert_int_equal(tu_exact_posterior(k, R, yr, ROWS, NOISE, P, M, ref, var), 0);
     for (size_t i = 0; i < M; i++)
         if (fabs(mean[i] - ref[i]) > 1e-8 * (1.0 + fabs(ref[i])))

@@ -63,25 +63,25 @@ static double dense_log_marginal(const kb_kernel *shape, const double *theta, co
 }
 
 /* The objective's gradient (every entry of theta) against central differences. */
-static void check_gradient(const kb_kernel *shape, const double *U, const double *y, size_t n,
-                           const double *theta, int prior)
+static void check_gradient(const kb_kernel *shape, const kb_rows *rows, const double *theta,
+                           int prior)
 {
     size_t nt = D + 2 + (size_t)shape->additive;
     double g[D + 3];
-    kb__hyper_objective(shape, U, y, n, theta, g, prior);
+    kb__hyper_objective(shape, rows, theta, g, prior);
     for (size_t j = 0; j < nt; j++) {
         double h = 1e-5, tp[D + 3], tm[D + 3];
         memcpy(tp, theta, sizeof tp);
         memcpy(tm, theta, sizeof tm);
         tp[j] += h;
         tm[j] -= h;
-        double fd = (kb__hyper_objective(shape, U, y, n, tp, NULL, prior) -
-                     kb__hyper_objective(shape, U, y, n, tm, NULL, prior)) /
+        double fd = (kb__hyper_objective(shape, rows, tp, NULL, prior) -
+                     kb__hyper_objective(shape, rows, tm, NULL, prior)) /
                     (2 * h);
         if (fabs(fd - g[j]) > 1e-5 * (1.0 + fabs(fd)))
             fail_msg("n %zu kernel %d additive %d prior %d theta[%zu]: gradient %.10g, "
                      "differences %.10g",
-                     n, (int)shape->kind, shape->additive, prior, j, g[j], fd);
+                     rows->n, (int)shape->kind, shape->additive, prior, j, g[j], fd);
     }
 }
 
@@ -109,11 +109,12 @@ static void likelihood_matches_dense_and_gradient_matches_differences(void **sta
             assert_int_equal(kb_kernel_set_choices(shape, k % 3 ? choices : NULL, NULL),
                              KB_OK);
             shape->additive = k % 3 == 2;
-            double v = kb__hyper_objective(shape, U, y, N, theta, NULL, 0);
+            kb_rows rows = {U, y, N, NULL, 0};
+            double v = kb__hyper_objective(shape, &rows, theta, NULL, 0);
             double ref = dense_log_marginal(shape, theta, U, y, N);
             assert_true(fabs(v - ref) <= 1e-9 * fabs(ref));
             for (int prior = 0; prior <= 1; prior++)
-                check_gradient(shape, U, y, N, theta, prior);
+                check_gradient(shape, &rows, theta, prior);
             kb_kernel_free(shape);
         }
 }
@@ -129,6 +130,7 @@ static void repeated_inputs_give_the_likelihood_of_every_row(void **state)
     kb_rng rng;
     kb_rng_seed(&rng, 13);
     double Ug[G * D], U[NMAX * D], y[NMAX];
+    size_t of[NMAX]; /* the round c = 0 tells every point first: point i is group i */
     random_points(&rng, G, Ug);
     for (size_t i = 0; i < G; i++) /* the third coordinate one of 3 choices */
         Ug[i * D + 2] = (double)(i % 3) / 3.0 + 1.0 / 6.0;
@@ -139,21 +141,23 @@ static void repeated_inputs_give_the_likelihood_of_every_row(void **state)
                 continue;
             const double *u = Ug + i * D;
             memcpy(U + n * D, u, D * sizeof *U);
+            of[n] = i;
             y[n++] = sin(6 * u[0]) + u[1] * u[2] + 0.1 * kb_rng_normal(&rng);
         }
     assert_int_equal(n, 105);
+    kb_rows rows = {U, y, n, of, G};
     double theta[D + 3] = {log(0.3), log(0.7), log(1.9), log(1.3), log(0.02), log(0.3 / 0.7)};
     size_t choices[D] = {0, 0, 3};
     for (int k = 0; k < 3; k++) {
         kb_kernel *shape = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
         assert_int_equal(kb_kernel_set_choices(shape, k ? choices : NULL, NULL), KB_OK);
         shape->additive = k == 2;
-        double v = kb__hyper_objective(shape, U, y, n, theta, NULL, 0);
+        double v = kb__hyper_objective(shape, &rows, theta, NULL, 0);
         double ref = dense_log_marginal(shape, theta, U, y, n);
         if (!(fabs(v - ref) <= 1e-9 * fabs(ref)))
             fail_msg("kernel %d: log likelihood %.12g, dense over every row %.12g", k, v, ref);
         for (int prior = 0; prior <= 1; prior++)
-            check_gradient(shape, U, y, n, theta, prior);
+            check_gradient(shape, &rows, theta, prior);
         kb_kernel_free(shape);
     }
 }
@@ -183,13 +187,15 @@ static void gp_draw(kb_rng *rng, size_t n, const double *true_l, double noise_sd
     free(z);
 }
 
+/* Fits the first n rows (U, y), repeated inputs grouped by group_of (NULL: none). */
 static void fit(kb_kernel *k, double *noise, const double *U, const double *y, size_t n,
-                const kb_hyper_opts *o, uint64_t seed)
+                const size_t *group_of, size_t n_groups, const kb_hyper_opts *o, uint64_t seed)
 {
     kb_rng rng;
     kb_rng_seed(&rng, seed);
     kb_error err;
-    if (kb__hyper_fit(k, noise, U, y, n, o, &rng, &err) != KB_OK)
+    kb_rows rows = {U, y, n, group_of, n_groups};
+    if (kb__hyper_fit(k, noise, &rows, o, &rng, &err) != KB_OK)
         fail_msg("fit: %s", err.message);
 }
 
@@ -215,7 +221,7 @@ static void recovers_ard_lengthscales_and_noise(void **state)
     kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
     const double *ls = k->lengthscales; /* the fitted values, read inside the struct */
     kb_hyper_opts o = {.max_rows = N, .starts = 2, .max_evals = 200};
-    fit(k, &noise, U, y, N, &o, 1);
+    fit(k, &noise, U, y, N, NULL, 0, &o, 1);
     for (size_t j = 0; j < D; j++)
         if (fabs(ls[j] - true_l[j]) > 0.25 * true_l[j])
             fail_msg("lengthscale %zu: fitted %g, true %g", j, ls[j], true_l[j]);
@@ -251,12 +257,16 @@ static void noise_recovered_from_repeats_of_one_arm(void **state)
         y[i] += noise_sd * kb_rng_normal(&rng);
     double noise = 0.1;
     kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
+    size_t *of = malloc(N * sizeof *of); /* every repeat in the best point's group */
+    for (size_t i = 0; i < N; i++)
+        of[i] = i < N0 ? i : best;
     kb_hyper_opts o = {.starts = 2};
-    fit(k, &noise, U, y, N, &o, 3);
+    fit(k, &noise, U, y, N, of, N0, &o, 3);
     double true_noise = noise_sd * noise_sd;
     if (fabs(noise - true_noise) > 0.3 * true_noise)
         fail_msg("noise: fitted %g, true %g", noise, true_noise);
     kb_kernel_free(k);
+    free(of);
     free(U);
     free(y);
 }
@@ -276,9 +286,9 @@ static void warm_refit_on_a_sample_matches_multistart(void **state)
     kb_kernel *full = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
     double nw = 0.01, nf = 0.01;
     kb_hyper_opts first = {.starts = 2}, refit = {.max_evals = 10}, scratch = {.starts = 2};
-    fit(warm, &nw, U, y, EARLIER, &first, 2);
-    fit(warm, &nw, U, y, N, &refit, 7);
-    fit(full, &nf, U, y, N, &scratch, 7);
+    fit(warm, &nw, U, y, EARLIER, NULL, 0, &first, 2);
+    fit(warm, &nw, U, y, N, NULL, 0, &refit, 7);
+    fit(full, &nf, U, y, N, NULL, 0, &scratch, 7);
     double w[D + 2], f[D + 2];
     for (size_t j = 0; j < D; j++) {
         w[j] = warm->lengthscales[j], f[j] = full->lengthscales[j];
@@ -313,15 +323,16 @@ static void capped_refit_from_a_far_start_runs_on(void **state)
     kb_kernel *full = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
     double nw = 1e-6, nf = 0.01;
     kb_hyper_opts refit = {.max_evals = 10}, scratch = {.starts = 2};
-    fit(warm, &nw, U, y, N, &refit, 7);
-    fit(full, &nf, U, y, N, &scratch, 7);
+    fit(warm, &nw, U, y, N, NULL, 0, &refit, 7);
+    fit(full, &nf, U, y, N, NULL, 0, &scratch, 7);
     double tw[D + 2], tf[D + 2];
     for (size_t j = 0; j < D; j++)
         tw[j] = log(warm->lengthscales[j]), tf[j] = log(full->lengthscales[j]);
     tw[D] = log(warm->variance), tf[D] = log(full->variance);
     tw[D + 1] = log(nw), tf[D + 1] = log(nf);
-    double pw = kb__hyper_objective(warm, U, y, N, tw, NULL, 1);
-    double pf = kb__hyper_objective(full, U, y, N, tf, NULL, 1);
+    kb_rows rows = {U, y, N, NULL, 0};
+    double pw = kb__hyper_objective(warm, &rows, tw, NULL, 1);
+    double pf = kb__hyper_objective(full, &rows, tf, NULL, 1);
     if (pw < pf - 1.0)
         fail_msg("capped refit: log posterior %g, from scratch %g (lengthscale 0: %g, %g)", pw,
                  pf, warm->lengthscales[0], full->lengthscales[0]);
@@ -345,32 +356,32 @@ static void fixed_values_held_and_fit_deterministic(void **state)
     kb_kernel *kb = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
     const double *a = ka->lengthscales;
     kb_hyper_opts o = {.starts = 3};
-    fit(ka, &na, U, y, N, &o, 4);
-    fit(kb, &nb, U, y, N, &o, 4);
+    fit(ka, &na, U, y, N, NULL, 0, &o, 4);
+    fit(kb, &nb, U, y, N, NULL, 0, &o, 4);
     assert_memory_equal(a, kb->lengthscales, D * sizeof *a);
     assert_true(na == nb && ka->variance == kb->variance);
     assert_true(a[0] != 1.0 && na != 0.1);
     /* The fit maximizes the posterior: no start of the optimizer found a better point. */
     double theta[D + 2] = {log(a[0]), log(a[1]), log(a[2]), log(ka->variance), log(na)};
-    double best = kb__hyper_objective(ka, U, y, N, theta, NULL, 1);
+    kb_rows rows = {U, y, N, NULL, 0};
+    double best = kb__hyper_objective(ka, &rows, theta, NULL, 1);
     for (size_t j = 0; j < D + 2; j++)
         for (int s = -1; s <= 1; s += 2) {
             double t[D + 2];
             memcpy(t, theta, sizeof t);
             t[j] += s * 0.05;
-            assert_true(kb__hyper_objective(ka, U, y, N, t, NULL, 1) <=
-                        best + 1e-6);
+            assert_true(kb__hyper_objective(ka, &rows, t, NULL, 1) <= best + 1e-6);
         }
     kb_hyper_opts hold = {.fix_lengthscales = 1, .fix_noise = 1};
     double nc = 0.01;
     kb_kernel *kc = tu_kernel(KB_KERNEL_MATERN52, D, 0.5);
     const double *c = kc->lengthscales;
-    fit(kc, &nc, U, y, N, &hold, 4);
+    fit(kc, &nc, U, y, N, NULL, 0, &hold, 4);
     assert_true(c[0] == 0.5 && c[1] == 0.5 && c[2] == 0.5 && nc == 0.01);
     assert_true(kc->variance != 1.0);
     kb_error err;
     kb_kernel *lin = tu_kernel(KB_KERNEL_LINEAR, D, 0.5);
-    assert_int_equal(kb__hyper_fit(lin, &nc, U, y, N, &o, &rng, &err), KB_EUNSUPPORTED);
+    assert_int_equal(kb__hyper_fit(lin, &nc, &rows, &o, &rng, &err), KB_EUNSUPPORTED);
     kb_kernel_free(ka);
     kb_kernel_free(kb);
     kb_kernel_free(kc);
