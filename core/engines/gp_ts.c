@@ -161,6 +161,14 @@ static void rebuild_candidates(kb_engine *e, gp_ts *st)
     st->sec_embed += kb__now() - t0;
 }
 
+/* A box's new pool (kb__refresh_pool) and W, var for it, under the current model. */
+static void redraw_pool(kb_engine *e, gp_ts *st)
+{
+    kb__refresh_pool(e, 0, &st->pool);
+    rebuild_candidates(e, st);
+    st->since_pool = 0;
+}
+
 /* beta = L^{-1} y_std and mu = W^T beta (the mean at every candidate). */
 static void update_mean(kb_engine *e, gp_ts *st)
 {
@@ -202,11 +210,8 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
             return kb__fail(err, KB_ENUMERIC, "lambda",
                             "kernel matrix + lambda I is not positive definite");
     if (!e->space->finite &&
-        (st->since_pool >= st->pool_refresh || kb__pool_rules_due(e, &st->pool))) {
-        kb__refresh_pool(e, 0, &st->pool);
-        rebuild_candidates(e, st);
-        st->since_pool = 0;
-    }
+        (st->since_pool >= st->pool_refresh || kb__pool_rules_due(e, &st->pool)))
+        redraw_pool(e, st);
     update_mean(e, st);
     st->refreshes++;
     st->sec_refresh += kb__now() - t0;
@@ -302,6 +307,15 @@ static int gp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_err
     size_t N, n = st->L.n, A = e->space->n, d = e->space->dim;
     double v = current_v(e, st);
     decision_set(e, st, v, &N);
+    if (N == 0 && !e->space->finite) {
+        /* A box's pool spent before its redraw was due (every point handed out or told:
+         * a pool smaller than pool_refresh, or one ask for more points than the pool
+         * holds) is redrawn. A finite set, or a discrete box whose every point is told,
+         * is exhausted. */
+        redraw_pool(e, st);
+        update_mean(e, st);
+        decision_set(e, st, v, &N);
+    }
     if (N == 0) {
         res->status = KB_ASK_EXHAUSTED;
         return KB_OK;

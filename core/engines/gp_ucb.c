@@ -535,18 +535,10 @@ static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
     return rc || *wait ? rc : refresh_candidates(s);
 }
 
-static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+/* Argmax of the UCB over the allowed candidates, SIZE_MAX when there is none; exact ties
+ * broken uniformly (reservoir) so seeds matter. */
+static size_t ucb_argmax(kb_engine *e, const gp_state *s, double width)
 {
-    gp_state *s = e->impl;
-    if (kb__design_index(e, index))
-        return KB_OK;
-    double t0 = kb__now(), r0 = s->sec_resparsify, width = 0.0;
-    int wait, rc = prepare_ask(e, s, res, &wait, &width);
-    if (rc)
-        return fail_rc(err, rc);
-    if (wait)
-        return KB_OK;
-    /* Argmax of the UCB; exact ties broken uniformly (reservoir) so seeds matter. */
     size_t best = SIZE_MAX, ties = 0;
     double bu = -INFINITY;
     for (size_t a = 0; a < s->A; a++) {
@@ -560,6 +552,32 @@ static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error 
         } else if (u == bu && kb_rng_below(&e->rng, ++ties) == 0) {
             best = a;
         }
+    }
+    return best;
+}
+
+static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+{
+    gp_state *s = e->impl;
+    if (kb__design_index(e, index))
+        return KB_OK;
+    double t0 = kb__now(), r0 = s->sec_resparsify, width = 0.0;
+    int wait, rc = prepare_ask(e, s, res, &wait, &width);
+    if (rc)
+        return fail_rc(err, rc);
+    if (wait)
+        return KB_OK;
+    size_t best = ucb_argmax(e, s, width);
+    /* A box's pool spent (every point handed out or told before its redraw was due: a
+     * long gp-bucb batch under heavy noise, or a small pool_size) is redrawn. A finite
+     * set, or a discrete box whose every point is told, is exhausted. */
+    if (best == SIZE_MAX && !e->space->finite) {
+        rc = refresh_pool(e, s);
+        if (!rc)
+            rc = refresh_candidates(s);
+        if (rc)
+            return fail_rc(err, rc);
+        best = ucb_argmax(e, s, width);
     }
     s->sec_ask += kb__now() - t0 - (s->sec_resparsify - r0); /* rebuilds counted there */
     if (best == SIZE_MAX) {

@@ -424,19 +424,36 @@ static double current_alpha(const kb_engine *e, const sgp_ts *st)
                      1.0);
 }
 
+/* A sample at the pool and its argmax over the allowed candidates (KB_ASK_EXHAUSTED when
+ * there is none), or KB_ENOMEM. */
+static int sample_argmax(kb_engine *e, sgp_ts *st, size_t *index)
+{
+    int rc = draw(e, &st->mod, st->M, st->PhiA, st->mod.KAZ, st->mod.muA, st->mod.PhiZ,
+                  e->space->n, current_alpha(e, st), st->fA);
+    return rc ? rc : kb__ts_argmax(e, st->fA, NULL, e->space->n, index);
+}
+
 static int sgp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     sgp_ts *st = e->impl;
     if (kb__design_index(e, index))
         return KB_OK;
     double t0 = kb__now();
-    int rc = draw(e, &st->mod, st->M, st->PhiA, st->mod.KAZ, st->mod.muA, st->mod.PhiZ,
-                  e->space->n, current_alpha(e, st), st->fA);
-    if (rc)
-        return kb__fail(err, rc, NULL, "out of memory");
-    if (kb__ts_argmax(e, st->fA, NULL, e->space->n, index) == KB_ASK_EXHAUSTED)
-        res->status = KB_ASK_EXHAUSTED;
+    int rc = sample_argmax(e, st, index);
+    if (rc == KB_ASK_EXHAUSTED && !e->space->finite) {
+        /* A box's pool spent before its redraw was due (every point handed out or told:
+         * a pool smaller than pool_refresh, or one ask for more points than the pool
+         * holds) is redrawn under the current model. A finite set, or a discrete box
+         * whose every point is told, is exhausted. */
+        redraw_pool(e, st);
+        embed_fill(e, st, &st->mod);
+        rc = sample_argmax(e, st, index);
+    }
     st->sec_ask += kb__now() - t0;
+    if (rc == KB_ENOMEM)
+        return kb__fail(err, rc, NULL, "out of memory");
+    if (rc == KB_ASK_EXHAUSTED)
+        res->status = KB_ASK_EXHAUSTED;
     return KB_OK;
 }
 

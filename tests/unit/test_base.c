@@ -1826,6 +1826,48 @@ static void box_space_random_engine_stays_in_cube(void **state)
     kb_space_free(box);
 }
 
+/* A box is never exhausted: once every point of an engine's pool was handed out or told
+ * (a batch that outlives its pool, as bbkb's epochs and gp-bucb's batches do under heavy
+ * noise, or a pool redrawn only as the data grow, as gp-ucb's), the next ask draws a
+ * new pool, or waits for the batch's feedback, instead of answering "exhausted". Every
+ * engine, a pool of 64, four trials kept pending, 300 tells of pure noise. */
+static void spent_box_pool_is_redrawn(void **state)
+{
+    (void)state;
+    enum { PENDING = 4, TELLS = 300 };
+    kb_error err;
+    for (const char *const *eng = kb_engine_names(); *eng; eng++) {
+        kb_space *box = kb_space_new_box(2, 64, &err);
+        kb_config *cfg = kb_config_new(*eng, &err);
+        assert_int_equal(kb_config_set_number(cfg, "seed", 5, &err), KB_OK);
+        kb_engine *e = kb_engine_create(cfg, box, &err);
+        assert_non_null(e);
+        kb_rng noise;
+        kb_rng_seed(&noise, 6);
+        uint64_t out[PENDING];
+        size_t n = 0;
+        for (int told = 0; told < TELLS; told++) {
+            kb_point p;
+            kb_ask_result res = {0};
+            while (n < PENDING) {
+                assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+                if (res.n == 0)
+                    break;
+                out[n++] = p.handle;
+            }
+            if (n < PENDING && (n == 0 || res.status != KB_ASK_AWAIT_FEEDBACK))
+                fail_msg("%s: after %d tells, %zu pending: an ask handed out nothing "
+                         "(status %d)", *eng, told, n, (int)res.status);
+            assert_int_equal(kb_engine_tell(e, out[0], 5.0 * kb_rng_normal(&noise), &err),
+                             KB_OK);
+            memmove(out, out + 1, --n * sizeof *out);
+        }
+        kb_engine_free(e);
+        kb_config_free(cfg);
+        kb_space_free(box);
+    }
+}
+
 /* The pool's space-filling rows are a shifted Halton set: row i, coordinate j is the
  * radical inverse of start + i in the j-th prime base plus a uniform shift, modulo 1,
  * start and shifts drawn from the RNG in that order. Checked bit for bit against that
@@ -2000,6 +2042,7 @@ int main(void)
         cmocka_unit_test(stats_follow_the_callers_size),
         cmocka_unit_test(engine_figures_by_name),
         cmocka_unit_test(box_space_random_engine_stays_in_cube),
+        cmocka_unit_test(spent_box_pool_is_redrawn),
         cmocka_unit_test(pool_is_the_shifted_halton_set),
         cmocka_unit_test(pool_local_steps_reflect_at_the_faces),
         cmocka_unit_test(scaling_survives_extreme_columns),

@@ -374,29 +374,47 @@ static size_t feedback_awaited(const kb_engine *e)
     return need > 0.0 ? (size_t)need : 0;
 }
 
-static int bbkb_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+/* Opens an epoch when none is open or a closed one may end; sets *wait (and res) when
+ * the closed epoch still awaits feedback. */
+static int ready_epoch(kb_engine *e, kb_ask_result *res, int *wait)
 {
     bbkb *st = e->impl;
-    int rc = KB_OK;
     size_t awaiting = st->closed ? feedback_awaited(e) : 0;
-    if (!st->have_epoch || (st->closed && (awaiting == 0 || st->init_epoch)))
-        rc = resparsify(e);
-    else if (st->closed) {
+    *wait = st->closed && awaiting > 0 && !st->init_epoch && st->have_epoch;
+    if (*wait) {
         res->status = KB_ASK_AWAIT_FEEDBACK;
         res->awaiting = awaiting;
         return KB_OK;
     }
-    if (!rc && st->dirty)
-        rc = kb__bbkb_refresh_all_variances(st);
-    if (rc)
-        return kb__fail(err, rc, NULL, rc == KB_ENOMEM ? "out of memory"
-                                                      : "numerical failure in the posterior");
-    double t0 = kb__now();
-    int found = kb__design_index(e, index) || kb__bbkb_pick(e, index);
-    st->sec_ask += kb__now() - t0;
-    if (!found)
-        res->status = KB_ASK_EXHAUSTED;
-    return KB_OK;
+    int rc = !st->have_epoch || st->closed ? resparsify(e) : KB_OK;
+    return !rc && st->dirty ? kb__bbkb_refresh_all_variances(st) : rc;
+}
+
+static int bbkb_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+{
+    bbkb *st = e->impl;
+    for (int pass = 0;; pass++) {
+        int wait, rc = ready_epoch(e, res, &wait);
+        if (rc)
+            return kb__fail(err, rc, NULL, rc == KB_ENOMEM ? "out of memory"
+                                                          : "numerical failure in the posterior");
+        if (wait)
+            return KB_OK;
+        double t0 = kb__now();
+        int found = kb__design_index(e, index) || kb__bbkb_pick(e, index);
+        st->sec_ask += kb__now() - t0;
+        if (found)
+            return KB_OK;
+        /* A box's pool spent within one epoch (every point handed out or told: under
+         * heavy noise Lemma 1's sum of start variances grows slowly, and an epoch ran
+         * past 2,048 points) closes the epoch, so that the next draws a fresh pool. A
+         * finite set, or a discrete box whose every point is told, is exhausted. */
+        if (e->space->finite || pass == 1) {
+            res->status = KB_ASK_EXHAUSTED;
+            return KB_OK;
+        }
+        st->closed = 1;
+    }
 }
 
 /* Hallucinates the new trial: rank-one update of V and L, batch bookkeeping. */
