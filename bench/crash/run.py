@@ -38,6 +38,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 import kbdaemon  # noqa: E402 - the shared daemon launcher, found through the line above
 COUNTS = (1, 1, 2, 4, 8)  # ask sizes: half single tells, half batch tells
+# The trials a killed cycle's workers held are never told: their leases expire them, so
+# that an engine whose batch waits for every pending point (bbkb, gp-bucb) hands out
+# points again within a cycle or two (an ask it answers with no trial is retried).
+LEASE_SECONDS = 2
 
 
 class Api:
@@ -106,6 +110,9 @@ class Load:
                                        {"worker": f"w{i}", "count": rng.choice(COUNTS)})
                 if status != 200:
                     raise RuntimeError(f"ask: {status} {res}")
+                if not res["trials"]:  # a model engine's batch waits for feedback
+                    time.sleep(0.005)
+                    continue
                 told = {t["id"]: rng.uniform(-10, 10) for t in res["trials"]}
                 self.tell(api, sid, told)
         except OSError:
@@ -176,7 +183,7 @@ def create_studies(port, n, engine):
     sids = []
     for k in range(n):
         status, res = api.call("POST", "/v1/studies", {
-            "name": f"crash-{k}", "space": space,
+            "name": f"crash-{k}", "space": space, "lease_seconds": LEASE_SECONDS,
             "engine": {"name": engine, "settings": {"seed": k + 1}}})
         if status != 201:
             sys.exit(f"create study: {status} {res}")
