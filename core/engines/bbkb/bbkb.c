@@ -375,26 +375,35 @@ static size_t feedback_awaited(const kb_engine *e)
 }
 
 /* Opens an epoch when none is open or a closed one may end; sets *wait (and res) when
- * the closed epoch still awaits feedback. */
-static int ready_epoch(kb_engine *e, kb_ask_result *res, int *wait)
+ * the closed epoch still awaits feedback. `spent`: the epoch's pool has no allowed point
+ * left, which closes it as Lemma 1 would. */
+static int ready_epoch(kb_engine *e, int spent, kb_ask_result *res, int *wait)
 {
     bbkb *st = e->impl;
-    size_t awaiting = st->closed ? feedback_awaited(e) : 0;
-    *wait = st->closed && awaiting > 0 && !st->init_epoch && st->have_epoch;
+    int closed = st->closed || spent;
+    size_t awaiting = closed ? feedback_awaited(e) : 0;
+    *wait = closed && awaiting > 0 && !st->init_epoch && st->have_epoch;
     if (*wait) {
         res->status = KB_ASK_AWAIT_FEEDBACK;
         res->awaiting = awaiting;
         return KB_OK;
     }
-    int rc = !st->have_epoch || st->closed ? resparsify(e) : KB_OK;
+    int rc = !st->have_epoch || closed ? resparsify(e) : KB_OK;
     return !rc && st->dirty ? kb__bbkb_refresh_all_variances(st) : rc;
 }
 
+/* A box's pool spent within one epoch (every point handed out or told: under heavy noise
+ * Lemma 1's sum of start variances grows slowly, and an epoch ran past 2,048 points)
+ * closes the epoch, so that the next draws a fresh pool; a finite set, or a discrete box
+ * whose every point is told, is exhausted. The pool is found spent again at every ask
+ * until the epoch ends (nothing is set here): an ask that hands out nothing leaves the
+ * engine as it was, so the event log (snapshot.c), which records only hand-outs, still
+ * replays it exactly. */
 static int bbkb_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     bbkb *st = e->impl;
-    for (int pass = 0;; pass++) {
-        int wait, rc = ready_epoch(e, res, &wait);
+    for (int spent = 0; spent <= 1; spent++) {
+        int wait, rc = ready_epoch(e, spent, res, &wait);
         if (rc)
             return kb__fail(err, rc, NULL, rc == KB_ENOMEM ? "out of memory"
                                                           : "numerical failure in the posterior");
@@ -405,16 +414,11 @@ static int bbkb_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_erro
         st->sec_ask += kb__now() - t0;
         if (found)
             return KB_OK;
-        /* A box's pool spent within one epoch (every point handed out or told: under
-         * heavy noise Lemma 1's sum of start variances grows slowly, and an epoch ran
-         * past 2,048 points) closes the epoch, so that the next draws a fresh pool. A
-         * finite set, or a discrete box whose every point is told, is exhausted. */
-        if (e->space->finite || pass == 1) {
-            res->status = KB_ASK_EXHAUSTED;
-            return KB_OK;
-        }
-        st->closed = 1;
+        if (e->space->finite)
+            break;
     }
+    res->status = KB_ASK_EXHAUSTED;
+    return KB_OK;
 }
 
 /* Hallucinates the new trial: rank-one update of V and L, batch bookkeeping. */
