@@ -27,8 +27,15 @@
  *   s2 ~ LogNormal(1, 1): mode 1, the variance of standardized outputs (BoTorch 0.12 fixes
  *         s2 = 1; a weak prior lets the fit scale it where the data asks).
  *   mix ~ Beta(1, 3) (log_prior), logit(mix) bounded to [-6, 6].
- * Bounds (log space): l in [1e-3, 1e3] (a lengthscale far above 1 switches a dimension
- * off, which is how inactive parameters are found), s2 in [1e-2, 1e2], sn2 in [1e-6, 2].
+ * Bounds (log space): l in [0.025, 1e3] (a lengthscale far above 1 switches a dimension
+ * off, which is how inactive parameters are found; 0.025 is BoTorch's floor for the same
+ * prior, get_covar_module_with_dim_scaled_prior), s2 in [1e-2, 1e2], sn2 in [1e-6, 2].
+ * Why the floor: on data that are mostly noise, two explanations fit equally well, the
+ * noise term, or a kernel made white by a few coordinates whose lengthscales are far below
+ * the rows' spacing (every row then independent of the others), and the priors above
+ * prefer the second. Under heavy noise the fits landed at 0.001-0.005 there, and bbkb's
+ * dictionary then took nearly every row (16 ms of CPU per round trip instead of 0.3-1.6,
+ * a worse simple regret; docs/BENCHMARKS.md, forty-sixth session).
  *
  * Optimizer: NLopt's bounded L-BFGS (NLOPT_LD_LBFGS) from the current values (warm
  * start) and from `starts` further points drawn from the priors with the caller's RNG; the
@@ -58,7 +65,7 @@
 
 #define LOG_2PI 1.8378770664093453
 
-static const double L_LO = 1e-3, L_HI = 1e3;
+static const double L_LO = 2.5e-2, L_HI = 1e3;
 static const double S2_LO = 1e-2, S2_HI = 1e2;
 static const double SN2_LO = 1e-6, SN2_HI = 2.0;
 static const double SN2_MU = -4.0, SN2_SD = 1.0;

@@ -790,6 +790,54 @@ static void refit_sets_noise_sd_of_the_warp(void **state)
     kb_engine_free(e);
 }
 
+/* A 6-d box study whose values are mostly noise (a bowl of range ~2 plus N(0, 5^2)),
+ * bbkb at its defaults, eight trials pending: after 250 tells the fitted noise must carry
+ * more of the variance than the kernel. With lengthscales allowed down to 0.001 the fits
+ * made the kernel white instead (lengthscales far below the rows' spacing, noise at its
+ * prior's mode), and the dictionary took nearly every row: 16 ms of CPU per round trip
+ * and a worse search (docs/BENCHMARKS.md, forty-sixth session). Seeds 1-3. */
+static void noise_is_not_fitted_as_a_white_kernel(void **state)
+{
+    (void)state;
+    enum { D6 = 6, PENDING = 8, TELLS = 250 };
+    kb_error err;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        kb_space *box = kb_space_new_box(D6, 2048, &err);
+        kb_config *cfg = kb_config_new("bbkb", &err);
+        assert_int_equal(kb_config_set_number(cfg, "seed", (double)seed, &err), KB_OK);
+        kb_engine *e = kb_engine_create(cfg, box, &err);
+        assert_non_null(e);
+        kb_rng noise;
+        kb_rng_seed(&noise, seed + 100);
+        kb_point out[PENDING];
+        size_t n = 0;
+        for (int told = 0; told < TELLS; told++) {
+            kb_ask_result res;
+            while (n < PENDING) {
+                assert_int_equal(kb_engine_ask(e, 1, &out[n], &res, &err), KB_OK);
+                if (res.n == 0)
+                    break;
+                n++;
+            }
+            double v = 5.0 * kb_rng_normal(&noise);
+            for (size_t j = 0; j < D6; j++)
+                v -= (out[0].x[j] - 0.3) * (out[0].x[j] - 0.3);
+            assert_int_equal(kb_engine_tell(e, out[0].handle, v, &err), KB_OK);
+            memmove(out, out + 1, --n * sizeof *out);
+        }
+        kb_hyperparameters hp;
+        assert_int_equal(kb_engine_hyperparameters(e, &hp), KB_OK);
+        if (!(hp.noise > hp.kernel_variance))
+            fail_msg("seed %llu: noise %g, kernel variance %g, lengthscales %g %g %g %g %g %g",
+                     (unsigned long long)seed, hp.noise, hp.kernel_variance,
+                     hp.lengthscales[0], hp.lengthscales[1], hp.lengthscales[2],
+                     hp.lengthscales[3], hp.lengthscales[4], hp.lengthscales[5]);
+        kb_engine_free(e);
+        kb_config_free(cfg);
+        kb_space_free(box);
+    }
+}
+
 /* A noise-free search that has put most of its trials next to its best point: a 3-d
  * quadratic told at the 8-point design and then at 150 points within ~0.003 of its
  * optimum. The warp's spread is floored at KB_WARP_DESIGN_SHARE of the design's (the
@@ -2054,6 +2102,7 @@ int main(void)
         cmocka_unit_test(output_warp_matches_reference),
         cmocka_unit_test(output_warp_spread_floored_by_noise),
         cmocka_unit_test(refit_sets_noise_sd_of_the_warp),
+        cmocka_unit_test(noise_is_not_fitted_as_a_white_kernel),
         cmocka_unit_test(warp_spread_floored_by_design),
         cmocka_unit_test(categorical_order_does_not_matter),
         cmocka_unit_test(categorical_term_under_noise),

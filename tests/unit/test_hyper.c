@@ -306,8 +306,9 @@ static void warm_refit_on_a_sample_matches_multistart(void **state)
     free(y);
 }
 
-/* The same capped refit from a start far from any optimum (lengthscales 0.005, noise at its
- * floor: what a fit on a converged noise-free search's rows can leave behind). Ten
+/* The same capped refit from a start far from any optimum (lengthscales at their floor of
+ * 0.025, noise at its floor: what a fit on a converged noise-free search's rows can leave
+ * behind). Ten
  * evaluations stop it on its way; the run must go on to the optimum a fit from scratch
  * finds on the same rows (within 1 nat of its log posterior), not end where it was
  * stopped (hundreds of nats short, the lengthscales still a few hundredths). */
@@ -318,7 +319,7 @@ static void capped_refit_from_a_far_start_runs_on(void **state)
     const double true_l[D] = {0.15, 0.3, 0.6}, noise_sd = 0.01;
     double *U, *y;
     gp_rows(13, N, true_l, noise_sd, &U, &y);
-    const double far[D] = {0.005, 0.005, 0.005};
+    const double far[D] = {0.025, 0.025, 0.025};
     kb_kernel *warm = tu_kernel_with(KB_KERNEL_MATERN52, D, 1.0, far);
     kb_kernel *full = tu_kernel(KB_KERNEL_MATERN52, D, 1.0);
     double nw = 1e-6, nf = 0.01;
