@@ -308,10 +308,8 @@ static int gp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_err
     double v = current_v(e, st);
     decision_set(e, st, v, &N);
     if (N == 0 && !e->space->finite) {
-        /* A box's pool spent before its redraw was due (every point handed out or told:
-         * a pool smaller than pool_refresh, or one ask for more points than the pool
-         * holds) is redrawn. A finite set, or a discrete box whose every point is told,
-         * is exhausted. */
+        /* A pool spent before its redraw was due (a pool smaller than pool_refresh, or
+         * an ask for more points than it holds) is redrawn: ops->ask_one, internal.h. */
         redraw_pool(e, st);
         update_mean(e, st);
         decision_set(e, st, v, &N);

@@ -568,9 +568,8 @@ static int gp_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error 
     if (wait)
         return KB_OK;
     size_t best = ucb_argmax(e, s, width);
-    /* A box's pool spent (every point handed out or told before its redraw was due: a
-     * long gp-bucb batch under heavy noise, or a small pool_size) is redrawn. A finite
-     * set, or a discrete box whose every point is told, is exhausted. */
+    /* A pool spent before its redraw was due (a long gp-bucb batch under heavy noise, a
+     * small pool_size) is redrawn: ops->ask_one, internal.h. */
     if (best == SIZE_MAX && !e->space->finite) {
         rc = refresh_pool(e, s);
         if (!rc)

@@ -441,10 +441,8 @@ static int sgp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_er
     double t0 = kb__now();
     int rc = sample_argmax(e, st, index);
     if (rc == KB_ASK_EXHAUSTED && !e->space->finite) {
-        /* A box's pool spent before its redraw was due (every point handed out or told:
-         * a pool smaller than pool_refresh, or one ask for more points than the pool
-         * holds) is redrawn under the current model. A finite set, or a discrete box
-         * whose every point is told, is exhausted. */
+        /* A pool spent before its redraw was due (a pool smaller than pool_refresh, or
+         * an ask for more points than it holds) is redrawn: ops->ask_one, internal.h. */
         redraw_pool(e, st);
         embed_fill(e, st, &st->mod);
         rc = sample_argmax(e, st, index);

@@ -375,7 +375,13 @@ typedef struct kb_engine_ops {
     /* Chooses one candidate index of e->space into *index, or sets res->status to
      * KB_ASK_AWAIT_FEEDBACK / KB_ASK_EXHAUSTED (with res->awaiting) and returns 0
      * without choosing. Must skip candidates for which kb__excluded() is true. The base
-     * records the trial after the op returns with a choice, then calls ops->handed. */
+     * records the trial after the op returns with a choice, then calls ops->handed.
+     * A box is never exhausted while it has a point not yet handed out or told: an op
+     * whose pool is spent redraws it (bbkb: ends the epoch) and chooses again, so only
+     * a finite set or a fully told discrete box answers KB_ASK_EXHAUSTED (a batch that
+     * outlived its pool under heavy noise stopped studies for good before). An answer
+     * without a choice is not in the event log (snapshot.c): it must not change what
+     * later calls do. */
     int (*ask_one)(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err);
     /* Called once the trial of `handle` exists (hallucinate it here). May be NULL. */
     int (*handed)(kb_engine *e, uint64_t handle, kb_error *err);
