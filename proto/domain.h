@@ -109,6 +109,7 @@ typedef struct study_progress {
     uint64_t choice_floor_pools; /* candidate pools a choice floor took (engine.c) */
     uint64_t climb_pools;        /* candidate pools a climb took (engine.c, bbkb / bkb) */
     int init_phase;
+    int deterministic;  /* the told values look deterministic (kb_stats.deterministic) */
     /* The kernel the engine uses now (fitted unless hyperparameters = fixed). */
     int fitted;
     uint64_t fits;

@@ -47,7 +47,7 @@ static json_t *hyperparameters_json(const study_progress *p)
 static json_t *progress_json(const study_doc *d)
 {
     const study_progress *p = &d->progress;
-    return json_pack("{s:{s:I,s:I,s:I,s:I},s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:o}", "trials",
+    return json_pack("{s:{s:I,s:I,s:I,s:I},s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:o}", "trials",
                      "pending",
                      (json_int_t)p->trials[TRIAL_PENDING], "completed",
                      (json_int_t)p->trials[TRIAL_COMPLETED], "failed",
@@ -59,7 +59,8 @@ static json_t *progress_json(const study_doc *d)
                      (json_int_t)p->dict_size, "model_rows", (json_int_t)p->model_rows,
                      "choice_floor_pools", (json_int_t)p->choice_floor_pools,
                      "climb_pools", (json_int_t)p->climb_pools,
-                     "init_phase", p->init_phase, "hyperparameters",
+                     "init_phase", p->init_phase, "deterministic", p->deterministic,
+                     "hyperparameters",
                      hyperparameters_json(p));
 }
 

@@ -204,6 +204,9 @@ static int progress_copy(study *s, study_progress *p, api_error *err)
     p->choice_floor_pools = study_engine_count(s, "choice_floor_pools");
     p->climb_pools = study_engine_count(s, "climb_pools");
     p->init_phase = study_engine_count(s, "init_phase") != 0;
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(s->engine, &st, NULL);
+    p->deterministic = st.deterministic;
     p->fitted = hp.fitting;
     p->fits = hp.fits;
     p->kernel_variance = hp.kernel_variance;

@@ -322,6 +322,10 @@ typedef struct kb_stats {
     uint64_t tells, abandons, observed, pending;
     size_t candidates;      /* size of the current candidate set or pool */
     uint64_t adopted;       /* replayed asks adopted (kb_engine_ask_recorded) */
+    int deterministic;      /* the told values look deterministic (a point told three
+                             * times with one value, none with two): on a finite set
+                             * with `repeats` unset, told candidates are not handed out
+                             * again while this holds */
 } kb_stats;
 
 /* The size of the first kb_stats of this shape: never changes as the struct grows. */

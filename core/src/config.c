@@ -40,7 +40,9 @@ static const kb_option_spec common_options[] = {
      "standardize on finite sets"},
     {"repeats", KB_OPT_STRING, 0, 0, 0, 0, "allow", repeats_choices,
      "whether a candidate may be handed out again while pending (no_pending) or after "
-     "evaluation (never); unset on a box, a pool point is handed out once (never)"},
+     "evaluation (never); unset on a box, a pool point is handed out once (never), and over "
+     "candidates repeats are allowed until the told values look deterministic (a point "
+     "told three times with one value, none with two), then never"},
     {"pool_size", KB_OPT_INTEGER, 1, KB_MAX_POOL, 0, 2048, NULL, NULL,
      "candidate pool size for box spaces"},
     {"width", KB_OPT_NUMBER, 0, 1e6, 0, 0.0, NULL, NULL,

@@ -437,6 +437,7 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
      * never closes): unless set, a box pool's points are handed out once. */
     if (!space->finite && !kb_config_is_set(cfg, "repeats"))
         e->repeats = 2;
+    e->repeats_auto = space->finite && !kb_config_is_set(cfg, "repeats");
     kb_rng_seed(&e->rng, (uint64_t)kb_config_number(cfg, "seed"));
     if (kb__config_build_kernel(cfg, space->dim, &e->kernel, err) ||
         kernel_choices(e, err))
@@ -601,6 +602,7 @@ struct kb_obs_group {
     size_t count;  /* observations at it */
     double ymean;  /* their average y (running: y / n - mean / n, no overflow) */
     size_t next;   /* next group in the hash chain, or NO_GROUP */
+    int varies;    /* its observations hold two different values */
 };
 #define NO_GROUP ((size_t)-1)
 
@@ -665,6 +667,15 @@ static int reserve_group(kb_engine *e)
     return KB_OK;
 }
 
+/* Adds (add = 1) or takes away (add = 0) group gr's share of the evidence of
+ * determinism, kb_engine.n_same3 and n_varied. */
+static void determinism_count(kb_engine *e, const struct kb_obs_group *gr, int add)
+{
+    size_t same3 = !gr->varies && gr->count >= 3, varied = gr->varies != 0;
+    e->n_same3 = add ? e->n_same3 + same3 : e->n_same3 - same3;
+    e->n_varied = add ? e->n_varied + varied : e->n_varied - varied;
+}
+
 /* Adds observation i (already in obs_u / obs_y) to its group; undo with pop_obs. */
 static int group_add(kb_engine *e, size_t i)
 {
@@ -675,12 +686,16 @@ static int group_add(kb_engine *e, size_t i)
             return KB_ENOMEM;
         g = e->n_groups++;
         size_t b = coord_hash(u, e->space->dim, e->n_heads);
-        e->groups[g] = (struct kb_obs_group){i, 0, 0.0, e->group_head[b]};
+        e->groups[g] = (struct kb_obs_group){i, 0, 0.0, e->group_head[b], 0};
         e->group_head[b] = g;
     }
     e->obs_group[i] = g;
     struct kb_obs_group *gr = &e->groups[g];
+    determinism_count(e, gr, 0);
+    e->undo_varies = gr->varies;
+    gr->varies |= e->obs_y[i] != e->obs_y[gr->first];
     double n = (double)++gr->count;
+    determinism_count(e, gr, 1);
     e->undo_ymean = gr->ymean;
     gr->ymean += e->obs_y[i] / n - gr->ymean / n;
     e->out_valid = 0;
@@ -708,12 +723,15 @@ static void pop_obs(kb_engine *e)
     size_t i = e->n_obs - 1, d = e->space->dim;
     size_t g = find_group(e, e->obs_u + i * d);
     struct kb_obs_group *gr = &e->groups[g];
+    determinism_count(e, gr, 0);
     if (gr->count == 1) {
         e->group_head[coord_hash(e->obs_u + i * d, d, e->n_heads)] = gr->next;
         e->n_groups--;
     } else {
         gr->count--;
         gr->ymean = e->undo_ymean;
+        gr->varies = e->undo_varies;
+        determinism_count(e, gr, 1);
     }
     e->n_obs--;
     e->out_valid = 0;
@@ -972,6 +990,7 @@ int kb_engine_stats(const kb_engine *e, kb_stats *out, kb_error *err)
     st.pending = e->n_pending + e->n_adopted_pending;
     st.candidates = e->space->n;
     st.adopted = e->n_adopted;
+    st.deterministic = kb__looks_deterministic(e);
     /* The caller's struct may be older (shorter) or newer (longer) than this library's. */
     size_t known = size < sizeof st ? size : sizeof st;
     memcpy(out, &st, known);

@@ -427,6 +427,10 @@ struct kb_engine {
     size_t *group_head;  /* n_heads chain heads (a power of two, >= n_groups) */
     size_t n_heads;
     double undo_ymean;   /* the last observation's group mean before it joined */
+    int undo_varies;     /* and its group's `varies` flag (engine.c) */
+    /* Evidence that the objective is deterministic (kb__looks_deterministic): groups of
+     * three or more observations of one value, and groups holding two values. */
+    size_t n_same3, n_varied;
     int standardize;     /* output_scaling != "none" */
     int warp;            /* output_scaling == "warp" and hyperparameters fitted */
     int out_valid;       /* the out_ fields below describe the current data */
@@ -439,6 +443,8 @@ struct kb_engine {
                           * warp's spread is at least KB_WARP_NOISE_SDS of it */
 
     int repeats;         /* 0 allow, 1 no_pending, 2 never */
+    int repeats_auto;    /* finite set, repeats unset: never once the values look
+                          * deterministic (kb__excluded) */
     uint32_t *cand_pending;  /* per candidate: pending trials on it */
     unsigned char *cand_told;/* per candidate: told at least once */
 
@@ -477,11 +483,29 @@ static inline double *kb__trial_u(const kb_engine *e, uint64_t h)
     return e->u_chunks[i / KB_TRIAL_CHUNK] + (i % KB_TRIAL_CHUNK) * e->space->dim;
 }
 
-/* Whether the repeats policy forbids handing out candidate i now. */
+/* Whether the told values look deterministic: some point was told three times with one
+ * value and no point with two different values. Exact equality is the test: repeated
+ * measurements of a noisy continuous objective differ in their last bits, while a
+ * simulation or a lookup returns the same double. Three, not two, so that a noisy
+ * objective with coarse values (an accuracy over a small validation set) needs two
+ * coincidences in a row on one point to pass for deterministic. */
+static inline int kb__looks_deterministic(const kb_engine *e)
+{
+    return e->n_same3 > 0 && e->n_varied == 0;
+}
+
+/* Whether the repeats policy forbids handing out candidate i now. On a finite set with
+ * `repeats` unset, repeats are allowed until the values look deterministic, then not
+ * (as "never"): a known point's value again teaches nothing, and an engine whose UCB
+ * prefers a told arm to every untold one would otherwise hand out that one arm for the
+ * rest of the study (a deterministic catalogue's run locked on a suboptimal row;
+ * docs/BENCHMARKS.md, forty-seventh session). */
 static inline int kb__excluded(const kb_engine *e, size_t i)
 {
-    if (e->repeats == 0)
+    if (e->repeats == 0 && !(e->repeats_auto && kb__looks_deterministic(e)))
         return 0;
+    if (e->repeats == 0)
+        return e->cand_pending[i] || e->cand_told[i];
     if (e->cand_pending[i])
         return 1;
     return e->repeats == 2 && e->cand_told[i];

@@ -1789,6 +1789,117 @@ static void repeats_policy_is_enforced(void **state)
     kb_engine_free(e);
 }
 
+/* A finite set of 12 points on a 3 x 4 grid in [0, 1]^2 for `engine`, repeats set to
+ * `repeats` (NULL: unset). */
+static kb_engine *grid_engine(const char *engine, const char *repeats)
+{
+    kb_error err;
+    double rows[24];
+    for (size_t i = 0; i < 12; i++) {
+        rows[2 * i] = (double)(i % 3) / 2.0;
+        rows[2 * i + 1] = (double)(i / 3) / 3.0;
+    }
+    kb_space *sp = kb_space_new_finite(rows, 12, 2, &err);
+    kb_config *cfg = kb_config_new(engine, &err);
+    assert_int_equal(kb_config_set_number(cfg, "seed", 3, &err), KB_OK);
+    if (repeats)
+        assert_int_equal(kb_config_set_string(cfg, "repeats", repeats, &err), KB_OK);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    if (!e)
+        fail_msg("%s: %s", engine, err.message);
+    kb_space_free(sp);
+    kb_config_free(cfg);
+    return e;
+}
+
+static double grid_bowl(const double *x) { return -pow(x[0] - 0.3, 2) - pow(x[1] - 0.6, 2); }
+
+static int looks_deterministic(const kb_engine *e)
+{
+    kb_stats st = {.size = sizeof st};
+    assert_int_equal(kb_engine_stats(e, &st, NULL), KB_OK);
+    return st.deterministic;
+}
+
+/* One sequential step: ask one point, tell it the bowl's value (plus `jitter` times the
+ * step, to make the values differ). Returns the candidate, or -1 for an empty ask. */
+static int grid_step(kb_engine *e, int step, double jitter, kb_ask_status *status)
+{
+    kb_error err;
+    kb_point p;
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+    *status = res.status;
+    if (res.n == 0)
+        return -1;
+    assert_int_equal(kb_engine_tell(e, p.handle, grid_bowl(p.x) + jitter * step, &err), KB_OK);
+    return (int)p.index;
+}
+
+/* On a finite set with `repeats` unset, values that look deterministic (a candidate told
+ * three times with one value, none with two) stop repeats: a told candidate is not
+ * handed out again, so every engine goes on through the untold candidates to exhaustion
+ * instead of handing out its incumbent for ever (the GP engines lock onto it: told, its
+ * UCB is its value). The engine restored once the rule holds goes on as the original; an
+ * observation of a told candidate at another value lifts the rule. A noisy objective, or
+ * repeats set to "allow", keeps repeats. */
+static void deterministic_values_stop_repeats(void **state)
+{
+    (void)state;
+    enum { STEPS = 80 };
+    kb_error err;
+    for (const char *const *eng = kb_engine_names(); *eng; eng++) {
+        kb_engine *e = grid_engine(*eng, NULL), *r = NULL;
+        int told[12] = {0}, step;
+        kb_ask_status status = KB_ASK_OK, status_r;
+        for (step = 0; step < STEPS; step++) {
+            int rule = looks_deterministic(e);
+            if (rule && !r)
+                r = tu_restored(e);
+            int i = grid_step(e, step, 0.0, &status);
+            if (r && grid_step(r, step, 0.0, &status_r) != i)
+                fail_msg("%s: the restored engine parted at step %d", *eng, step);
+            if (i < 0)
+                break;
+            if (rule && told[i])
+                fail_msg("%s: candidate %d handed out again at step %d", *eng, i, step);
+            told[i] = 1;
+        }
+        /* at most two tells per candidate before the rule, then each untold one once */
+        if (step == STEPS || status != KB_ASK_EXHAUSTED || !looks_deterministic(e))
+            fail_msg("%s: no exhaustion in %d steps (status %d)", *eng, step, (int)status);
+        for (int i = 0; i < 12; i++)
+            assert_true(told[i]);
+        double x[2] = {0.5, 0.0};
+        assert_int_equal(kb_engine_observe(e, x, grid_bowl(x) + 1.0, &err), KB_OK);
+        assert_false(looks_deterministic(e));
+        assert_true(grid_step(e, step, 0.0, &status) >= 0);
+        kb_engine_free(e);
+        kb_engine_free(r);
+    }
+    int repeated = 0, told[12] = {0};
+    kb_engine *e = grid_engine("random", "allow");
+    kb_ask_status status;
+    for (int step = 0; step < 60; step++) {
+        int i = grid_step(e, step, 0.0, &status);
+        repeated += looks_deterministic(e) && told[i];
+        told[i] = 1;
+    }
+    assert_true(repeated > 0);
+    kb_engine_free(e);
+    e = grid_engine("random", NULL);
+    memset(told, 0, sizeof told);
+    repeated = 0;
+    for (int step = 0; step < 60; step++) {
+        int i = grid_step(e, step, 1e-9, &status);
+        repeated += told[i];
+        told[i] = 1;
+    }
+    assert_false(looks_deterministic(e));
+    assert_true(repeated > 0);
+    kb_engine_free(e);
+}
+
 /* Runs a fixed mixed script of calls; returns the indices asked. */
 static void script(kb_engine *e, int steps, size_t *out_idx, kb_rng *driver)
 {
@@ -2097,6 +2208,7 @@ int main(void)
         cmocka_unit_test(space_rejects_bad_candidates),
         cmocka_unit_test(base_checks_handles_and_values),
         cmocka_unit_test(repeats_policy_is_enforced),
+        cmocka_unit_test(deterministic_values_stop_repeats),
         cmocka_unit_test(snapshot_restore_continues_identically),
         cmocka_unit_test(output_stats_count_distinct_points),
         cmocka_unit_test(output_warp_matches_reference),

@@ -495,7 +495,7 @@ static void outputs_standardized_over_distinct_points(void **state)
     kb_error err;
     kb_config *c = make_config("bbkb", KB_KERNEL_RBF, 0.5, 0.05, "dictionary", "all",
                                "output_scaling", "standardize", "beta", "fixed",
-                               "beta_fixed", "0.3", NULL);
+                               "beta_fixed", "0.3", "repeats", "allow", NULL);
     kb_space *s = kb_space_new_finite(Xc, M, D, &err);
     kb_engine *e = kb_engine_create(c, s, &err);
     kb_point p;

@@ -55,6 +55,8 @@ static kb_engine *make_engine(const char *name, kb_kernel_kind kind, const doubl
     assert_int_equal(kb_config_set_number(cfg, "seed", (double)seed, &err), 0);
     assert_int_equal(kb_config_set_string(cfg, "hyperparameters", hyper, &err), 0);
     assert_int_equal(kb_config_set_string(cfg, "output_scaling", "warp", &err), 0);
+    /* the paper's bandit: arms are repeated, whether or not the values are noisy */
+    assert_int_equal(kb_config_set_string(cfg, "repeats", "allow", &err), 0);
     if (strcmp(name, "gp-bucb") == 0)
         assert_int_equal(kb_config_set_number(cfg, "C", C, &err), 0);
     kb_engine *e = kb_engine_create(cfg, sp, &err);

@@ -414,6 +414,8 @@ static kb_engine *make(const char *name, int box, uint64_t seed, const char *ker
         free(cand);
     }
     kb_config *cfg = kb_config_new(name, &err);
+    if (!box) /* the paper's bandit: the best arm is exploited by repeats, noise or not */
+        kb_config_set_string(cfg, "repeats", "allow", &err);
     kb_config_set_number(cfg, "seed", (double)seed, &err);
     kb_config_set_number(cfg, "lengthscale", 0.3, &err);
     kb_config_set_string(cfg, "kernel", kernel, &err);
