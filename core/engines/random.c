@@ -30,8 +30,7 @@ static int random_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_er
     size_t n = e->space->n;
     if (!e->space->finite && ++st->since_refresh > n / 2 + 1) {
         kb__space_refresh_pool(e->space, &e->rng, NULL, 0, NULL, 0);
-        memset(e->cand_pending, 0, n * sizeof *e->cand_pending);
-        memset(e->cand_told, 0, n * sizeof *e->cand_told);
+        kb__pool_reset_flags(e);
         st->since_refresh = 1;
     }
     /* A few rejection draws handle the common case; a counted draw is exact always. */

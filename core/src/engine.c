@@ -112,13 +112,37 @@ static int reserve_obs(kb_engine *e, size_t need)
     return KB_OK;
 }
 
+/* Whether every coordinate of a box takes finitely many values (kb_engine.pool_canon). */
+static int discrete_box(const kb_space *s)
+{
+    if (s->finite || !s->levels)
+        return 0;
+    for (size_t j = 0; j < s->dim; j++)
+        if (!s->levels[j])
+            return 0;
+    return 1;
+}
+
 static int alloc_candidate_flags(kb_engine *e)
 {
+    size_t n = e->space->n;
     free(e->cand_pending);
     free(e->cand_told);
-    e->cand_pending = calloc(e->space->n, sizeof *e->cand_pending);
-    e->cand_told = calloc(e->space->n, sizeof *e->cand_told);
-    return e->cand_pending && e->cand_told ? KB_OK : KB_ENOMEM;
+    e->cand_pending = calloc(n, sizeof *e->cand_pending);
+    e->cand_told = calloc(n, sizeof *e->cand_told);
+    if (!e->cand_pending || !e->cand_told)
+        return KB_ENOMEM;
+    if (!discrete_box(e->space))
+        return KB_OK;
+    for (e->n_pool_heads = 64; e->n_pool_heads < 2 * n;)
+        e->n_pool_heads *= 2;
+    e->pool_canon = malloc(n * sizeof *e->pool_canon);
+    e->pool_next = malloc(n * sizeof *e->pool_next);
+    e->pool_heads = malloc(e->n_pool_heads * sizeof *e->pool_heads);
+    if (!e->pool_canon || !e->pool_next || !e->pool_heads)
+        return KB_ENOMEM;
+    kb__pool_reset_flags(e);
+    return KB_OK;
 }
 
 /* Fitting settings from the config: what the user set is held fixed. The first fit waits
@@ -496,6 +520,9 @@ void kb_engine_free(kb_engine *e)
     free(e->group_head);
     free(e->cand_pending);
     free(e->cand_told);
+    free(e->pool_canon);
+    free(e->pool_next);
+    free(e->pool_heads);
     kb__log_free(e->log);
     free(e->fit_ls);
     free(e);
@@ -503,6 +530,12 @@ void kb_engine_free(kb_engine *e)
 
 const char *kb_engine_name(const kb_engine *e) { return e->ops->name; }
 size_t kb_engine_dim(const kb_engine *e) { return e->space->dim; }
+
+/* The row whose flags stand for pool row i's point (kb_engine.pool_canon). */
+static size_t pool_point(const kb_engine *e, size_t i)
+{
+    return e->pool_canon ? e->pool_canon[i] : i;
+}
 
 /* Whether trial t's candidate index refers to the current candidate set. */
 static int trial_in_current_pool(const kb_engine *e, const kb_trial *t)
@@ -523,13 +556,13 @@ static int hand_out(kb_engine *e, size_t index, kb_point *pt, kb_error *err)
     memcpy(kb__trial_x(e, e->n_trials), e->space->rows + index * d, d * sizeof(double));
     memcpy(kb__trial_u(e, e->n_trials), e->space->u + index * d, d * sizeof(double));
     e->n_pending++;
-    e->cand_pending[index]++;
+    e->cand_pending[pool_point(e, index)]++;
     uint64_t h = e->n_trials;
     int rc = e->ops->handed ? e->ops->handed(e, h, err) : KB_OK;
     if (rc) {
         e->n_trials--;
         e->n_pending--;
-        e->cand_pending[index]--;
+        e->cand_pending[pool_point(e, index)]--;
         return rc;
     }
     pt->handle = h;
@@ -741,19 +774,20 @@ static void pop_obs(kb_engine *e)
 static void settle(kb_engine *e, kb_trial *t, int told, int undo)
 {
     int in_pool = trial_in_current_pool(e, t);
+    size_t i = pool_point(e, t->index);
     if (!undo) {
         t->state = told ? KB_TRIAL_TOLD : KB_TRIAL_ABANDONED;
         e->n_pending--;
         if (in_pool) {
-            e->cand_pending[t->index]--;
+            e->cand_pending[i]--;
             if (told)
-                e->cand_told[t->index] = 1;
+                e->cand_told[i] = 1;
         }
     } else {
         t->state = KB_TRIAL_PENDING;
         e->n_pending++;
         if (in_pool)
-            e->cand_pending[t->index]++;
+            e->cand_pending[i]++;
     }
 }
 
@@ -802,7 +836,8 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     if (t->adopted)
         return tell_adopted(e, t, handle, y, err);
-    unsigned char was_told = e->cand_told[t->index];
+    size_t point = trial_in_current_pool(e, t) ? pool_point(e, t->index) : 0;
+    unsigned char was_told = e->cand_told[point];
     if (push_obs(e, kb__trial_u(e, handle), y, handle))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     t->y = y;
@@ -814,7 +849,7 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
         e->n_tells--;
         settle(e, t, 1, 1);
         if (trial_in_current_pool(e, t))
-            e->cand_told[t->index] = was_told;
+            e->cand_told[point] = was_told;
         t->y = NAN;
         return rc;
     }
@@ -1540,6 +1575,51 @@ void kb__refresh_pool(kb_engine *e, int refine, kb__pool_rules *r)
         s->rows[i * d + fj] = s->u[i * d + fj] = ((double)fl + 0.5) / (double)s->levels[fj];
     if (e->fit_on && refine && nb)
         refine_pool(e, best, nb); /* from the starved choice's points: keeps the choice */
-    memset(e->cand_pending, 0, e->space->n * sizeof *e->cand_pending);
-    memset(e->cand_told, 0, e->space->n * sizeof *e->cand_told);
+    kb__pool_reset_flags(e);
+}
+
+/* The pool row of internal point u among those chained so far, or NO_GROUP. */
+static size_t pool_row_of(const kb_engine *e, const double *u)
+{
+    const kb_space *s = e->space;
+    size_t b = coord_hash(u, s->dim, e->n_pool_heads);
+    for (size_t j = e->pool_heads[b]; j != NO_GROUP; j = e->pool_next[j])
+        if (same_point(s->u + j * s->dim, u, s->dim))
+            return j;
+    return NO_GROUP;
+}
+
+/* The first pool row with row i's internal coordinates; chains row i when that is i. */
+static size_t pool_first_row(kb_engine *e, size_t i)
+{
+    const kb_space *s = e->space;
+    const double *u = s->u + i * s->dim;
+    size_t j = pool_row_of(e, u);
+    if (j != NO_GROUP)
+        return j;
+    size_t b = coord_hash(u, s->dim, e->n_pool_heads);
+    e->pool_next[i] = e->pool_heads[b];
+    e->pool_heads[b] = i;
+    return i;
+}
+
+void kb__pool_reset_flags(kb_engine *e)
+{
+    const kb_space *s = e->space;
+    memset(e->cand_pending, 0, s->n * sizeof *e->cand_pending);
+    memset(e->cand_told, 0, s->n * sizeof *e->cand_told);
+    if (!e->pool_canon)
+        return;
+    for (size_t b = 0; b < e->n_pool_heads; b++)
+        e->pool_heads[b] = NO_GROUP;
+    for (size_t i = 0; i < s->n; i++) {
+        size_t c = e->pool_canon[i] = pool_first_row(e, i);
+        e->cand_told[c] |= find_group(e, s->u + i * s->dim) != NO_GROUP;
+    }
+    for (uint64_t h = 1; h <= e->n_trials; h++) {
+        size_t r = e->trials[h - 1].state == KB_TRIAL_PENDING
+                       ? pool_row_of(e, kb__trial_u(e, h)) : NO_GROUP;
+        if (r != NO_GROUP)
+            e->cand_pending[r]++;
+    }
 }

@@ -443,6 +443,12 @@ struct kb_engine {
                           * warp's spread is at least KB_WARP_NOISE_SDS of it */
 
     int repeats;         /* 0 allow, 1 no_pending, 2 never */
+    /* A box of int and categorical parameters only: its pool repeats points, so each
+     * pool row stands for the first row of its point (pool_canon, rebuilt with every
+     * pool by kb__pool_reset_flags through the chains pool_next / pool_heads), whose
+     * flags below count the point's trials. NULL for every other space. */
+    size_t *pool_canon, *pool_next, *pool_heads;
+    size_t n_pool_heads;
     int repeats_auto;    /* finite set, repeats unset: never once the values look
                           * deterministic (kb__excluded) */
     uint32_t *cand_pending;  /* per candidate: pending trials on it */
@@ -502,6 +508,7 @@ static inline int kb__looks_deterministic(const kb_engine *e)
  * docs/BENCHMARKS.md, forty-seventh session). */
 static inline int kb__excluded(const kb_engine *e, size_t i)
 {
+    i = e->pool_canon ? e->pool_canon[i] : i;
     if (e->repeats == 0 && !(e->repeats_auto && kb__looks_deterministic(e)))
         return 0;
     if (e->repeats == 0)
@@ -578,6 +585,12 @@ int kb__pool_rules_due(const kb_engine *e, const kb__pool_rules *r);
  * starved_choice), or else a stalled noise-free run's pool climbs from a second basin
  * (climb_center); r records the key and counts the pool. */
 void kb__refresh_pool(kb_engine *e, int refine, kb__pool_rules *r);
+/* After a box's pool was drawn: no candidate pending or told, except on a discrete box
+ * (kb_engine.pool_canon), where a point already told starts told, and a point pending
+ * from an earlier pool starts pending until the next pool (told or abandoned), so that
+ * repeats = never holds for points rather than rows and a fully told discrete box is
+ * exhausted. Every engine that draws a pool calls this after it. */
+void kb__pool_reset_flags(kb_engine *e);
 
 /* The choice_floor option of the engines that have choice floors (engine.c), with its
  * default: 2 where it was judged on the held-out mixed spaces and kept (bbkb, bkb,

@@ -62,7 +62,9 @@ def test_engine_under_concurrent_workers(daemons, engine, space):
     api = d.client()
     if space == "candidates":
         sp = {"type": "candidates", "candidates": grid(60, 2)}
-        settings = {"seed": 9}
+        # toy() is deterministic: unset, repeats would stop once the values show it
+        # (progress.deterministic) and 60 candidates could not give 120 trials
+        settings = {"seed": 9, "repeats": "allow"}
     else:
         sp = {"type": "box", "params": [{"name": "a", "type": "float", "low": -1, "high": 1},
                                         {"name": "b", "type": "int", "low": 0, "high": 9}]}

@@ -1900,6 +1900,73 @@ static void deterministic_values_stop_repeats(void **state)
     kb_engine_free(e);
 }
 
+/* A box of int and categorical parameters holds finitely many points, and its pool of
+ * 2,048 rows repeats each of them: repeats apply to points, not rows. Every engine on
+ * 4 x 3 x 2 = 24 points (a categorical among them), repeats unset (never on a box), two
+ * trials kept pending, a deterministic objective: no point is handed out twice, every
+ * point is handed out, then asks answer "exhausted" (they handed out the same points for
+ * ever, across pool redraws, before). The engine restored half-way goes on as the
+ * original. */
+static void discrete_box_points_are_handed_out_once(void **state)
+{
+    (void)state;
+    enum { POINTS = 24, PENDING = 2 };
+    kb_error err;
+    const size_t levels[3] = {4, 3, 2};
+    const unsigned char cat[3] = {0, 0, 1};
+    for (const char *const *eng = kb_engine_names(); *eng; eng++) {
+        kb_space *box = kb_space_new_box(3, 2048, &err);
+        assert_int_equal(kb_space_set_levels(box, levels, cat, &err), KB_OK);
+        kb_config *cfg = kb_config_new(*eng, &err);
+        assert_int_equal(kb_config_set_number(cfg, "seed", 4, &err), KB_OK);
+        kb_engine *e = kb_engine_create(cfg, box, &err), *r = NULL;
+        if (!e)
+            fail_msg("%s: %s", *eng, err.message);
+        int seen[4][3][2] = {{{0}}}, handed = 0;
+        uint64_t out[PENDING];
+        size_t n = 0;
+        for (int step = 0; step < 200; step++) {
+            if (!r && handed == POINTS / 2)
+                r = tu_restored(e);
+            kb_point p, q;
+            kb_ask_result res, res_r;
+            assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+            if (r) {
+                assert_int_equal(kb_engine_ask(r, 1, &q, &res_r, &err), KB_OK);
+                assert_int_equal(res_r.n, res.n);
+                if (res.n && memcmp(p.x, q.x, sizeof(double) * 3) != 0)
+                    fail_msg("%s: the restored engine parted at step %d", *eng, step);
+            }
+            if (res.n) {
+                /* a box's points are unit-cube coordinates, level l of L at (l + 0.5) / L */
+                int a = (int)(p.x[0] * 4), b = (int)(p.x[1] * 3), c = (int)(p.x[2] * 2);
+                if (seen[a][b][c]++)
+                    fail_msg("%s: point (%d, %d, %d) handed out twice", *eng, a, b, c);
+                out[n++] = p.handle;
+                handed++;
+            } else if (n == 0) {
+                assert_int_equal(res.status, KB_ASK_EXHAUSTED);
+                break;
+            }
+            if (res.n && n < PENDING)
+                continue;
+            kb_trial_state ts;
+            assert_int_equal(kb_engine_trial(e, out[0], &p, &ts), KB_OK);
+            double y = -pow(p.x[0] * 4 - 2.5, 2) - pow(p.x[1] * 3 - 1.5, 2) + p.x[2];
+            assert_int_equal(kb_engine_tell(e, out[0], y, &err), KB_OK);
+            if (r)
+                assert_int_equal(kb_engine_tell(r, out[0], y, &err), KB_OK);
+            memmove(out, out + 1, --n * sizeof *out);
+        }
+        if (handed != POINTS)
+            fail_msg("%s: %d of %d points handed out", *eng, handed, POINTS);
+        kb_engine_free(e);
+        kb_engine_free(r);
+        kb_config_free(cfg);
+        kb_space_free(box);
+    }
+}
+
 /* Runs a fixed mixed script of calls; returns the indices asked. */
 static void script(kb_engine *e, int steps, size_t *out_idx, kb_rng *driver)
 {
@@ -2209,6 +2276,7 @@ int main(void)
         cmocka_unit_test(base_checks_handles_and_values),
         cmocka_unit_test(repeats_policy_is_enforced),
         cmocka_unit_test(deterministic_values_stop_repeats),
+        cmocka_unit_test(discrete_box_points_are_handed_out_once),
         cmocka_unit_test(snapshot_restore_continues_identically),
         cmocka_unit_test(output_stats_count_distinct_points),
         cmocka_unit_test(output_warp_matches_reference),
