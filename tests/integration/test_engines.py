@@ -391,3 +391,60 @@ def test_stored_repeated_choices_still_load(daemons, tmp_path):
     r = api.post("/v1/studies", json={"name": "new", "space": {"type": "box", "params": [
         {"name": "c", "type": "categorical", "choices": ["a", "a"]}]}})
     assert r.status_code == 400 and error_of(r)["field"] == "space.params[0].choices[1]", r.text
+
+
+def sequential_until_empty(api, sid, objective, limit):
+    """ask(1)/tell one trial at a time until an ask hands out nothing; returns the points
+    handed out (as tuples) and that last answer."""
+    points = []
+    for _ in range(limit):
+        res = ask(api, sid, worker="seq")
+        if not res["trials"]:
+            return points, res
+        (t,) = res["trials"]
+        points.append(tuple(t["x"]))
+        tell(api, sid, t["id"], objective(t))
+    pytest.fail(f"still handing out points after {limit} asks")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_deterministic_catalogue_visits_new_rows(api, engine):
+    """A finite set told a deterministic objective, repeats unset: once a row was told
+    three times with one value, told rows are not handed out again (progress.deterministic),
+    so the study goes through the catalogue to "exhausted" instead of handing out its best
+    row for ever; a noisy objective keeps repeats."""
+    sp = {"type": "candidates", "candidates": grid(15, 2)}
+    sid = try_create_engine_study(api, f"det-{engine}", engine, sp, {"seed": 2})["id"]
+    points, res = sequential_until_empty(api, sid, lambda t: toy(t["x"]), 200)
+    assert res["status"] == "exhausted" and res["awaiting"] == 0, res
+    assert len(set(points)) == 15, points
+    first_third = next(i for i, p in enumerate(points) if points[:i + 1].count(p) == 3)
+    later = points[first_third + 1:]
+    assert not set(later) & set(points[:first_third + 1]) and len(set(later)) == len(later)
+    assert api.get(f"/v1/studies/{sid}").json()["progress"]["deterministic"] is True
+    sid = try_create_engine_study(api, f"noisy-{engine}", engine, sp, {"seed": 2})["id"]
+    rng = random.Random(3)
+    for _ in range(40):
+        (t,) = ask(api, sid, worker="seq")["trials"]
+        tell(api, sid, t["id"], toy(t["x"]) + rng.gauss(0, 0.01))
+    assert api.get(f"/v1/studies/{sid}").json()["progress"]["deterministic"] is False
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_discrete_box_hands_out_each_point_once(api, engine):
+    """A box of int and categorical parameters (4 x 3 x 2 = 24 points) hands out each
+    point once, then answers "exhausted" (its pools repeat points; the repeats policy
+    holds for points, not pool rows)."""
+    sp = {"type": "box", "params": [
+        {"name": "a", "type": "int", "low": 0, "high": 3},
+        {"name": "b", "type": "int", "low": -1, "high": 1},
+        {"name": "c", "type": "categorical", "choices": ["u", "v"]}]}
+    sid = try_create_engine_study(api, f"disc-{engine}", engine, sp, {"seed": 2})["id"]
+
+    def objective(t):
+        p = t["params"]
+        return -(p["a"] - 2) ** 2 - p["b"] ** 2 + (p["c"] == "v")
+
+    points, res = sequential_until_empty(api, sid, objective, 200)
+    assert res["status"] == "exhausted" and res["awaiting"] == 0, res
+    assert len(points) == 24 and len(set(points)) == 24, points
