@@ -43,8 +43,9 @@
  *                    say, because a rebuild failed (out of memory, or no jitter made the
  *                    matrix positive definite); every op rebuilds it from X or obs_u
  *                    first (ensure_built) or fails, and nothing is computed on it.
- * Appending a row is O(n^2 + n A) through BLAS; an abandon or a box pool refresh rebuilds
- * L, Kc and var from the remaining rows (O(n^3 + n^2 A)): correctness over speed. Box
+ * Appending a row is O(n^2 + n A) through BLAS; an abandon (but of the newest row before
+ * var took it: O(1)) or a box pool refresh rebuilds L, Kc and var from the remaining rows
+ * (O(n^3 + n^2 A)): correctness over speed. Box
  * pools are refreshed once the observations grew by a sixteenth since the last refresh
  * (pool_due), so that a rebuild comes every n / 16 observations, amortized
  * O(16 (n^2 + n A)) per step: gp-ucb at an ask, gp-bucb at a batch start past
@@ -647,6 +648,17 @@ static int gp_abandon(kb_engine *e, uint64_t h, kb_error *err)
         r++;
     if (r == s->n)
         return KB_OK; /* cannot happen: every pending trial has a row */
+    if (r + 1 == s->n && s->n_var <= r && !s->broken) {
+        /* The newest row, not yet folded into var: dropping it leaves L, Kc and var as
+         * they were before its append, in O(1). This is the abandon of a replayed ask
+         * that a restore adopts (engine.c, adopt), once per adopted ask: the rebuild below
+         * made restoring a long study under a newer build O(n^4). */
+        double l = kb__chol_pivot(&s->L, r);
+        s->logdet -= log(l * l / s->lambda);
+        kb__chol_truncate(&s->L, r);
+        s->n = r;
+        return KB_OK;
+    }
     /* The rebuild's scratch first, so that past this point the abandon cannot fail (the
      * base's contract); a numerical failure of the rebuild leaves `broken` set. */
     if (!work(s, s->n * (s->n > BLK ? s->n : BLK)))
