@@ -324,6 +324,18 @@ static void script(kb_engine *e, kb_rng *drv, size_t *idx, size_t n)
     }
 }
 
+static const char *const BOTH[] = {"gp-ucb", "gp-bucb"};
+
+/* A x D candidates uniform in [0, 1), from a generator seeded with seed. */
+static void uniform_candidates(double *cand, uint64_t seed)
+{
+    kb_rng rng;
+    kb_rng_seed(&rng, seed);
+    double *c = tu_uniform_matrix(&rng, A, D, 0, 1);
+    memcpy(cand, c, A * D * sizeof *cand);
+    free(c);
+}
+
 /* Abandoning the newest trial right after its ask (what a restore does once per replayed
  * ask it adopts) leaves the posterior exactly as it was before that ask: the factor is
  * truncated, not rebuilt (a rebuild differs in the last bits, and made such restores
@@ -332,14 +344,9 @@ static void abandoning_the_newest_trial_restores_the_posterior(void **state)
 {
     (void)state;
     double cand[A * D];
-    kb_rng rng;
-    kb_rng_seed(&rng, 11);
-    double *c = tu_uniform_matrix(&rng, A, D, 0, 1);
-    memcpy(cand, c, sizeof cand);
-    free(c);
-    const char *engines[] = {"gp-ucb", "gp-bucb"};
+    uniform_candidates(cand, 11);
     for (int en = 0; en < 2; en++) {
-        kb_engine *e = make_engine(engines[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
+        kb_engine *e = make_engine(BOTH[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
         kb_rng drv;
         kb_rng_seed(&drv, 2);
         size_t idx[30];
@@ -373,15 +380,10 @@ static void deterministic_and_restorable(void **state)
 {
     (void)state;
     double cand[A * D];
-    kb_rng rng;
-    kb_rng_seed(&rng, 9);
-    double *c = tu_uniform_matrix(&rng, A, D, 0, 1);
-    memcpy(cand, c, sizeof cand);
-    free(c);
-    const char *engines[] = {"gp-ucb", "gp-bucb"};
+    uniform_candidates(cand, 9);
     for (int en = 0; en < 2; en++) {
-        kb_engine *e1 = make_engine(engines[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
-        kb_engine *e2 = make_engine(engines[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
+        kb_engine *e1 = make_engine(BOTH[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
+        kb_engine *e2 = make_engine(BOTH[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
         kb_rng d1, d2;
         kb_rng_seed(&d1, 1);
         kb_rng_seed(&d2, 1);
