@@ -531,12 +531,6 @@ void kb_engine_free(kb_engine *e)
 const char *kb_engine_name(const kb_engine *e) { return e->ops->name; }
 size_t kb_engine_dim(const kb_engine *e) { return e->space->dim; }
 
-/* The row whose flags stand for pool row i's point (kb_engine.pool_canon). */
-static size_t pool_point(const kb_engine *e, size_t i)
-{
-    return e->pool_canon ? e->pool_canon[i] : i;
-}
-
 /* Whether trial t's candidate index refers to the current candidate set. */
 static int trial_in_current_pool(const kb_engine *e, const kb_trial *t)
 {
@@ -556,13 +550,13 @@ static int hand_out(kb_engine *e, size_t index, kb_point *pt, kb_error *err)
     memcpy(kb__trial_x(e, e->n_trials), e->space->rows + index * d, d * sizeof(double));
     memcpy(kb__trial_u(e, e->n_trials), e->space->u + index * d, d * sizeof(double));
     e->n_pending++;
-    e->cand_pending[pool_point(e, index)]++;
+    e->cand_pending[kb__pool_point(e, index)]++;
     uint64_t h = e->n_trials;
     int rc = e->ops->handed ? e->ops->handed(e, h, err) : KB_OK;
     if (rc) {
         e->n_trials--;
         e->n_pending--;
-        e->cand_pending[pool_point(e, index)]--;
+        e->cand_pending[kb__pool_point(e, index)]--;
         return rc;
     }
     pt->handle = h;
@@ -774,7 +768,7 @@ static void pop_obs(kb_engine *e)
 static void settle(kb_engine *e, kb_trial *t, int told, int undo)
 {
     int in_pool = trial_in_current_pool(e, t);
-    size_t i = pool_point(e, t->index);
+    size_t i = kb__pool_point(e, t->index);
     if (!undo) {
         t->state = told ? KB_TRIAL_TOLD : KB_TRIAL_ABANDONED;
         e->n_pending--;
@@ -836,8 +830,9 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     if (t->adopted)
         return tell_adopted(e, t, handle, y, err);
-    size_t point = trial_in_current_pool(e, t) ? pool_point(e, t->index) : 0;
-    unsigned char was_told = e->cand_told[point];
+    int in_pool = trial_in_current_pool(e, t);
+    size_t point = kb__pool_point(e, t->index);
+    unsigned char was_told = in_pool && e->cand_told[point];
     if (push_obs(e, kb__trial_u(e, handle), y, handle))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     t->y = y;
@@ -848,7 +843,7 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
         pop_obs(e);
         e->n_tells--;
         settle(e, t, 1, 1);
-        if (trial_in_current_pool(e, t))
+        if (in_pool)
             e->cand_told[point] = was_told;
         t->y = NAN;
         return rc;

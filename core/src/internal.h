@@ -489,6 +489,13 @@ static inline double *kb__trial_u(const kb_engine *e, uint64_t h)
     return e->u_chunks[i / KB_TRIAL_CHUNK] + (i % KB_TRIAL_CHUNK) * e->space->dim;
 }
 
+/* The row whose flags (cand_pending, cand_told) stand for candidate i's point: i itself
+ * but on a discrete box (kb_engine.pool_canon). */
+static inline size_t kb__pool_point(const kb_engine *e, size_t i)
+{
+    return e->pool_canon ? e->pool_canon[i] : i;
+}
+
 /* Whether the told values look deterministic: some point was told three times with one
  * value and no point with two different values. Exact equality is the test: repeated
  * measurements of a noisy continuous objective differ in their last bits, while a
@@ -508,14 +515,14 @@ static inline int kb__looks_deterministic(const kb_engine *e)
  * docs/BENCHMARKS.md, forty-seventh session). */
 static inline int kb__excluded(const kb_engine *e, size_t i)
 {
-    i = e->pool_canon ? e->pool_canon[i] : i;
-    if (e->repeats == 0 && !(e->repeats_auto && kb__looks_deterministic(e)))
+    int repeats = e->repeats == 0 && e->repeats_auto && kb__looks_deterministic(e)
+                      ? 2 : e->repeats;
+    if (repeats == 0)
         return 0;
-    if (e->repeats == 0)
-        return e->cand_pending[i] || e->cand_told[i];
+    i = kb__pool_point(e, i);
     if (e->cand_pending[i])
         return 1;
-    return e->repeats == 2 && e->cand_told[i];
+    return repeats == 2 && e->cand_told[i];
 }
 
 /* Output standardization y_std = (y - mean) / sd, over distinct points: observations
