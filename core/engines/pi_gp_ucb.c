@@ -804,14 +804,15 @@ done:
     return rc;
 }
 
-/* Box spaces: a new pool after a split, or after pool_size / 4 asks without one. */
-static void maybe_refresh_pool(kb_engine *e)
+/* Box spaces: a new pool after a split, or after pool_size / 4 asks without one, or
+ * when `spent` (no pool point is allowed). */
+static void maybe_refresh_pool(kb_engine *e, int spent)
 {
     pi_state *st = e->impl;
     if (e->space->finite)
         return;
     size_t every = e->space->n / 4 ? e->space->n / 4 : 1;
-    if (!st->split_since_refresh && st->asks_since_refresh < every)
+    if (!spent && !st->split_since_refresh && st->asks_since_refresh < every)
         return;
     kb__refresh_pool(e, 0, NULL);
     assign_candidates(e);
@@ -868,20 +869,23 @@ static int refit(kb_engine *e, kb_error *err)
     return KB_OK;
 }
 
-static int pi_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+/* The leaves' posteriors and widths for the current pool. */
+static int score_leaves(kb_engine *e, kb_error *err)
 {
     pi_state *st = e->impl;
-    if (kb__design_index(e, index))
-        return KB_OK;
-    int rc = kb__hyper_due(e) ? refit(e, err) : KB_OK;
-    if (rc)
-        return rc;
-    double t0 = kb__now();
-    maybe_refresh_pool(e);
-    for (size_t i = 0; i < st->n_leaves; i++)
-        if ((rc = refresh_leaf(e, st->leaves[i])))
+    for (size_t i = 0; i < st->n_leaves; i++) {
+        int rc = refresh_leaf(e, st->leaves[i]);
+        if (rc)
             return leaf_fail(err, rc);
+    }
     leaf_widths(e);
+    return KB_OK;
+}
+
+/* The allowed candidate of largest UCB, or (size_t)-1 when none is allowed. */
+static size_t best_ucb(kb_engine *e)
+{
+    pi_state *st = e->impl;
     double mean, sd;
     kb__output_stats(e, &mean, &sd);
     size_t best = (size_t)-1;
@@ -895,6 +899,28 @@ static int pi_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error 
             best = i;
             best_ucb = ucb;
         }
+    }
+    return best;
+}
+
+static int pi_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+{
+    pi_state *st = e->impl;
+    if (kb__design_index(e, index))
+        return KB_OK;
+    int rc = kb__hyper_due(e) ? refit(e, err) : KB_OK;
+    if (rc)
+        return rc;
+    double t0 = kb__now();
+    maybe_refresh_pool(e, 0);
+    if ((rc = score_leaves(e, err)))
+        return rc;
+    size_t best = best_ucb(e);
+    if (best == (size_t)-1 && !e->space->finite) { /* a spent pool is redrawn (internal.h) */
+        maybe_refresh_pool(e, 1);
+        if ((rc = score_leaves(e, err)))
+            return rc;
+        best = best_ucb(e);
     }
     st->sec_ask += kb__now() - t0;
     if (best == (size_t)-1) {

@@ -23,37 +23,56 @@ static int random_create(kb_engine *e, kb_error *err)
 
 static void random_destroy(kb_engine *e) { free(e->impl); }
 
-static int random_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+/* The pool's quasi-random redraw; the repeats flags follow it. */
+static void redraw(kb_engine *e, random_state *st)
 {
-    (void)err;
-    random_state *st = e->impl;
+    kb__space_refresh_pool(e->space, &e->rng, NULL, 0, NULL, 0);
+    kb__pool_reset_flags(e);
+    st->since_refresh = 1;
+}
+
+/* A uniform draw among the allowed candidates into *index; 0 when none is allowed. A
+ * few rejection draws handle the common case; a counted draw is exact always. */
+static int draw_allowed(kb_engine *e, size_t *index)
+{
     size_t n = e->space->n;
-    if (!e->space->finite && ++st->since_refresh > n / 2 + 1) {
-        kb__space_refresh_pool(e->space, &e->rng, NULL, 0, NULL, 0);
-        kb__pool_reset_flags(e);
-        st->since_refresh = 1;
-    }
-    /* A few rejection draws handle the common case; a counted draw is exact always. */
     for (int tries = 0; tries < 16; tries++) {
         size_t i = (size_t)kb_rng_below(&e->rng, n);
         if (!kb__excluded(e, i)) {
             *index = i;
-            return KB_OK;
+            return 1;
         }
     }
     size_t allowed = 0;
     for (size_t i = 0; i < n; i++)
         allowed += !kb__excluded(e, i);
-    if (allowed == 0) {
-        res->status = KB_ASK_EXHAUSTED;
-        return KB_OK;
-    }
+    if (allowed == 0)
+        return 0;
     size_t k = (size_t)kb_rng_below(&e->rng, allowed);
     for (size_t i = 0; i < n; i++)
         if (!kb__excluded(e, i) && k-- == 0) {
             *index = i;
             break;
         }
+    return 1;
+}
+
+/* A box whose pool is spent is redrawn (ops->ask_one's contract, internal.h). */
+static int random_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
+{
+    (void)err;
+    random_state *st = e->impl;
+    int box = !e->space->finite;
+    if (box && ++st->since_refresh > e->space->n / 2 + 1)
+        redraw(e, st);
+    if (draw_allowed(e, index))
+        return KB_OK;
+    if (box) {
+        redraw(e, st);
+        if (draw_allowed(e, index))
+            return KB_OK;
+    }
+    res->status = KB_ASK_EXHAUSTED;
     return KB_OK;
 }
 

@@ -565,6 +565,8 @@ static int hand_out(kb_engine *e, size_t index, kb_point *pt, kb_error *err)
     return KB_OK;
 }
 
+static int nothing_to_hand_out(const kb_engine *e); /* the pool section, below */
+
 /* The engine's choice of one point, handed out into *pt unless one->status says why
  * not; the log has room for its event. */
 static int ask_point(kb_engine *e, kb_point *pt, kb_ask_result *one, kb_error *err)
@@ -573,6 +575,10 @@ static int ask_point(kb_engine *e, kb_point *pt, kb_ask_result *one, kb_error *e
     *one = (kb_ask_result){0, KB_ASK_OK, 0};
     if (kb__log_reserve(e->log, e->space->dim))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    if (nothing_to_hand_out(e)) {
+        one->status = KB_ASK_EXHAUSTED;
+        return KB_OK;
+    }
     int rc = e->ops->ask_one(e, &index, one, err);
     if (rc || one->status != KB_ASK_OK)
         return rc;
@@ -1598,6 +1604,90 @@ static size_t pool_first_row(kb_engine *e, size_t i)
     return i;
 }
 
+/* Point u's index in a discrete box's grid of `points` (mixed radix over the levels),
+ * or `points` when u is not on the grid (an observation the caller placed elsewhere). */
+static size_t grid_index(const kb_space *s, const double *u, size_t points)
+{
+    size_t at = 0;
+    for (size_t j = 0; j < s->dim; j++) {
+        size_t L = s->levels[j], l = kb__category(u[j], L);
+        if (u[j] != ((double)l + 0.5) / (double)L)
+            return points;
+        at = at * L + l;
+    }
+    return at;
+}
+
+/* A discrete box's grid as points + 1 flags (owned), set for the points the repeats
+ * policy excludes, pending or (policy 2) told, as kb__pool_reset_flags judges them;
+ * the last flag stands for every point off the grid. NULL when the grid holds more
+ * than `limit` points (or memory ran out). */
+static unsigned char *grid_excluded(const kb_engine *e, int policy, size_t limit,
+                                    size_t *points)
+{
+    const kb_space *s = e->space;
+    size_t d = s->dim;
+    *points = 1;
+    for (size_t j = 0; j < d; j++) {
+        if (s->levels[j] > limit / *points)
+            return NULL;
+        *points *= s->levels[j];
+    }
+    unsigned char *seen = calloc(*points + 1, 1);
+    for (size_t g = 0; seen && policy == 2 && g < e->n_groups; g++)
+        seen[grid_index(s, e->obs_u + e->groups[g].first * d, *points)] = 1;
+    for (uint64_t h = 1; seen && h <= e->n_trials; h++)
+        if (e->trials[h - 1].state == KB_TRIAL_PENDING)
+            seen[grid_index(s, kb__trial_u(e, h), *points)] = 1;
+    return seen;
+}
+
+/* Whether every point of a discrete box is excluded. Every excluded point is a trial's
+ * or an observation's, so a grid larger than those are many has room: O(d) then,
+ * O(points + trials) otherwise. */
+static int grid_spent(const kb_engine *e, int policy)
+{
+    size_t points, left;
+    unsigned char *seen = grid_excluded(e, policy, e->n_trials + e->n_observed, &points);
+    if (!seen)
+        return 0; /* or out of memory: the engine's own search answers */
+    for (left = 0; left < points && seen[left]; left++)
+        ;
+    free(seen);
+    return left == points;
+}
+
+/* A discrete box's pool whose every row is excluded while the grid has room (a pool
+ * smaller than the grid, drawn near its end: engines answered "exhausted" with points
+ * left) gets the points left, evenly spaced in grid order when more than the pool
+ * holds. Only grids of at most trials + observations + pool points: a larger one has
+ * more points left than the pool has rows, which a draw misses only by chance.
+ * Returns whether rows were replaced. */
+static int pool_from_grid(kb_engine *e)
+{
+    kb_space *s = e->space;
+    for (size_t i = 0; i < s->n; i++)
+        if (!kb__excluded(e, i))
+            return 0;
+    int policy = kb__repeats_policy(e);
+    size_t points, left = 0, d = s->dim;
+    unsigned char *seen = policy ? grid_excluded(e, policy, e->n_trials + e->n_observed + s->n,
+                                                 &points) : NULL;
+    for (size_t g = 0; seen && g < points; g++)
+        left += !seen[g];
+    size_t rows = left < s->n ? left : s->n, row = 0;
+    for (size_t g = 0, k = 0; row < rows; g++) {
+        if (seen[g] || k++ != row * left / rows) /* the row-th of `rows` spaced picks */
+            continue;
+        for (size_t j = d, at = g; j-- > 0; at /= s->levels[j])
+            s->rows[row * d + j] = ((double)(at % s->levels[j]) + 0.5) / (double)s->levels[j];
+        memcpy(s->u + row * d, s->rows + row * d, d * sizeof(double));
+        row++;
+    }
+    free(seen);
+    return rows > 0;
+}
+
 void kb__pool_reset_flags(kb_engine *e)
 {
     const kb_space *s = e->space;
@@ -1617,4 +1707,29 @@ void kb__pool_reset_flags(kb_engine *e)
         if (r != NO_GROUP)
             e->cand_pending[r]++;
     }
+    if (pool_from_grid(e)) /* leaves a row allowed: this recursion ends */
+        kb__pool_reset_flags(e);
+}
+
+/* Whether the repeats policy excludes every point of the space, so that an ask can
+ * only answer KB_ASK_EXHAUSTED. Asked before ops->ask_one, which would otherwise draw
+ * from the RNG or redraw a pool on its way to finding nothing (random, gp-ts and sgp-ts
+ * did): an answer without a choice is not in the event log, so a restored engine parted
+ * from the original once pending points came back (docs/BENCHMARKS.md, forty-eighth
+ * session). Every excluded candidate is the row of a trial or, on a box, an observed
+ * point, which bounds the exact test to studies at least as long as the space. */
+static int nothing_to_hand_out(const kb_engine *e)
+{
+    int policy = kb__repeats_policy(e);
+    const kb_space *s = e->space;
+    if (policy == 0)
+        return 0;
+    if (e->pool_canon)
+        return grid_spent(e, policy);
+    if (!s->finite || s->n > e->n_trials)
+        return 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (!kb__excluded(e, i))
+            return 0;
+    return 1;
 }

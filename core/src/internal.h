@@ -381,7 +381,8 @@ typedef struct kb_engine_ops {
      * a finite set or a fully told discrete box answers KB_ASK_EXHAUSTED (a batch that
      * outlived its pool under heavy noise stopped studies for good before). An answer
      * without a choice is not in the event log (snapshot.c): it must not change what
-     * later calls do. */
+     * later calls do. The base answers KB_ASK_EXHAUSTED itself, without calling the op,
+     * when the repeats policy excludes every point of the space (engine.c). */
     int (*ask_one)(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err);
     /* Called once the trial of `handle` exists (hallucinate it here). May be NULL. */
     int (*handed)(kb_engine *e, uint64_t handle, kb_error *err);
@@ -507,16 +508,21 @@ static inline int kb__looks_deterministic(const kb_engine *e)
     return e->n_same3 > 0 && e->n_varied == 0;
 }
 
-/* Whether the repeats policy forbids handing out candidate i now. On a finite set with
+/* The repeats policy in force: 0 allow, 1 no_pending, 2 never. On a finite set with
  * `repeats` unset, repeats are allowed until the values look deterministic, then not
  * (as "never"): a known point's value again teaches nothing, and an engine whose UCB
  * prefers a told arm to every untold one would otherwise hand out that one arm for the
  * rest of the study (a deterministic catalogue's run locked on a suboptimal row;
- * docs/BENCHMARKS.md, forty-seventh session). */
+ * docs/BENCHMARKS.md, forty-seventh session). kb__excluded: whether it forbids handing
+ * out candidate i now. */
+static inline int kb__repeats_policy(const kb_engine *e)
+{
+    return e->repeats == 0 && e->repeats_auto && kb__looks_deterministic(e) ? 2 : e->repeats;
+}
+
 static inline int kb__excluded(const kb_engine *e, size_t i)
 {
-    int repeats = e->repeats == 0 && e->repeats_auto && kb__looks_deterministic(e)
-                      ? 2 : e->repeats;
+    int repeats = kb__repeats_policy(e);
     if (repeats == 0)
         return 0;
     i = kb__pool_point(e, i);

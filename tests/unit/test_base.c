@@ -1967,6 +1967,135 @@ static void discrete_box_points_are_handed_out_once(void **state)
     }
 }
 
+/* The objective of the exhaustion tests below: unit-cube coordinates of a 3-d point. */
+static double exhaust_y(const double *x)
+{
+    return -pow(x[0] - 0.6, 2) - pow(x[1] - 0.4, 2) + x[2];
+}
+
+/* The 24 points of a 4 x 3 x 2 grid, as a finite set (kind 0) or as a box of an int, an
+ * int and a categorical parameter (kind 1), under repeats = policy. */
+static kb_engine *exhaust_engine(const char *engine, int kind, const char *policy, int seed)
+{
+    kb_error err;
+    const size_t levels[3] = {4, 3, 2};
+    const unsigned char cat[3] = {0, 0, 1};
+    double X[24 * 3];
+    for (int i = 0; i < 24; i++) {
+        X[3 * i] = (i % 4 + 0.5) / 4;
+        X[3 * i + 1] = ((i / 4) % 3 + 0.5) / 3;
+        X[3 * i + 2] = (i / 12 + 0.5) / 2;
+    }
+    kb_space *sp = kind ? kb_space_new_box(3, 2048, &err) : kb_space_new_finite(X, 24, 3, &err);
+    assert_non_null(sp);
+    if (kind)
+        assert_int_equal(kb_space_set_levels(sp, levels, cat, &err), KB_OK);
+    kb_config *cfg = kb_config_new(engine, &err);
+    assert_int_equal(kb_config_set_number(cfg, "seed", seed, &err), KB_OK);
+    assert_int_equal(kb_config_set_string(cfg, "repeats", policy, &err), KB_OK);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    if (!e)
+        fail_msg("%s: %s", engine, err.message);
+    kb_config_free(cfg);
+    kb_space_free(sp);
+    return e;
+}
+
+/* Asks that find nothing to hand out are not in the event log, so they must not change
+ * what later asks choose: random, gp-ts and sgp-ts drew from their RNG or redrew the
+ * pool on their way to "exhausted", and a restored engine parted from the original
+ * once abandoned points came back. */
+static void exhausted_asks_change_nothing(void **state)
+{
+    (void)state;
+    kb_error err;
+    const char *const policies[2] = {"never", "no_pending"};
+    for (const char *const *eng = kb_engine_names(); *eng; eng++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int seed = 1; seed <= 3; seed++) {
+                /* under no_pending told points come back: all stay pending there */
+                int told = seed % 2 ? 0 : 8;
+                kb_engine *e = exhaust_engine(*eng, kind, policies[seed % 2], seed);
+                uint64_t h[24];
+                int n = 0;
+                kb_point p, q;
+                kb_ask_result res, res_r;
+                while (n < 24) {
+                    assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+                    if (!res.n)
+                        break;
+                    h[n++] = p.handle;
+                    if (n <= told)
+                        assert_int_equal(kb_engine_tell(e, p.handle, exhaust_y(p.x), &err), KB_OK);
+                }
+                for (int k = 0; k < 3; k++) {
+                    assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+                    assert_int_equal(res.n, 0);
+                }
+                kb_engine *r = tu_restored(e);
+                for (int k = 10; k < n; k += 2) {
+                    assert_int_equal(kb_engine_abandon(e, h[k], &err), KB_OK);
+                    assert_int_equal(kb_engine_abandon(r, h[k], &err), KB_OK);
+                }
+                for (int k = 0; k < 6; k++) {
+                    assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+                    assert_int_equal(kb_engine_ask(r, 1, &q, &res_r, &err), KB_OK);
+                    assert_int_equal(res_r.n, res.n);
+                    if (res.n && memcmp(p.x, q.x, sizeof(double) * 3) != 0)
+                        fail_msg("%s, %s, seed %d: the restored engine parted at ask %d", *eng,
+                                 kind ? "box" : "finite set", seed, k);
+                    if (res.n) {
+                        assert_int_equal(kb_engine_tell(e, p.handle, exhaust_y(p.x), &err), KB_OK);
+                        assert_int_equal(kb_engine_tell(r, q.handle, exhaust_y(q.x), &err), KB_OK);
+                    }
+                }
+                kb_engine_free(e);
+                kb_engine_free(r);
+            }
+}
+
+/* A discrete box of more points than its pool holds: every engine hands out each of
+ * the 144 points once, one ask after another, and only then answers "exhausted" (they
+ * answered it early once the pool's draws missed the last points; pi-gp-ucb stopped
+ * at 81 and random at fewer). */
+static void discrete_box_larger_than_its_pool(void **state)
+{
+    (void)state;
+    kb_error err;
+    const size_t levels[2] = {12, 12};
+    const unsigned char cat[2] = {0, 1};
+    for (const char *const *eng = kb_engine_names(); *eng; eng++) {
+        kb_space *box = kb_space_new_box(2, 64, &err);
+        assert_int_equal(kb_space_set_levels(box, levels, cat, &err), KB_OK);
+        kb_config *cfg = kb_config_new(*eng, &err);
+        assert_int_equal(kb_config_set_number(cfg, "seed", 3, &err), KB_OK);
+        kb_engine *e = kb_engine_create(cfg, box, &err);
+        if (!e)
+            fail_msg("%s: %s", *eng, err.message);
+        int seen[144] = {0};
+        for (int handed = 0; handed <= 144; handed++) {
+            kb_point p;
+            kb_ask_result res;
+            assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+            if (handed == 144) {
+                assert_int_equal(res.n, 0);
+                assert_int_equal(res.status, KB_ASK_EXHAUSTED);
+                break;
+            }
+            if (res.n != 1)
+                fail_msg("%s: nothing handed out with %d of 144 points left", *eng, 144 - handed);
+            int a = (int)(p.x[0] * 12), b = (int)(p.x[1] * 12);
+            if (seen[a * 12 + b]++)
+                fail_msg("%s: point (%d, %d) handed out twice", *eng, a, b);
+            double y = -pow(p.x[0] - 0.3, 2) + 0.1 * (b % 3);
+            assert_int_equal(kb_engine_tell(e, p.handle, y, &err), KB_OK);
+        }
+        kb_engine_free(e);
+        kb_config_free(cfg);
+        kb_space_free(box);
+    }
+}
+
 /* Runs a fixed mixed script of calls; returns the indices asked. */
 static void script(kb_engine *e, int steps, size_t *out_idx, kb_rng *driver)
 {
@@ -2277,6 +2406,8 @@ int main(void)
         cmocka_unit_test(repeats_policy_is_enforced),
         cmocka_unit_test(deterministic_values_stop_repeats),
         cmocka_unit_test(discrete_box_points_are_handed_out_once),
+        cmocka_unit_test(exhausted_asks_change_nothing),
+        cmocka_unit_test(discrete_box_larger_than_its_pool),
         cmocka_unit_test(snapshot_restore_continues_identically),
         cmocka_unit_test(output_stats_count_distinct_points),
         cmocka_unit_test(output_warp_matches_reference),
