@@ -448,3 +448,19 @@ def test_discrete_box_hands_out_each_point_once(api, engine):
     points, res = sequential_until_empty(api, sid, objective, 200)
     assert res["status"] == "exhausted" and res["awaiting"] == 0, res
     assert len(points) == 24 and len(set(points)) == 24, points
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_discrete_box_larger_than_its_pool(api, engine):
+    """A grid of 80 points searched through a pool of 32: every point is handed out
+    once before the first "exhausted" (pools drawn near the end missed the last points,
+    and engines answered "exhausted" with points left)."""
+    sp = {"type": "box", "params": [
+        {"name": "a", "type": "int", "low": 1, "high": 10},
+        {"name": "c", "type": "categorical", "choices": list("pqrstuvw")}]}
+    sid = try_create_engine_study(api, f"disc80-{engine}", engine, sp,
+                                  {"seed": 3, "pool_size": 32})["id"]
+    points, res = sequential_until_empty(
+        api, sid, lambda t: -(t["params"]["a"] - 4) ** 2 + (t["params"]["c"] in "pw"), 300)
+    assert res["status"] == "exhausted" and res["awaiting"] == 0, res
+    assert len(points) == 80 and len(set(points)) == 80, len(set(points))
