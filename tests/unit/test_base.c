@@ -2096,6 +2096,112 @@ static void discrete_box_larger_than_its_pool(void **state)
     }
 }
 
+/* The spaces of restore_anywhere_continues_identically: 3-d, a 40-row finite set (kind
+ * 0), a float box (1), the 4 x 3 x 2 grid of int, int and categorical (2), a float with
+ * an int of 5 and a categorical of 3 (3). Small pools, so that they are spent and redrawn. */
+static kb_space *script_space(int kind)
+{
+    kb_error err;
+    kb_rng rng;
+    kb_rng_seed(&rng, 77);
+    if (kind == 0) {
+        double X[40 * 3];
+        for (size_t i = 0; i < 40 * 3; i++)
+            X[i] = kb_rng_uniform(&rng);
+        return kb_space_new_finite(X, 40, 3, &err);
+    }
+    kb_space *s = kb_space_new_box(3, kind == 2 ? 2048 : 128, &err);
+    const size_t grid[3] = {4, 3, 2}, mixed[3] = {0, 5, 3};
+    const unsigned char cat[3] = {0, 0, 1};
+    if (kind >= 2)
+        assert_int_equal(kb_space_set_levels(s, kind == 2 ? grid : mixed, cat, &err), KB_OK);
+    return s;
+}
+
+/* One call of the script on e and, when r is not NULL, the same call on r: asks must agree
+ * (handles, points, status), and so must the codes of the others. pend holds the handles
+ * out (*np of them). */
+static void script_step(kb_engine *e, kb_engine *r, kb_rng *drv, uint64_t *pend, size_t *np,
+                        const char *what)
+{
+    kb_error err;
+    double u = kb_rng_uniform(drv);
+    if (u < 0.4 || *np == 0) {
+        size_t k = 1 + (size_t)kb_rng_below(drv, 3);
+        kb_point p[3], q[3];
+        kb_ask_result a, b;
+        assert_int_equal(kb_engine_ask(e, k, p, &a, &err), KB_OK);
+        if (r) {
+            assert_int_equal(kb_engine_ask(r, k, q, &b, &err), KB_OK);
+            if (a.n != b.n || a.status != b.status)
+                fail_msg("%s: asks answered %zu / %d and %zu / %d", what, a.n, a.status, b.n,
+                         b.status);
+        }
+        for (size_t i = 0; i < a.n; i++) {
+            if (r && (p[i].handle != q[i].handle || memcmp(p[i].x, q[i].x, 3 * sizeof(double))))
+                fail_msg("%s: the restored engine handed out another point", what);
+            pend[(*np)++] = p[i].handle;
+        }
+        return;
+    }
+    size_t burst = u < 0.8 ? 1 : 1 + (size_t)kb_rng_below(drv, 4);
+    for (size_t b = 0; b < burst && *np; b++) {
+        size_t i = (size_t)kb_rng_below(drv, *np);
+        kb_point p;
+        kb_trial_state ts;
+        assert_int_equal(kb_engine_trial(e, pend[i], &p, &ts), KB_OK);
+        double y = exhaust_y(p.x) + 0.01 * kb_rng_uniform(drv);
+        y = kb_rng_uniform(drv) < 0.3 ? round(y * 10) / 10 : y; /* coarse: repeated values */
+        int rc = u < 0.8 ? kb_engine_tell(e, pend[i], y, &err) : kb_engine_abandon(e, pend[i], &err);
+        if (r)
+            assert_int_equal(u < 0.8 ? kb_engine_tell(r, pend[i], y, &err)
+                                     : kb_engine_abandon(r, pend[i], &err), rc);
+        pend[i] = pend[--*np];
+    }
+}
+
+/* Whatever the engine, space and repeats policy, an engine restored from a snapshot
+ * taken anywhere in a random script of asks (of 1-3 points), tells (some of coarse,
+ * repeating values) and abandons (some in bursts, which bring several points back at
+ * once) makes the original's choices from there on. */
+static void restore_anywhere_continues_identically(void **state)
+{
+    (void)state;
+    enum { STEPS = 100 };
+    const char *const policies[3] = {NULL, "never", "no_pending"};
+    kb_error err;
+    for (const char *const *eng = kb_engine_names(); *eng; eng++)
+        for (int kind = 0; kind < 4; kind++)
+            for (int pol = 0; pol < 3; pol++) {
+                kb_space *sp = script_space(kind);
+                kb_config *cfg = kb_config_new(*eng, &err);
+                assert_int_equal(kb_config_set_number(cfg, "seed", 1 + kind + pol, &err), KB_OK);
+                if (policies[pol])
+                    assert_int_equal(kb_config_set_string(cfg, "repeats", policies[pol], &err),
+                                     KB_OK);
+                kb_engine *e = kb_engine_create(cfg, sp, &err), *r = NULL;
+                if (!e)
+                    fail_msg("%s: %s", *eng, err.message);
+                kb_rng drv;
+                kb_rng_seed(&drv, 1000 + (uint64_t)(kind * 3 + pol));
+                int at = 10 + (int)kb_rng_below(&drv, STEPS - 20);
+                uint64_t pend[3 * STEPS];
+                size_t np = 0;
+                char what[96];
+                snprintf(what, sizeof what, "%s, space %d, repeats %s", *eng, kind,
+                         policies[pol] ? policies[pol] : "unset");
+                for (int step = 0; step < STEPS; step++) {
+                    if (step == at)
+                        r = tu_restored(e);
+                    script_step(e, r, &drv, pend, &np, what);
+                }
+                kb_engine_free(e);
+                kb_engine_free(r);
+                kb_config_free(cfg);
+                kb_space_free(sp);
+            }
+}
+
 /* Runs a fixed mixed script of calls; returns the indices asked. */
 static void script(kb_engine *e, int steps, size_t *out_idx, kb_rng *driver)
 {
@@ -2408,6 +2514,7 @@ int main(void)
         cmocka_unit_test(discrete_box_points_are_handed_out_once),
         cmocka_unit_test(exhausted_asks_change_nothing),
         cmocka_unit_test(discrete_box_larger_than_its_pool),
+        cmocka_unit_test(restore_anywhere_continues_identically),
         cmocka_unit_test(snapshot_restore_continues_identically),
         cmocka_unit_test(output_stats_count_distinct_points),
         cmocka_unit_test(output_warp_matches_reference),
