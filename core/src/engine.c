@@ -1669,10 +1669,9 @@ static int pool_from_grid(kb_engine *e)
     for (size_t i = 0; i < s->n; i++)
         if (!kb__excluded(e, i))
             return 0;
-    int policy = kb__repeats_policy(e);
-    size_t points, left = 0, d = s->dim;
-    unsigned char *seen = policy ? grid_excluded(e, policy, e->n_trials + e->n_observed + s->n,
-                                                 &points) : NULL;
+    size_t points, left = 0, d = s->dim; /* every row excluded: the policy is not allow */
+    unsigned char *seen = grid_excluded(e, kb__repeats_policy(e),
+                                        e->n_trials + e->n_observed + s->n, &points);
     for (size_t g = 0; seen && g < points; g++)
         left += !seen[g];
     size_t rows = left < s->n ? left : s->n, row = 0;
