@@ -770,15 +770,17 @@ static void pop_obs(kb_engine *e)
     e->out_valid = 0;
 }
 
+static size_t flag_row(const kb_engine *e, const kb_trial *t); /* the pool section */
+static void mark_told(kb_engine *e, const double *u);
+
 /* Marks a pending trial done; `told` chooses between tell and abandon. */
 static void settle(kb_engine *e, kb_trial *t, int told, int undo)
 {
-    int in_pool = trial_in_current_pool(e, t);
-    size_t i = kb__pool_point(e, t->index);
+    size_t i = flag_row(e, t);
     if (!undo) {
         t->state = told ? KB_TRIAL_TOLD : KB_TRIAL_ABANDONED;
         e->n_pending--;
-        if (in_pool) {
+        if (i != KB_NO_ROW) {
             e->cand_pending[i]--;
             if (told)
                 e->cand_told[i] = 1;
@@ -786,7 +788,7 @@ static void settle(kb_engine *e, kb_trial *t, int told, int undo)
     } else {
         t->state = KB_TRIAL_PENDING;
         e->n_pending++;
-        if (in_pool)
+        if (i != KB_NO_ROW)
             e->cand_pending[i]++;
     }
 }
@@ -800,6 +802,8 @@ static int observe_u(kb_engine *e, const double *u, double y, kb_error *err)
     int rc = e->ops->observe ? e->ops->observe(e, err) : KB_OK;
     if (rc)
         pop_obs(e);
+    else
+        mark_told(e, u);
     return rc;
 }
 
@@ -836,9 +840,8 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     if (t->adopted)
         return tell_adopted(e, t, handle, y, err);
-    int in_pool = trial_in_current_pool(e, t);
-    size_t point = kb__pool_point(e, t->index);
-    unsigned char was_told = in_pool && e->cand_told[point];
+    size_t row = flag_row(e, t);
+    unsigned char was_told = row != KB_NO_ROW && e->cand_told[row];
     if (push_obs(e, kb__trial_u(e, handle), y, handle))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     t->y = y;
@@ -849,8 +852,8 @@ int kb_engine_tell(kb_engine *e, uint64_t handle, double y, kb_error *err)
         pop_obs(e);
         e->n_tells--;
         settle(e, t, 1, 1);
-        if (in_pool)
-            e->cand_told[point] = was_told;
+        if (row != KB_NO_ROW)
+            e->cand_told[row] = was_told;
         t->y = NAN;
         return rc;
     }
@@ -1284,9 +1287,29 @@ static size_t best_obs(const kb_engine *e, size_t k, size_t *idx, size_t j, size
     return n;
 }
 
+/* Whether the repeats policy in force forbids point u (internal coordinates) for a
+ * reason a pool's flags do not know: u is pending (policies no_pending and never) or
+ * observed (never). */
+static int point_taken(const kb_engine *e, const double *u)
+{
+    int policy = kb__repeats_policy(e);
+    if (policy == 2 && find_group(e, u) != NO_GROUP)
+        return 1;
+    for (uint64_t h = 1; policy && h <= e->n_trials; h++)
+        if (e->trials[h - 1].state == KB_TRIAL_PENDING &&
+            same_point(kb__trial_u(e, h), u, e->space->dim))
+            return 1;
+    return 0;
+}
+
 /* The last rows of a new pool: the best observed points moved uphill on the UCB of the
  * fitted GP (acq.c), so that the engine's own rule can choose a point placed more
- * precisely than the pool's spacing. They are ordinary pool points from then on. */
+ * precisely than the pool's spacing. They are ordinary pool points from then on. A
+ * refined point that did not move, or that reached a point another one reached (the
+ * cube's faces stop them: a corner optimum), is the point of an observation, of a
+ * pending trial or of another row; a box's flags tell neither apart from a new point,
+ * so gp-ucb handed such a corner out four times in one batch and again once told. Those
+ * rows keep the pool's own points. */
 static void refine_pool(kb_engine *e, const double *best, size_t nb)
 {
     enum { REFINED = 4 };
@@ -1295,11 +1318,19 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
     double *y = k && k <= s->n ? standardized_y(e) : NULL;
     if (!y)
         return;
-    double *P = s->rows + (s->n - k) * d;
+    double *P = s->rows + (s->n - k) * d, *Q = s->u + (s->n - k) * d;
     memcpy(P, best, k * d * sizeof *P);
     kb__acq_refine(&e->kernel, e->noise, e->obs_u, y, e->n_obs, KB_WIDTH_UCB, P, k);
     kb__space_snap(s, P, k);
-    memcpy(s->u + (s->n - k) * d, P, k * d * sizeof *P);
+    for (size_t i = 0; i < k; i++) { /* Q, the internal copy, holds the pool's own points */
+        int twin = point_taken(e, P + i * d);
+        for (size_t j = 0; j < i && !twin; j++)
+            twin = same_point(Q + j * d, P + i * d, d);
+        if (twin)
+            memcpy(P + i * d, Q + i * d, d * sizeof *P);
+        else
+            memcpy(Q + i * d, P + i * d, d * sizeof *P);
+    }
     free(y);
 }
 
@@ -1604,6 +1635,30 @@ static size_t pool_first_row(kb_engine *e, size_t i)
     return i;
 }
 
+/* The row whose flags count pending trial t, or KB_NO_ROW: its own (its point's) row
+ * while its pool is current; on a discrete box after a redraw, the row of its point in
+ * the new pool, where kb__pool_reset_flags counted it (it stayed pending, and blocked
+ * its point, until the next redraw once told or abandoned). */
+static size_t flag_row(const kb_engine *e, const kb_trial *t)
+{
+    if (trial_in_current_pool(e, t))
+        return kb__pool_point(e, t->index);
+    if (!e->pool_canon)
+        return KB_NO_ROW;
+    size_t r = pool_row_of(e, kb__trial_u(e, (uint64_t)(t - e->trials) + 1));
+    return r == NO_GROUP ? KB_NO_ROW : r;
+}
+
+/* An observation at u (an observe, or the tell of an adopted trial) marks u's row of a
+ * discrete box's pool told, as the next redraw would (kb__pool_reset_flags): under
+ * `never` an observed point is not handed out, whatever the pool's age. */
+static void mark_told(kb_engine *e, const double *u)
+{
+    size_t r = e->pool_canon ? pool_row_of(e, u) : NO_GROUP;
+    if (r != NO_GROUP)
+        e->cand_told[r] = 1;
+}
+
 /* Point u's index in a discrete box's grid of `points` (mixed radix over the levels),
  * or `points` when u is not on the grid (an observation the caller placed elsewhere). */
 static size_t grid_index(const kb_space *s, const double *u, size_t points)
@@ -1658,11 +1713,13 @@ static int grid_spent(const kb_engine *e, int policy)
 }
 
 /* A discrete box's pool whose every row is excluded while the grid has room (a pool
- * smaller than the grid, drawn near its end: engines answered "exhausted" with points
- * left) gets the points left, evenly spaced in grid order when more than the pool
- * holds. Only grids of at most trials + observations + pool points: a larger one has
- * more points left than the pool has rows, which a draw misses only by chance.
- * Returns whether rows were replaced. */
+ * smaller than the grid, drawn near its end or refined onto told points: engines
+ * answered "exhausted" with points left, after changing their pool and RNG) gets the
+ * points left, evenly spaced in grid order when more than the pool holds. Grids of up
+ * to GRID_FILL_MAX points, or trials + observations + pool when more: beyond, more than
+ * GRID_FILL_MAX - trials - observations points are left, and a draw's quasi-random half
+ * misses all of them only by chance. Returns whether rows were replaced. */
+#define GRID_FILL_MAX ((size_t)1 << 20)
 static int pool_from_grid(kb_engine *e)
 {
     kb_space *s = e->space;
@@ -1670,8 +1727,9 @@ static int pool_from_grid(kb_engine *e)
         if (!kb__excluded(e, i))
             return 0;
     size_t points, left = 0, d = s->dim; /* every row excluded: the policy is not allow */
+    size_t limit = e->n_trials + e->n_observed + s->n;
     unsigned char *seen = grid_excluded(e, kb__repeats_policy(e),
-                                        e->n_trials + e->n_observed + s->n, &points);
+                                        limit > GRID_FILL_MAX ? limit : GRID_FILL_MAX, &points);
     for (size_t g = 0; seen && g < points; g++)
         left += !seen[g];
     size_t rows = left < s->n ? left : s->n, row = 0;

@@ -2057,15 +2057,17 @@ static void exhausted_asks_change_nothing(void **state)
 /* A discrete box of more points than its pool holds: every engine hands out each of
  * the 144 points once, one ask after another, and only then answers "exhausted" (they
  * answered it early once the pool's draws missed the last points; pi-gp-ucb stopped
- * at 81 and random at fewer). */
+ * at 81 and random at fewer; with a pool of 4, gp-ucb's refined rows sat on told
+ * points). */
 static void discrete_box_larger_than_its_pool(void **state)
 {
     (void)state;
     kb_error err;
-    const size_t levels[2] = {12, 12};
+    const size_t levels[2] = {12, 12}, pools[2] = {64, 4};
     const unsigned char cat[2] = {0, 1};
-    for (const char *const *eng = kb_engine_names(); *eng; eng++) {
-        kb_space *box = kb_space_new_box(2, 64, &err);
+    for (const char *const *eng = kb_engine_names(); *eng; eng++)
+    for (int pool = 0; pool < 2; pool++) {
+        kb_space *box = kb_space_new_box(2, pools[pool], &err);
         assert_int_equal(kb_space_set_levels(box, levels, cat, &err), KB_OK);
         kb_config *cfg = kb_config_new(*eng, &err);
         assert_int_equal(kb_config_set_number(cfg, "seed", 3, &err), KB_OK);
@@ -2083,13 +2085,124 @@ static void discrete_box_larger_than_its_pool(void **state)
                 break;
             }
             if (res.n != 1)
-                fail_msg("%s: nothing handed out with %d of 144 points left", *eng, 144 - handed);
+                fail_msg("%s, pool %zu: nothing handed out with %d of 144 points left", *eng,
+                         pools[pool], 144 - handed);
             int a = (int)(p.x[0] * 12), b = (int)(p.x[1] * 12);
             if (seen[a * 12 + b]++)
                 fail_msg("%s: point (%d, %d) handed out twice", *eng, a, b);
             double y = -pow(p.x[0] - 0.3, 2) + 0.1 * (b % 3);
             assert_int_equal(kb_engine_tell(e, p.handle, y, &err), KB_OK);
         }
+        kb_engine_free(e);
+        kb_config_free(cfg);
+        kb_space_free(box);
+    }
+}
+
+/* gp-ucb and gp-bucb refine a box pool's last rows uphill from the best points; on a
+ * corner optimum they all stop at the corner, the told best point: each row then handed
+ * that point out again, four times in one batch and again once told. */
+static void refined_rows_are_not_repeats(void **state)
+{
+    (void)state;
+    enum { MAX = 200 };
+    kb_error err;
+    const char *const engines[2] = {"gp-ucb", "gp-bucb"}, *const policies[2] = {"never", "no_pending"};
+    for (int en = 0; en < 2; en++)
+        for (int pol = 0; pol < 2; pol++) {
+            kb_space *box = kb_space_new_box(3, 32, &err);
+            kb_config *cfg = kb_config_new(engines[en], &err);
+            assert_int_equal(kb_config_set_number(cfg, "seed", 1, &err), KB_OK);
+            assert_int_equal(kb_config_set_string(cfg, "repeats", policies[pol], &err), KB_OK);
+            kb_engine *e = kb_engine_create(cfg, box, &err);
+            assert_non_null(e);
+            double X[MAX][3], corner[3] = {0, 1, 0};
+            int told[MAX], n = 0;
+            assert_int_equal(kb_engine_observe(e, corner, 0.0, &err), KB_OK);
+            for (int batch = 0; batch < 40; batch++) {
+                kb_point p[3];
+                kb_ask_result res;
+                assert_int_equal(kb_engine_ask(e, 3, p, &res, &err), KB_OK);
+                for (size_t k = 0; k < res.n && n < MAX; k++) {
+                    for (int j = -1; j < n; j++) {
+                        const double *x = j < 0 ? corner : X[j];
+                        /* pending points for both policies; observed and told for never */
+                        int taken = j < 0 ? pol == 0 : !told[j] || pol == 0;
+                        if (taken && memcmp(x, p[k].x, sizeof X[0]) == 0)
+                            fail_msg("%s, %s: batch %d repeats point %d", engines[en],
+                                     policies[pol], batch, j);
+                    }
+                    memcpy(X[n], p[k].x, sizeof X[0]);
+                    told[n++] = 0;
+                }
+                for (int j = 0; batch % 2 && j < n; j++) /* every other batch is told */
+                    if (!told[j]) {
+                        double y = -(X[j][0] * X[j][0] + pow(1 - X[j][1], 2) + X[j][2] * X[j][2]);
+                        assert_int_equal(kb_engine_tell(e, (uint64_t)j + 1, y, &err), KB_OK);
+                        told[j] = 1;
+                    }
+            }
+            kb_engine_free(e);
+            kb_config_free(cfg);
+            kb_space_free(box);
+        }
+}
+
+/* A discrete box's pool flags after a redraw: a trial pending across it is counted on
+ * its point's row of the new pool, and its abandon frees that row at once (it stayed
+ * pending until the next redraw); an observed point is told for `never` before any
+ * redraw (engines handed observed points out until then). */
+static void discrete_box_flags_follow_the_points(void **state)
+{
+    (void)state;
+    kb_error err;
+    const size_t levels[2] = {3, 2};
+    for (const char *const *eng = kb_engine_names(); *eng; eng++) {
+        kb_space *box = kb_space_new_box(2, 8, &err);
+        assert_int_equal(kb_space_set_levels(box, levels, NULL, &err), KB_OK);
+        kb_config *cfg = kb_config_new(*eng, &err);
+        assert_int_equal(kb_config_set_string(cfg, "repeats", "no_pending", &err), KB_OK);
+        kb_engine *e = kb_engine_create(cfg, box, &err);
+        assert_non_null(e);
+        kb_point p;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+        uint64_t first = p.handle, g0 = e->space->generation;
+        for (int i = 0; i < 40 && e->space->generation == g0; i++) {
+            assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+            if (!res.n)
+                break;
+            assert_int_equal(kb_engine_tell(e, p.handle, 0.1 * i, &err), KB_OK);
+        }
+        if (e->space->generation != g0) { /* engines that redraw within the script */
+            assert_int_equal(kb_engine_abandon(e, first, &err), KB_OK);
+            uint64_t flagged = 0;
+            for (size_t i = 0; i < e->space->n; i++)
+                flagged += e->cand_pending[i];
+            if (flagged != e->n_pending)
+                fail_msg("%s: %llu pending flags for %llu pending trials", *eng,
+                         (unsigned long long)flagged, (unsigned long long)e->n_pending);
+        }
+        kb_engine_free(e);
+        kb_config_free(cfg);
+
+        cfg = kb_config_new(*eng, &err); /* repeats unset: never on a box */
+        e = kb_engine_create(cfg, box, &err);
+        assert_non_null(e);
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 2; b++) {
+                double x[2] = {(a + 0.5) / 3, (b + 0.5) / 2};
+                if (a < 2 || b < 1) /* every point but (2, 1) */
+                    assert_int_equal(kb_engine_observe(e, x, -(a - 1.0) * (a - 1.0) - b, &err),
+                                     KB_OK);
+            }
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+        if (res.n != 1 || p.x[0] != 2.5 / 3 || p.x[1] != 0.75)
+            fail_msg("%s: the ask after the observations did not hand out the one point left",
+                     *eng);
+        assert_int_equal(kb_engine_tell(e, p.handle, 0.0, &err), KB_OK);
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+        assert_int_equal(res.status, KB_ASK_EXHAUSTED);
         kb_engine_free(e);
         kb_config_free(cfg);
         kb_space_free(box);
@@ -2515,6 +2628,8 @@ int main(void)
         cmocka_unit_test(exhausted_asks_change_nothing),
         cmocka_unit_test(discrete_box_larger_than_its_pool),
         cmocka_unit_test(restore_anywhere_continues_identically),
+        cmocka_unit_test(refined_rows_are_not_repeats),
+        cmocka_unit_test(discrete_box_flags_follow_the_points),
         cmocka_unit_test(snapshot_restore_continues_identically),
         cmocka_unit_test(output_stats_count_distinct_points),
         cmocka_unit_test(output_warp_matches_reference),
