@@ -1697,13 +1697,12 @@ static unsigned char *grid_excluded(const kb_engine *e, int policy, size_t limit
     return seen;
 }
 
-/* Whether every point of a discrete box is excluded. Every excluded point is a trial's
- * or an observation's, so a grid larger than those are many has room: O(d) then,
- * O(points + trials) otherwise. */
-static int grid_spent(const kb_engine *e, int policy)
+/* Whether every point of a discrete box is excluded, when at most `could` points can be
+ * (nothing_to_hand_out): a larger grid has room, O(d); O(points + trials) otherwise. */
+static int grid_spent(const kb_engine *e, int policy, size_t could)
 {
     size_t points, left;
-    unsigned char *seen = grid_excluded(e, policy, e->n_trials + e->n_observed, &points);
+    unsigned char *seen = grid_excluded(e, policy, could, &points);
     if (!seen)
         return 0; /* or out of memory: the engine's own search answers */
     for (left = 0; left < points && seen[left]; left++)
@@ -1779,11 +1778,15 @@ static int nothing_to_hand_out(const kb_engine *e)
 {
     int policy = kb__repeats_policy(e);
     const kb_space *s = e->space;
+    /* how many points the policy can exclude: pending ones (adopted trials hold their
+     * candidate row), and under never every trial's and observation's */
+    size_t could = policy == 2 ? e->n_trials + e->n_observed
+                               : e->n_pending + e->n_adopted_pending;
     if (policy == 0)
         return 0;
     if (e->pool_canon)
-        return grid_spent(e, policy);
-    if (!s->finite || s->n > e->n_trials)
+        return grid_spent(e, policy, could);
+    if (!s->finite || s->n > could)
         return 0;
     for (size_t i = 0; i < s->n; i++)
         if (!kb__excluded(e, i))
