@@ -6,7 +6,9 @@
  * point (bench/load/kb_load.c's objective; maximum 0), plus N(0, --noise^2) drawn from a
  * generator seeded by --seed (kb-load's KB_LOAD_NOISE), before asking again. An ask the
  * engine answers with no trial (a closed batch waiting for feedback) is counted and the
- * next trial is told. Every --every tells it prints one JSON line: the thread's CPU time
+ * next trial is told. With --batch 1 it tells all --pending trials in a row instead (a
+ * worker pool's batch tell, POST .../tell with many items) before asking again. Every
+ * --every tells it prints one JSON line: the thread's CPU time
  * per round trip over those tells, the engine's epochs, dictionary size, draws the growth
  * cap subsampled (dict_capped), fitted noise, cumulative timers, epochs started with bounded
  * variances and the candidates those resolved exactly (kb_engine_stat), the
@@ -14,7 +16,7 @@
  * engine fits them, its kernel variance and lengthscales.
  *
  *   kb-box-ask [--engine bbkb] [--dim 6] [--trials 750] [--pending 32] [--every 250]
- *              [--pool 2048] [--seed 1] [--noise 0] [--set NAME=NUMBER]
+ *              [--pool 2048] [--seed 1] [--noise 0] [--set NAME=NUMBER] [--batch 0|1]
  *
  * --set sets one numeric engine option, to compare settings on the same call sequence.
  *
@@ -30,15 +32,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_PENDING = 256 };
+enum { MAX_PENDING = 4096 };
 
 static struct {
     const char *engine;
-    size_t dim, trials, pending, every, pool;
+    size_t dim, trials, pending, every, pool, batch;
     uint64_t seed;
     double noise;    /* sd of the noise added to told values */
     const char *set; /* NAME=NUMBER, or NULL */
-} opt = {"bbkb", 6, 750, 32, 250, 2048, 1, 0.0, NULL};
+} opt = {"bbkb", 6, 750, 32, 250, 2048, 0, 1, 0.0, NULL};
 
 static kb_engine *make_engine(kb_error *err)
 {
@@ -61,7 +63,7 @@ static kb_engine *make_engine(kb_error *err)
 
 static void report(const kb_engine *e, size_t told, double cpu_s, size_t empty, double best)
 {
-    double epoch, dict_size, capped, rows, embed, resparsify, ask, bounded, resolved;
+    double epoch, dict_size, capped, rows, embed, resparsify, fit, ask, bounded, resolved;
     /* 0 where the engine has none */
     kb_engine_stat(e, "epoch", &epoch, NULL);
     kb_engine_stat(e, "epochs_bounded", &bounded, NULL);
@@ -71,16 +73,17 @@ static void report(const kb_engine *e, size_t told, double cpu_s, size_t empty, 
     kb_engine_stat(e, "model_rows", &rows, NULL);
     kb_engine_stat(e, "sec_embed", &embed, NULL);
     kb_engine_stat(e, "sec_resparsify", &resparsify, NULL);
+    kb_engine_stat(e, "sec_fit", &fit, NULL);
     kb_engine_stat(e, "sec_ask", &ask, NULL);
     printf("{\"bench\":\"box_ask\",\"engine\":\"%s\",\"dim\":%zu,\"pool\":%zu,\"pending\":%zu,"
            "\"seed\":%llu,\"told\":%zu,\"cpu_ms_per_round_trip\":%.3f,\"epochs\":%llu,"
            "\"dict_size\":%zu,\"dict_capped\":%zu,\"model_rows\":%zu,\"noise\":%.3g,"
-           "\"sec_embed\":%.3f,\"sec_resparsify\":%.3f,"
+           "\"sec_embed\":%.3f,\"sec_resparsify\":%.3f,\"sec_fit\":%.3f,"
            "\"sec_ask\":%.3f,\"empty_asks\":%zu,\"epochs_bounded\":%zu,"
            "\"bound_resolved\":%zu,\"simple_regret\":%.3g",
            opt.engine, opt.dim, opt.pool, opt.pending, (unsigned long long)opt.seed, told,
            cpu_s * 1e3 / (double)opt.every, (unsigned long long)epoch, (size_t)dict_size,
-           (size_t)capped, (size_t)rows, e->noise, embed, resparsify, ask, empty,
+           (size_t)capped, (size_t)rows, e->noise, embed, resparsify, fit, ask, empty,
            (size_t)bounded, (size_t)resolved, -best);
     kb_hyperparameters h;
     if (kb_engine_hyperparameters(e, &h) == KB_OK && h.fitting) {
@@ -110,6 +113,23 @@ static int fill(kb_engine *e, uint64_t *out, size_t *n, size_t *empty, kb_error 
     return 0;
 }
 
+/* Tells out[0] the objective at its point plus noise, and drops it from out. */
+static int tell_oldest(kb_engine *e, uint64_t *out, size_t *n, kb_rng *noise_rng, double *best,
+                       kb_error *err)
+{
+    kb_point q;
+    kb_trial_state ts;
+    kb_engine_trial(e, out[0], &q, &ts);
+    double v = 0.0;
+    for (size_t j = 0; j < opt.dim; j++)
+        v -= (q.x[j] - 0.3) * (q.x[j] - 0.3);
+    double told_v = v + (opt.noise > 0.0 ? opt.noise * kb_rng_normal(noise_rng) : 0.0);
+    int failed = kb_engine_tell(e, out[0], told_v, err) != KB_OK;
+    memmove(out, out + 1, --*n * sizeof *out);
+    *best = v > *best ? v : *best;
+    return failed;
+}
+
 /* a whole string in strtod's syntax */
 static int is_number(const char *v)
 {
@@ -136,6 +156,7 @@ static int parse(int argc, char **argv)
         else if (!strcmp(k, "--pending")) opt.pending = u;
         else if (!strcmp(k, "--every")) opt.every = u;
         else if (!strcmp(k, "--pool")) opt.pool = u;
+        else if (!strcmp(k, "--batch")) opt.batch = u;
         else if (!strcmp(k, "--seed")) opt.seed = u;
         else if (!strcmp(k, "--noise") && is_number(v)) opt.noise = strtod(v, NULL);
         else if (!strcmp(k, "--set") && is_setting(v)) opt.set = v;
@@ -150,7 +171,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv))
         return fprintf(stderr, "usage: kb-box-ask [--engine E] [--dim D] [--trials T] "
                                "[--pending 1..%d] [--every K] [--pool N] [--seed S] "
-                               "[--noise SD] [--set NAME=NUMBER]\n",
+                               "[--noise SD] [--set NAME=NUMBER] [--batch 0|1]\n",
                        MAX_PENDING), 2;
     /* the daemon's malloc settings (server/main.c, keep_freed_scratch), so that the CPU
      * per round trip here is what kbanditd pays */
@@ -168,19 +189,13 @@ int main(int argc, char **argv)
         failed = fill(e, out, &n, &empty, &err) != 0;
         if (failed || n == 0)
             break;
-        kb_point q;
-        kb_trial_state ts;
-        kb_engine_trial(e, out[0], &q, &ts);
-        double v = 0.0;
-        for (size_t j = 0; j < opt.dim; j++)
-            v -= (q.x[j] - 0.3) * (q.x[j] - 0.3);
-        double told_v = v + (opt.noise > 0.0 ? opt.noise * kb_rng_normal(&noise_rng) : 0.0);
-        failed = kb_engine_tell(e, out[0], told_v, &err) != KB_OK;
-        memmove(out, out + 1, --n * sizeof *out);
-        best = v > best ? v : best;
-        if (!failed && ++told % opt.every == 0) {
-            report(e, told, cpu_now() - t0, empty, best);
-            t0 = cpu_now();
+        size_t k = opt.batch ? n : 1; /* the whole batch, or the oldest trial */
+        for (size_t i = 0; !failed && i < k && told < opt.trials; i++) {
+            failed = tell_oldest(e, out, &n, &noise_rng, &best, &err);
+            if (!failed && ++told % opt.every == 0) {
+                report(e, told, cpu_now() - t0, empty, best);
+                t0 = cpu_now();
+            }
         }
     }
     if (failed)

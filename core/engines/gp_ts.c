@@ -44,10 +44,13 @@
  * new observation (default 1: every tell, O(n^2 + n A) each), the lagging observations
  * being appended in order; output standardization (kb__output_stats, over distinct
  * points, so that repeated arms do not shrink the output scale) is recomputed at each
- * refresh. On a box, the pool is redrawn (kb__refresh_pool) at the first model
- * refresh after `pool_refresh` tells since the last redraw, or when a choice floor starts
- * or stops applying (engine.c, starved_choice: a floor holds the pool until it is met),
- * and W rebuilt in O(n^2 A).
+ * refresh. What a refresh makes due waits for the next ask (catch_up), so that a batch
+ * of tells pays for it once: the hyperparameter refit (kb__hyper_due), after which L and
+ * W are rebuilt from row 0, and, on a box, the pool's redraw (kb__refresh_pool) after
+ * `pool_refresh` tells since the last one, or when a choice floor starts or stops
+ * applying (engine.c, starved_choice: a floor holds the pool until it is met), W then
+ * rebuilt in O(n^2 A). Until that ask the posterior is the exact one under the kernel
+ * in use.
  *
  * Asynchrony: every ask draws a fresh sample, so concurrent asks already differ;
  * pending points are not hallucinated (the randomization of TS is what diversifies a
@@ -93,6 +96,8 @@ typedef struct gp_ts {
     double *mu, *var; /* A: posterior mean and variance at every candidate */
     double log_det; /* sum log L_ii */
     size_t since_pool;
+    size_t n_synced; /* observations the last refresh took (sync_rows) */
+    int due;         /* a refresh since the last ask: catch_up has work to check */
     kb__pool_rules pool; /* choice floors (engine.c) */
     uint64_t refreshes;
     double sec_embed, sec_refresh, sec_ask;
@@ -183,8 +188,24 @@ static void update_mean(kb_engine *e, gp_ts *st)
                 0.0, st->mu, 1);
 }
 
-/* Brings the model up to date when refresh_every observations are waiting. */
-static int maybe_refresh(kb_engine *e, kb_error *err)
+/* Appends the observations up to `upto` (capacity reserved). */
+static int append_rows(kb_engine *e, gp_ts *st, size_t upto, kb_error *err)
+{
+    while (st->L.n < upto)
+        if (append(e, st, e->obs_u + st->L.n * e->space->dim))
+            return kb__fail(err, KB_ENUMERIC, "lambda",
+                            "kernel matrix + lambda I is not positive definite");
+    return KB_OK;
+}
+
+/* Appends the observations waiting once refresh_every of them are (tell, observe): L, W,
+ * var and the mean follow the told values under the current kernel. The kernel refit
+ * and the pool redraw that the new data may make due wait for the next ask (catch_up),
+ * so that a batch of tells pays for one of each instead of one per item: at d = 100, 200
+ * tells in a row took 1.8 s when each could redraw the pool (docs/BENCHMARKS.md,
+ * forty-ninth session). A tell followed by an ask does the same work in the same order
+ * as when the tell did it all. */
+static int sync_rows(kb_engine *e, kb_error *err)
 {
     gp_ts *st = e->impl;
     if (e->n_obs - st->L.n < st->refresh_every)
@@ -196,24 +217,43 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
                         "%zu at %zu observations; use sgp-ts", KB_MAX_POINTS, e->n_obs);
     if (reserve(st, e->space->n, e->n_obs))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory for %zu observations", e->n_obs);
-    if (kb__hyper_due(e)) { /* new kernel and noise: the factor is rebuilt from row 0 */
-        int rc = kb__hyper_refit(e, err);
-        if (rc)
+    int rc = append_rows(e, st, e->n_obs, err);
+    if (rc)
+        return rc;
+    update_mean(e, st);
+    st->n_synced = e->n_obs;
+    st->due = 1;
+    st->refreshes++;
+    st->sec_refresh += kb__now() - t0;
+    return KB_OK;
+}
+
+/* At the first ask after a refresh: the kernel refit when kb__hyper_due (L rebuilt from
+ * row 0 under the new kernel and noise, over the rows the refresh had) and the box pool's
+ * redraw when due. On a failure `due` stays and the next ask carries on. */
+static int catch_up(kb_engine *e, kb_error *err)
+{
+    gp_ts *st = e->impl;
+    if (!st->due)
+        return KB_OK;
+    double t0 = kb__now();
+    int rc = KB_OK;
+    if (kb__hyper_due(e)) {
+        if ((rc = kb__hyper_refit(e, err)))
             return rc;
         st->lambda = e->noise;
         kb__chol_truncate(&st->L, 0);
         st->log_det = 0.0;
         kb_kernel_diag(&e->kernel, e->space->u, e->space->n, st->var);
     }
-    while (st->L.n < e->n_obs)
-        if (append(e, st, e->obs_u + st->L.n * e->space->dim))
-            return kb__fail(err, KB_ENUMERIC, "lambda",
-                            "kernel matrix + lambda I is not positive definite");
+    rc = append_rows(e, st, st->n_synced, err);
+    if (rc)
+        return rc;
     if (!e->space->finite &&
         (st->since_pool >= st->pool_refresh || kb__pool_rules_due(e, &st->pool)))
         redraw_pool(e, st);
     update_mean(e, st);
-    st->refreshes++;
+    st->due = 0;
     st->sec_refresh += kb__now() - t0;
     return KB_OK;
 }
@@ -301,6 +341,9 @@ static void decision_set(kb_engine *e, gp_ts *st, double v, size_t *N)
 static int gp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     gp_ts *st = e->impl;
+    int rc = catch_up(e, err);
+    if (rc)
+        return rc;
     if (kb__design_index(e, index))
         return KB_OK;
     double t0 = kb__now();
@@ -321,7 +364,7 @@ static int gp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_err
     double *U = malloc(N * d * sizeof *U), *V = malloc((n ? n : 1) * N * sizeof *V);
     double *S = malloc(N * N * sizeof *S), *mu = malloc(N * sizeof *mu);
     double *f = malloc(N * sizeof *f);
-    int rc = KB_ENOMEM;
+    rc = KB_ENOMEM;
     if (!U || !V || !S || !mu || !f) {
         kb__fail(err, rc, NULL, "out of memory for a decision set of %zu", N);
         goto done;
@@ -376,7 +419,7 @@ static int gp_ts_create(kb_engine *e, kb_error *err)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     e->impl = st;
     const kb_config *c = e->cfg;
-    st->lambda = e->noise; /* lambda, or its fitted value (maybe_refresh) */
+    st->lambda = e->noise; /* lambda, or its fitted value (catch_up) */
     st->B = kb_config_number(c, "B");
     st->R = kb_config_number(c, "R");
     st->delta = kb_config_number(c, "delta");
@@ -403,13 +446,13 @@ static int gp_ts_tell(kb_engine *e, uint64_t handle, kb_error *err)
 {
     gp_ts *st = e->impl;
     st->since_pool++;
-    int rc = maybe_refresh(e, err);
+    int rc = sync_rows(e, err);
     if (rc)
         st->since_pool--;
     return rc;
 }
 
-static int gp_ts_observe(kb_engine *e, kb_error *err) { return maybe_refresh(e, err); }
+static int gp_ts_observe(kb_engine *e, kb_error *err) { return sync_rows(e, err); }
 
 static int gp_ts_posterior(kb_engine *e, const double *U, size_t m, double *mean, double *sd,
                            kb_error *err)

@@ -43,14 +43,18 @@
  * Costs (A candidates, n observations, m = |Z|, M features). Features are drawn once at
  * creation and Phi_A (A x M) is cached, so a sample costs O(A (M + m) + m M + m^2): no
  * O(A^3) or O(n^3) step. A model refresh costs O(n m^2 + m^3 + A m d + m M d) (leverage
- * scores, Titsias solve, K_AZ and Phi_Z), by default after every tell (`refresh_every`
- * = 1); larger values amortize it, the model lagging by up to refresh_every - 1
- * observations. Past SGP_GROWTH_FROM observations a refresh also waits until they grew
+ * scores, Titsias solve, K_AZ and Phi_Z), at the ask after each new observation by
+ * default (`refresh_every` = 1; larger values amortize it, the model lagging by up to
+ * refresh_every - 1 observations). Tells and observes only record the data: a batch of
+ * them pays for one refresh at the next ask, where a refresh per item took 7 s for 200
+ * tells at d = 100 (docs/BENCHMARKS.md, forty-ninth session); a tell followed by an ask
+ * does the same work in the same order as when the tell refreshed. Until that ask the
+ * posterior is the model's as of its last refresh. Past SGP_GROWTH_FROM observations a refresh also waits until they grew
  * by a sixteenth since the last (refresh_due): without noise m stays near n, and a
  * refresh per tell cost 166 ms per round trip at 1,500 trials (6-d box, 32 pending;
  * docs/BENCHMARKS.md, twenty-second session). Up to there, which covers the quality
  * suite's budgets, nothing changes. Memory O(A (M + m) + n m). On a box the pool is redrawn
- * (kb__refresh_pool) at the first refresh after `pool_refresh` tells, and Phi_A
+ * (kb__refresh_pool) at the first ask after `pool_refresh` tells, and Phi_A
  * recomputed, O(A M d). Keeping one feature draw for the engine's life is what makes
  * the O(A M) sample possible; the feature error (O(1 / sqrt(M)) in the prior kernel) is
  * then shared by all samples instead of averaging out (the test hook can redraw them per
@@ -92,8 +96,8 @@ static const kb_option_spec sgp_ts_options[] = {
     {"alpha_scale", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
      "practical multiplier of alpha_t (1 = theory)"},
     {"refresh_every", KB_OPT_INTEGER, 1, 1e9, 0, 1, NULL, NULL,
-     "refresh the model (inducing points, q(u)) after this many new observations (past "
-     "1,024 observations, also not before they grew by a sixteenth)"},
+     "refresh the model (inducing points, q(u)) at the ask after this many new "
+     "observations (past 1,024 observations, also not before they grew by a sixteenth)"},
     {"pool_refresh", KB_OPT_INTEGER, 1, 1e9, 0, 64, NULL, NULL,
      "box spaces: redraw the candidate pool after this many tells"},
     KB__CHOICE_FLOOR_OPTION(0.0),
@@ -436,10 +440,13 @@ static int sample_argmax(kb_engine *e, sgp_ts *st, size_t *index)
 static int sgp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_error *err)
 {
     sgp_ts *st = e->impl;
+    int rc = maybe_refresh(e, err);
+    if (rc)
+        return rc;
     if (kb__design_index(e, index))
         return KB_OK;
     double t0 = kb__now();
-    int rc = sample_argmax(e, st, index);
+    rc = sample_argmax(e, st, index);
     if (rc == KB_ASK_EXHAUSTED && !e->space->finite) {
         /* A pool spent before its redraw was due (a pool smaller than pool_refresh, or
          * an ask for more points than it holds) is redrawn: ops->ask_one, internal.h. */
@@ -559,17 +566,15 @@ static int sgp_ts_create(kb_engine *e, kb_error *err)
     return KB_OK;
 }
 
+/* The model takes the told value at the next ask (maybe_refresh). */
 static int sgp_ts_tell(kb_engine *e, uint64_t handle, kb_error *err)
 {
+    (void)handle;
+    (void)err;
     sgp_ts *st = e->impl;
     st->since_pool++;
-    int rc = maybe_refresh(e, err);
-    if (rc)
-        st->since_pool--;
-    return rc;
+    return KB_OK;
 }
-
-static int sgp_ts_observe(kb_engine *e, kb_error *err) { return maybe_refresh(e, err); }
 
 static int sgp_ts_posterior(kb_engine *e, const double *U, size_t n, double *mean, double *sd,
                             kb_error *err)
@@ -582,7 +587,8 @@ static int sgp_ts_posterior(kb_engine *e, const double *U, size_t n, double *mea
     return KB_OK;
 }
 
-/* Feedback is taken in the model refresh, so sec_resparsify and sec_tell both read it. */
+/* Feedback is taken in the model refresh at the next ask, which sec_resparsify and
+ * sec_tell both read. */
 static const kb__stat sgp_ts_stats[] = {
     KB__STAT("epoch", sgp_ts, refreshes),
     KB__STAT("dict_size", sgp_ts, mod.m),
@@ -604,7 +610,6 @@ const kb_engine_ops kb_engine_sgp_ts = {
     .destroy = sgp_ts_destroy,
     .ask_one = sgp_ts_ask_one,
     .tell = sgp_ts_tell,
-    .observe = sgp_ts_observe,
     .posterior = sgp_ts_posterior,
     .stats = sgp_ts_stats,
 };

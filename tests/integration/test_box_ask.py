@@ -1,7 +1,8 @@
 """This file tests kb-box-ask's --noise (bench/acq/box_ask.c): the engine is told the
 objective plus seeded Gaussian noise, while the simple regret it reports stays that of the
 noiseless objective at the points told; a run is a function of its options and seed; a
-negative or non-numeric sd is refused with the usage line.
+negative or non-numeric sd is refused with the usage line; --batch 1 tells the whole batch
+in a row, which sgp-ts takes in one model refresh at the next ask.
 """
 import json
 import subprocess
@@ -9,7 +10,7 @@ import subprocess
 from conftest import REPO
 
 BOX_ASK = REPO / "build" / "kb-box-ask"
-TIMERS = ("cpu_ms_per_round_trip", "sec_embed", "sec_resparsify", "sec_ask")
+TIMERS = ("cpu_ms_per_round_trip", "sec_embed", "sec_resparsify", "sec_fit", "sec_ask")
 
 
 def box_ask(*args):
@@ -32,6 +33,13 @@ def test_noise_reaches_the_engine_not_the_regret():
 
 def test_a_noisy_run_is_repeatable():
     assert box_ask("--noise", "0.2") == box_ask("--noise", "0.2")
+
+
+def test_a_batch_of_tells_is_one_sgp_ts_refresh():
+    one, batch = (box_ask("--engine", "sgp-ts", "--batch", b) for b in ("0", "1"))
+    assert one["told"] == batch["told"] == 60
+    # a refresh at every ask after a tell (59 of 60), against one per batch of 4 (14 of 15)
+    assert one["epochs"] == 59 and batch["epochs"] == 14
 
 
 def test_negative_or_non_numeric_noise_is_refused():

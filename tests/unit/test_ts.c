@@ -66,6 +66,18 @@ static void exact_cov(const kb_kernel *k, const double *X, size_t n, double nois
 /* An engine on a finite set of 40 random points in [0,1]^2, warm-started with n
  * observations X (returned, n x DIM) of a smooth function; raw input units, outputs
  * scaled by `out` ("none": the engine's posterior is tu_exact_posterior's). */
+/* One ask, abandoned: the model takes the observations told since the last ask there
+ * (the hyperparameter refit, gp-ts's pool redraw, sgp-ts's whole refresh wait for it). */
+static void sync_model(kb_engine *e)
+{
+    kb_point p;
+    kb_ask_result res;
+    kb_error err;
+    assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), 0);
+    assert_int_equal(res.n, 1);
+    assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
+}
+
 static kb_engine *warm_engine(const char *name, const char *const *opts, const double *vals,
                               const char *out, size_t n, double *X, double *y)
 {
@@ -89,6 +101,7 @@ static kb_engine *warm_engine(const char *name, const char *const *opts, const d
         X[i * DIM + 1] = kb_rng_uniform(&rng);
         y[i] = sin(4 * X[i * DIM]) + cos(3 * X[i * DIM + 1]);
         assert_int_equal(kb_engine_observe(e, X + i * DIM, y[i], &err), 0);
+        sync_model(e); /* the model grows with the data, as a worker loop's does */
     }
     free(cand);
     kb_config_free(cfg);
@@ -353,6 +366,7 @@ static void check_distinct_standardization(const char *name, const char *const *
         y[n] = sin(4 * p.x[0]) + cos(3 * p.x[1]) + 0.01 * (s % 3 - 1);
         assert_int_equal(kb_engine_tell(e, p.handle, y[n], &err), 0);
     }
+    sync_model(e);
     test_points(U);
     kb_kernel *k = engine_kernel(e);
     assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
@@ -471,8 +485,9 @@ static void deterministic_and_restorable(void **state)
             run(e1, 20, a + 40);
             run(r, 20, c + 40);
             assert_memory_equal(a + 40, c + 40, sizeof(size_t) * 40);
-            assert_int_equal(tu_stat(e1, "epoch"), 80);
-            assert_int_equal(tu_stat(r, "epoch"), 80);
+            /* gp-ts refreshes at every tell, sgp-ts at every ask after one (not the first) */
+            assert_int_equal(tu_stat(e1, "epoch"), k ? 39 : 80);
+            assert_int_equal(tu_stat(r, "epoch"), k ? 39 : 80);
             if (k) { /* sgp-ts: gp-ts has no dictionary */
                 double m = tu_stat(e1, "dict_size");
                 assert_true(m == tu_stat(r, "dict_size") && m > 0 && m <= 80);
@@ -487,6 +502,41 @@ static void deterministic_and_restorable(void **state)
             kb_engine_free(r);
             kb_engine_free(o);
         }
+}
+
+/* A batch of tells records the data (gp-ts also appends it to its factor): the
+ * hyperparameter refit and the box pool's redraw they make due, and sgp-ts's whole
+ * refresh, come once, at the next ask. */
+static void batch_tells_wait_for_the_next_ask(void **state)
+{
+    (void)state;
+    const char *names[] = {"gp-ts", "sgp-ts"};
+    for (int k = 0; k < 2; k++) {
+        kb_engine *e = make(names[k], 1, 3, "rbf", 0);
+        size_t idx[40];
+        run(e, 20, idx);
+        kb_point p[30];
+        kb_ask_result res;
+        kb_error err;
+        assert_int_equal(kb_engine_ask(e, 30, p, &res, &err), 0);
+        assert_int_equal(res.n, 30);
+        kb_hyperparameters hp;
+        kb_engine_hyperparameters(e, &hp);
+        uint64_t fits = hp.fits, gen = e->space->generation;
+        double epoch = tu_stat(e, "epoch");
+        for (int i = 0; i < 30; i++)
+            assert_int_equal(kb_engine_tell(e, p[i].handle, objective(p[i].x, 3), &err), 0);
+        kb_engine_hyperparameters(e, &hp);
+        assert_int_equal(hp.fits, fits);
+        assert_int_equal(e->space->generation, gen);
+        assert_int_equal(tu_stat(e, "epoch"), epoch + (k ? 0 : 30));
+        assert_int_equal(kb_engine_ask(e, 1, p, &res, &err), 0);
+        kb_engine_hyperparameters(e, &hp);
+        assert_int_equal(hp.fits, fits + 1);          /* 70 tells > 1.2 x 40: due */
+        assert_int_equal(e->space->generation, gen + 1); /* 30 tells > pool_refresh = 7 */
+        assert_int_equal(tu_stat(e, "epoch"), epoch + 1 + (k ? 0 : 29));
+        kb_engine_free(e);
+    }
 }
 
 static void finds_the_optimum_region(void **state)
@@ -533,10 +583,12 @@ static void refresh_every_and_exhaustion(void **state)
         assert_int_equal(res.n, 6);
         for (int i = 0; i < 6; i++)
             assert_int_equal(kb_engine_tell(e, p[i].handle, p[i].x[0], &err), 0);
-        assert_int_equal(tu_stat(e, "epoch"), 2); /* refreshed after the 3rd and 6th tells */
+        /* gp-ts refreshed after the 3rd and 6th tells; sgp-ts waits for an ask */
+        assert_int_equal(tu_stat(e, "epoch"), k ? 0 : 2);
         assert_int_equal(kb_engine_ask(e, 1, p, &res, &err), 0);
         assert_int_equal(res.n, 0);
         assert_int_equal(res.status, KB_ASK_EXHAUSTED);
+        assert_int_equal(tu_stat(e, "epoch"), k ? 0 : 2); /* an empty ask changes nothing */
         kb_engine_free(e);
         kb_config_free(cfg);
         kb_space_free(sp);
@@ -559,9 +611,10 @@ static void sgp_ts_refreshes_by_growth_past_1024(void **state)
     assert_non_null(e);
     kb_rng rng;
     kb_rng_seed(&rng, 6);
-    while (e->n_obs < 1100) {
+    while (e->n_obs < 1100) { /* an ask after each observation: refreshes come at asks */
         double x[2] = {kb_rng_uniform(&rng), kb_rng_uniform(&rng)};
         assert_int_equal(kb_engine_observe(e, x, sin(6 * x[0]) + x[1], &err), 0);
+        sync_model(e);
         if (e->n_obs <= 1024)
             assert_int_equal(tu_stat(e, "epoch"), e->n_obs);
     }
@@ -627,6 +680,7 @@ int main(void)
         cmocka_unit_test(deterministic_and_restorable),
         cmocka_unit_test(finds_the_optimum_region),
         cmocka_unit_test(refresh_every_and_exhaustion),
+        cmocka_unit_test(batch_tells_wait_for_the_next_ask),
         cmocka_unit_test(sgp_ts_refreshes_by_growth_past_1024),
         cmocka_unit_test(bad_configurations_are_rejected),
     };
