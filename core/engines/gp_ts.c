@@ -198,6 +198,34 @@ static int append_rows(kb_engine *e, gp_ts *st, size_t upto, kb_error *err)
     return KB_OK;
 }
 
+/* L, log_det, W and var over the first n observations under the current kernel and
+ * lambda, from scratch: one factorization and one triangular solve over the pool
+ * (BLAS-3), where appending the rows one by one made n matrix-vector products over it
+ * (17 s at n = 2,000, d = 1,000; docs/BENCHMARKS.md, forty-ninth session). On a failure
+ * the model is left empty and consistent (append_rows takes it up again, row by row). */
+static int refactor(kb_engine *e, gp_ts *st, size_t n)
+{
+    size_t d = e->space->dim;
+    kb__chol_truncate(&st->L, 0);
+    st->log_det = 0.0;
+    kb_kernel_diag(&e->kernel, e->space->u, e->space->n, st->var);
+    double *K = malloc((n ? n : 1) * n * sizeof *K);
+    if (!K)
+        return KB_ENOMEM;
+    kb_kernel_matrix(&e->kernel, e->obs_u, n, e->obs_u, n, K);
+    for (size_t i = 0; i < n; i++) /* as append: k(x, x) exactly, plus lambda */
+        K[i * n + i] = kb_kernel_eval(&e->kernel, e->obs_u + i * d, e->obs_u + i * d) +
+                       st->lambda;
+    int rc = kb__chol_factor(&st->L, K, n, n);
+    free(K);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        st->log_det += log(kb__chol_pivot(&st->L, i));
+    rebuild_candidates(e, st);
+    return KB_OK;
+}
+
 /* Appends the observations waiting once refresh_every of them are (tell, observe): L, W,
  * var and the mean follow the told values under the current kernel. The kernel refit
  * and the pool redraw that the new data may make due wait for the next ask (catch_up),
@@ -242,9 +270,8 @@ static int catch_up(kb_engine *e, kb_error *err)
         if ((rc = kb__hyper_refit(e, err)))
             return rc;
         st->lambda = e->noise;
-        kb__chol_truncate(&st->L, 0);
-        st->log_det = 0.0;
-        kb_kernel_diag(&e->kernel, e->space->u, e->space->n, st->var);
+        if ((rc = refactor(e, st, st->n_synced)) == KB_ENOMEM)
+            return kb__fail(err, rc, NULL, "out of memory for %zu observations", st->n_synced);
     }
     rc = append_rows(e, st, st->n_synced, err);
     if (rc)
