@@ -434,7 +434,7 @@ static int parse_engine(json_t *eng, study_spec *out, api_error *err)
         if (get_string(eng, "name", "engine", 1, 64, &out->engine, err))
             return -1;
     } else {
-        out->engine = strdup("bbkb");
+        out->engine = strdup(PROTO_DEFAULT_ENGINE);
     }
     json_t *st = eng ? json_object_get(eng, "settings") : NULL;
     if (st && want_object(st, "engine.settings", err))

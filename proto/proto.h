@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The engine of a study whose request names none. */
+#define PROTO_DEFAULT_ENGINE "bbkb"
+
 /* ------------------------------------------------------------- errors */
 
 typedef enum api_code {
@@ -181,5 +184,11 @@ json_t *proto_trial_page_json(const trial_rec *v, size_t n, int64_t next_cursor,
  * parameter names of a box, x0.. for candidates). */
 json_t *proto_export_json(const study_doc *d, const trial_rec *v, size_t n);
 char *proto_export_csv(const study_spec *s, const trial_rec *v, size_t n, size_t *len);
+
+/* The engine catalogue from the core's registry: {"default", "common_options",
+ * "engines": [{"name", "summary", "max_dim", "options"}]}, each option {"name", "type",
+ * "default", "minimum", "maximum", "exclusive_minimum", "choices", "description"} (null
+ * where the option has none; an unbounded side is null). */
+json_t *proto_engines_json(void);
 
 #endif /* KB_PROTO_H */

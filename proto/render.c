@@ -2,7 +2,8 @@
  * render.c - This file contains the JSON and CSV renderings of what the study layer
  * answers (server/study.h): a Study with its progress, pages of studies and trials, an
  * ask's answer, a batch tell's results and the two exports. They take C copies made
- * under a study's mutex, so they run after it is released and never block a study.
+ * under a study's mutex, so they run after it is released and never block a study. And
+ * the engine catalogue, read from the core's registry (constant tables, no lock).
  *
  * The shapes are those of openapi.yaml, key order included (jansson keeps insertion
  * order). Reals are printed by the JSON layer or, in CSV, at their shortest round-trip
@@ -13,6 +14,7 @@
 #include "csv.h"
 #include "numfmt.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -203,4 +205,59 @@ char *proto_export_csv(const study_spec *s, const trial_rec *v, size_t n, size_t
         return NULL;
     }
     return buf;
+}
+
+/* ------------------------------------------------------------ engine catalogue */
+
+/* A bound or default, an integer for an integer option: null when infinite or not a
+ * number (JSON has neither). */
+static json_t *finite_json(const kb_option_spec *o, double v)
+{
+    if (!isfinite(v))
+        return json_null();
+    return o->type == KB_OPT_INTEGER ? json_integer((json_int_t)v) : json_real(v);
+}
+
+static json_t *option_json(const kb_option_spec *o)
+{
+    static const char *const type_names[] = {"number", "integer", "string", "vector"};
+    int numeric = o->type != KB_OPT_STRING;
+    json_t *choices = json_null(), *def = json_null();
+    if (o->choices) {
+        choices = json_array();
+        for (size_t i = 0; o->choices[i]; i++)
+            json_array_append_new(choices, json_string(o->choices[i]));
+    }
+    if (o->type == KB_OPT_STRING && o->def_string)
+        def = json_string(o->def_string);
+    else if (o->type == KB_OPT_INTEGER || o->type == KB_OPT_NUMBER)
+        def = finite_json(o, o->def_number);
+    return json_pack("{s:s,s:s,s:o,s:o,s:o,s:b,s:o,s:s}", "name", o->name, "type",
+                     type_names[o->type], "default", def, "minimum",
+                     numeric ? finite_json(o, o->min) : json_null(), "maximum",
+                     numeric ? finite_json(o, o->max) : json_null(), "exclusive_minimum",
+                     numeric && o->min_exclusive, "choices", choices, "description",
+                     o->help ? o->help : "");
+}
+
+static json_t *options_json(const kb_option_spec *specs)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; specs && specs[i].name; i++)
+        json_array_append_new(arr, option_json(&specs[i]));
+    return arr;
+}
+
+json_t *proto_engines_json(void)
+{
+    json_t *engines = json_array();
+    const char *const *names = kb_engine_names();
+    for (size_t i = 0; names[i]; i++)
+        json_array_append_new(
+            engines, json_pack("{s:s,s:s,s:I,s:o}", "name", names[i], "summary",
+                               kb_engine_summary(names[i]), "max_dim",
+                               (json_int_t)kb_engine_max_dim(names[i]), "options",
+                               options_json(kb_engine_options(names[i]))));
+    return json_pack("{s:s,s:o,s:o}", "default", PROTO_DEFAULT_ENGINE, "common_options",
+                     options_json(kb_common_options()), "engines", engines);
 }

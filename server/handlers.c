@@ -143,6 +143,13 @@ static int h_metrics(request *rq)
     return reply_text(rq, 200, "text/plain; version=0.0.4", text, len);
 }
 
+/* What engines the daemon offers and every setting each accepts (createStudy's
+ * engine.settings). */
+static int h_engines(request *rq)
+{
+    return reply_json(rq, 200, proto_engines_json());
+}
+
 /* ------------------------------------------------------------ candidate sets */
 
 static json_t *cset_json(int64_t id, size_t n, size_t dim, json_t *names)
@@ -564,6 +571,7 @@ static int h_export(request *rq)
 const route kb_routes[] = {
     {"GET", "/healthz", h_healthz, BODY_NONE, 1},
     {"GET", "/metrics", h_metrics, BODY_NONE, 1},
+    {"GET", "/v1/engines", h_engines, BODY_NONE, 0},
     {"POST", "/v1/candidate-sets", h_cset_create, BODY_JSON_OR_CSV, 0},
     {"GET", "/v1/candidate-sets/{id}", h_cset_get, BODY_NONE, 0},
     {"POST", "/v1/studies", h_study_create, BODY_JSON, 0},

@@ -62,7 +62,8 @@
  * norm) over-explores on real problems, and values around 0.1-0.5 are the usual practical
  * shrinkage (as gp-ucb's beta_scale). nu comes from the kernel: matern12/32/52 give
  * nu = 1/2, 3/2, 5/2 (the regret theorem needs nu > 1, so matern12 runs without it); an
- * unset kernel means matern32; rbf and linear are rejected (field "kernel"): as nu -> inf,
+ * unset kernel means matern32 (this engine's own `kernel` option, whose choices are the
+ * three; rbf and linear are rejected when set, field "kernel"): as nu -> inf,
  * b and q -> 0 and the cover degenerates to one split of the cube, i.e. IGP-UCB.
  * Finite sets must lie in [0,1]^d after input scaling (unit or none; field
  * "candidates[i][j]"), as must warm-start observations (field "x[j]").
@@ -84,7 +85,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char *const matern_choices[] = {"matern12", "matern32", "matern52", NULL};
+
 static const kb_option_spec pi_options[] = {
+    {"kernel", KB_OPT_STRING, 0, 0, 0, 0, "matern32", matern_choices,
+     "covariance function: a Matern kernel, whose smoothness nu builds the cover (the "
+     "paper's nu = 3/2 by default)"},
     {"horizon", KB_OPT_INTEGER, 1, 1e9, 0, 10000, NULL, NULL,
      "horizon T: sets the initial cover (about T^q cells) and alpha = 1 + 2/T"},
     {"B", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,
@@ -636,17 +642,10 @@ static double kernel_nu(kb_kernel_kind kind)
     return kind == KB_KERNEL_MATERN12 ? 0.5 : kind == KB_KERNEL_MATERN32 ? 1.5 : 2.5;
 }
 
-/* Cross-field checks: Matern kernel, delta < 1, finite sets inside [0,1]^d. */
+/* Cross-field checks: delta < 1, finite sets inside [0,1]^d (a Matern kernel is the
+ * `kernel` option's own choice list). */
 static int check_config(kb_engine *e, kb_error *err)
 {
-    kb_kernel_kind kind = e->kernel.kind;
-    if (!kb_config_is_set(e->cfg, "kernel"))
-        e->kernel.kind = KB_KERNEL_MATERN32; /* the paper's nu = 3/2 */
-    else if (kind != KB_KERNEL_MATERN12 && kind != KB_KERNEL_MATERN32 &&
-             kind != KB_KERNEL_MATERN52)
-        return kb__fail(err, KB_EINVAL, "kernel",
-                        "pi-gp-ucb needs a Matern kernel (matern12, matern32, matern52): its "
-                        "cover is built from the smoothness nu");
     if (kb_config_number(e->cfg, "delta") >= 1.0)
         return kb__fail(err, KB_ERANGE, "delta", "'delta' must be < 1");
     if (strcmp(kb_config_string(e->cfg, "output_scaling"), "warp") == 0)

@@ -603,7 +603,7 @@ static const kb__stat sgp_ts_stats[] = {
 const kb_engine_ops kb_engine_sgp_ts = {
     .name = "sgp-ts",
     .summary = "sparse variational GP Thompson sampling with decomposed sampling "
-               "(Vakili, Picheny, Artemev, eq. 6)",
+               "(Vakili, Picheny, Artemev, S-GP-TS, eq. 6)",
     .options = sgp_ts_options,
     .fits_hyper = 1,
     .create = sgp_ts_create,

@@ -246,6 +246,8 @@ KB_API const char *const *kb_engine_names(void);
 /* NULL-terminated array (terminated by an entry with name == NULL); NULL if unknown. */
 KB_API const kb_option_spec *kb_engine_options(const char *engine);
 KB_API const kb_option_spec *kb_common_options(void);
+/* One line saying what the engine is (its method and paper); NULL for an unknown engine. */
+KB_API const char *kb_engine_summary(const char *engine);
 
 /* The largest space dimension the engine serves (KB_MAX_DIM unless the engine's method
  * limits it, e.g. pi-gp-ucb's 2^d-ary cover); 0 for an unknown engine. */

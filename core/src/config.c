@@ -5,6 +5,10 @@
  * each engine's own table); kb_config_set_* check name, type, range and choices against
  * that table, so unknown or ill-typed options are rejected with the option's name and
  * engines read values that are already valid. Values not set take the spec's default.
+ * An engine's table may declare a common option again (pi-gp-ucb's Matern-only
+ * `kernel`): for that engine its entry replaces the common one, default and choices
+ * included, so that the tables (and the daemon's catalogue, GET /v1/engines, read from
+ * them) say what the engine accepts.
  */
 #include "internal.h"
 
@@ -84,6 +88,15 @@ static size_t count_specs(const kb_option_spec *s)
     return n;
 }
 
+/* Whether the table declares an option of that name. */
+static int declares(const kb_option_spec *specs, const char *name)
+{
+    for (size_t i = 0; specs && specs[i].name; i++)
+        if (strcmp(specs[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
 kb_config *kb_config_new(const char *engine, kb_error *err)
 {
     const kb_engine_ops *ops = engine ? kb__engine_lookup(engine) : NULL;
@@ -100,13 +113,15 @@ kb_config *kb_config_new(const char *engine, kb_error *err)
         kb__fail(err, KB_ENOMEM, NULL, "out of memory");
         return NULL;
     }
+    size_t n = 0;
     for (size_t i = 0; i < nc; i++)
-        e[i].spec = &common_options[i];
+        if (!declares(ops->options, common_options[i].name))
+            e[n++].spec = &common_options[i];
     for (size_t i = 0; i < ne; i++)
-        e[nc + i].spec = &ops->options[i];
+        e[n++].spec = &ops->options[i];
     cfg->ops = ops;
     cfg->entries = e;
-    cfg->n_entries = nc + ne;
+    cfg->n_entries = n;
     return cfg;
 }
 

@@ -57,6 +57,12 @@ const kb_option_spec *kb_engine_options(const char *engine)
     return ops ? ops->options : NULL;
 }
 
+const char *kb_engine_summary(const char *engine)
+{
+    const kb_engine_ops *ops = engine ? kb__engine_lookup(engine) : NULL;
+    return ops ? ops->summary : NULL;
+}
+
 int kb__grow(void **arr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)

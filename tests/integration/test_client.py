@@ -94,6 +94,14 @@ def test_candidate_sets_from_lists_numpy_and_csv(kb, tmp_path):
         kb.create_study("text", candidates=[["a"]])
 
 
+def test_engine_catalogue(kb):
+    cat = kb.engines()
+    pi = next(e for e in cat["engines"] if e["name"] == "pi-gp-ucb")
+    kernel = next(o for o in pi["options"] if o["name"] == "kernel")
+    assert kernel["default"] == "matern32" and "rbf" not in kernel["choices"]
+    assert cat["default"] == "bbkb"
+
+
 def test_get_by_id_and_name_list_paging_delete(kb, monkeypatch):
     made = [xy_study(kb, f"s{i}") for i in range(5)]
     monkeypatch.setattr(kbandit.client, "PAGE", 2)  # force the cursor to be followed

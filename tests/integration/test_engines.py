@@ -3,7 +3,9 @@
 Engines are discovered by name: a study is created with each name of conftest.ENGINES
 and a name the daemon does not know fails the test (conftest.try_create_engine_study), so
 an engine dropped from the registry cannot lose its tests silently. Each engine runs on a finite candidate set and on a box space with
-float (linear and log), int and categorical parameters.
+float (linear and log), int and categorical parameters. The engine catalogue (GET
+/v1/engines) lists exactly those engines, and each setting it declares is accepted at its
+default and refused, with its field, just outside its range or choices.
 """
 import csv
 import io
@@ -464,3 +466,59 @@ def test_discrete_box_larger_than_its_pool(api, engine):
         api, sid, lambda t: -(t["params"]["a"] - 4) ** 2 + (t["params"]["c"] in "pw"), 300)
     assert res["status"] == "exhausted" and res["awaiting"] == 0, res
     assert len(points) == 80 and len(set(points)) == 80, len(set(points))
+
+
+# ------------------------------------------------------------------ engine catalogue
+
+PLAIN_BOX = {"type": "box", "params": [{"name": "a", "type": "float", "low": 0, "high": 1},
+                                       {"name": "b", "type": "float", "low": 0, "high": 1}]}
+
+
+def catalogue_entry(api, engine):
+    cat = api.get("/v1/engines").json()
+    return cat, next(e for e in cat["engines"] if e["name"] == engine)
+
+
+def test_catalogue_lists_every_engine(api):
+    cat = api.get("/v1/engines").json()
+    assert sorted(e["name"] for e in cat["engines"]) == sorted(ENGINES)
+    assert all(e["summary"] and e["max_dim"] >= 1 for e in cat["engines"])
+    study = api.post("/v1/studies", json={"name": "no-engine", "space": PLAIN_BOX}).json()
+    assert study["engine"]["name"] == cat["default"] == "bbkb"
+    names = [o["name"] for o in cat["common_options"]]
+    assert {"seed", "kernel", "lengthscale", "repeats", "pool_size"} <= set(names)
+
+
+def outside(option):
+    """Values just outside what the option declares."""
+    lo, hi, kind = option["minimum"], option["maximum"], option["type"]
+    if kind == "string":
+        return ["no-such-" + option["name"]] if option["choices"] else []
+    bad = []
+    if lo is not None:
+        bad.append(lo if option["exclusive_minimum"] else lo - 1)
+    if hi is not None:
+        bad.append(hi * 2 + 1)
+    if kind == "integer" and lo is not None and (hi is None or hi - lo >= 1):
+        bad.append(lo + 1.5)
+    return [[v, v] for v in bad] if kind == "vector" else bad
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_catalogue_matches_what_a_study_accepts(api, engine):
+    cat, entry = catalogue_entry(api, engine)
+    # an engine's own entry of a common option's name replaces it (pi-gp-ucb's kernel)
+    options = list({o["name"]: o for o in cat["common_options"] + entry["options"]}.values())
+    defaults = {o["name"]: o["default"] for o in options if o["default"] is not None}
+    create_study(api, f"defaults-{engine}", space=PLAIN_BOX, engine=engine, settings=defaults)
+    tried = 0
+    for o in options:
+        for v in outside(o):
+            r = api.post("/v1/studies", json={"name": f"bad-{engine}-{o['name']}",
+                                              "space": PLAIN_BOX,
+                                              "engine": {"name": engine,
+                                                         "settings": {o["name"]: v}}})
+            assert r.status_code == 400, (o, v, r.text)
+            assert error_of(r)["field"].startswith("engine.settings." + o["name"]), (o, r.text)
+            tried += 1
+    assert tried >= len(cat["common_options"])

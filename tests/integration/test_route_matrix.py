@@ -9,6 +9,7 @@ from conftest import Daemon, ask, create_study, db_dump, error_of, shutdown_and_
 
 # (method, path, JSON body or None). {S} study, {T} pending trial, {C} candidate set.
 ROUTES = [
+    ("GET", "/v1/engines", None),
     ("POST", "/v1/candidate-sets", {"rows": [[1.0]]}),
     ("GET", "/v1/candidate-sets/{C}", None),
     ("POST", "/v1/studies", {"name": "x", "space": {"type": "candidates", "candidates": [[1.0]]},

@@ -162,6 +162,12 @@ class Client:
         """An uploaded candidate set's shape and names."""
         return self._call("GET", f"/v1/candidate-sets/{int(set_id)}").json()
 
+    def engines(self):
+        """The daemon's engine catalogue: {"default", "common_options", "engines": [{"name",
+        "summary", "max_dim", "options"}]}, each option with its type, default, range,
+        choices and description (what create_study's settings are checked against)."""
+        return self._call("GET", "/v1/engines").json()
+
     # ------------------------------------------------------------------ plumbing
 
     def _call(self, method, path, body=None, *, allow=(), **kw):

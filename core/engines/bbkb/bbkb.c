@@ -683,7 +683,8 @@ double kb__bbkb_kept_variance(const kb_engine *e, uint64_t h)
 
 const kb_engine_ops kb_engine_bbkb = {
     .name = "bbkb",
-    .summary = "batch budgeted kernelized bandits (seed 004, Algorithm 1)",
+    .summary = "batch budgeted kernelized bandits, BBKB (Calandriello et al., ICML 2020, "
+               "Algorithm 1): near-linear-time batch GP-UCB",
     .options = bbkb_options,
     .create = bbkb_create,
     .destroy = bbkb_destroy,
@@ -700,7 +701,8 @@ const kb_engine_ops kb_engine_bbkb = {
 
 const kb_engine_ops kb_engine_bkb = {
     .name = "bkb",
-    .summary = "budgeted kernelized bandits (seed 000): BBKB with C~ = 1",
+    .summary = "budgeted kernelized bandits, BKB (Calandriello et al., COLT 2019): "
+               "BBKB with C~ = 1",
     .options = bkb_options,
     .create = bbkb_create,
     .destroy = bbkb_destroy,
