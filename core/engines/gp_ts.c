@@ -67,7 +67,8 @@
 
 static const kb_option_spec gp_ts_options[] = {
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 1, 0.01, NULL, NULL,
-     "noise variance of the GP model (regularization), in standardized output units"},
+     "noise variance of the GP model (regularization), in standardized output units; "
+     "not set, fitted (hyperparameters = fit)"},
     {"B", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,
      "bound on the RKHS norm of the objective (v_t, seed 003 Algorithm 2)"},
     {"R", KB_OPT_NUMBER, 0, INFINITY, 0, 0.1, NULL, NULL,

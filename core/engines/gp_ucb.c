@@ -74,7 +74,8 @@
 /* Options shared by both engines; gp-bucb adds C. */
 #define GP_UCB_OPTIONS                                                                     \
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 1, 0.01, NULL, NULL,                            \
-     "regularization = GP noise variance in standardized units (the paper's 1 + eta)"},    \
+     "regularization = GP noise variance in standardized units (the paper's 1 + eta); "    \
+     "not set, fitted (hyperparameters = fit)"},                                            \
     {"B", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL, "bound on the RKHS norm of f"},  \
     {"R", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,                                  \
      "sub-Gaussian parameter of the noise"},                                               \

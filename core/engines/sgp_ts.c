@@ -84,7 +84,8 @@
 
 static const kb_option_spec sgp_ts_options[] = {
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 1, 0.01, NULL, NULL,
-     "noise variance tau of the GP model (regularization), standardized output units"},
+     "noise variance tau of the GP model (regularization), standardized output units; "
+     "not set, fitted (hyperparameters = fit)"},
     {"features", KB_OPT_INTEGER, 1, 1e5, 0, 1000, NULL, NULL,
      "number M of random Fourier features of the prior sample"},
     {"q", KB_OPT_NUMBER, 1, 1e12, 0, 2.0, NULL, NULL,

@@ -31,11 +31,13 @@ static const kb_option_spec common_options[] = {
      "seed of the engine's random number generator"},
     {"kernel", KB_OPT_STRING, 0, 0, 0, 0, "rbf", kernel_choices, "covariance function"},
     {"lengthscale", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
-     "kernel lengthscale (bandwidth), the same in every dimension"},
+     "kernel lengthscale (bandwidth), the same in every dimension; not set, the GP "
+     "engines fit one per dimension (hyperparameters = fit), and this default applies "
+     "only with hyperparameters = fixed"},
     {"lengthscales", KB_OPT_VECTOR, 0, INFINITY, 1, 0, NULL, NULL,
-     "one lengthscale per dimension; overrides lengthscale"},
+     "one lengthscale per dimension; overrides lengthscale (set: held fixed, not fitted)"},
     {"kernel_variance", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
-     "kernel amplitude k(x, x)"},
+     "kernel amplitude k(x, x); not set, fitted (hyperparameters = fit)"},
     {"input_scaling", KB_OPT_STRING, 0, 0, 0, 0, "unit", input_scaling_choices,
      "map of finite candidate columns before the kernel"},
     {"output_scaling", KB_OPT_STRING, 0, 0, 0, 0, "auto", output_scaling_choices,

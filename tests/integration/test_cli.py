@@ -73,6 +73,16 @@ def test_create_show_studies_json_and_human(cli):
     assert "lease     30 s" in text
 
 
+def test_engines(cli):
+    assert_response(cli.json("engines"), "/v1/engines")
+    text = cli("engines").stdout
+    assert "bbkb (default)" in text and "pi-gp-ucb" in text and "MAX DIM" in text
+    text = cli("engines", "pi-gp-ucb").stdout
+    assert "matern12|matern32|matern52" in text and "horizon" in text and "seed" in text
+    r = cli("engines", "nope", expect=2)
+    assert "unknown engine 'nope'" in r.stderr
+
+
 def test_ask_tell_fail_best_trials(cli):
     make_study(cli)
     asked = cli.json("ask", "cli", "--count", "3", "--worker", "sh-1")

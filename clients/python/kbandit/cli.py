@@ -34,6 +34,7 @@ exit status:
   4  ask: no trial was handed out (the ask status on stderr)
 
 examples:
+  kbandit engines bbkb
   kbandit create svc --param C=float:0.001:1000:log --param kernel=cat:rbf,poly
   kbandit --json ask svc | jq .trials[0].id
   kbandit tell svc 1 0.93
@@ -86,6 +87,9 @@ def build_parser():
         p.set_defaults(run=run)
         return p
 
+    p = command("engines", cmd_engines, "the engines, or one engine's settings")
+    p.add_argument("engine", nargs="?", metavar="ENGINE",
+                   help="list this engine's settings: type, default, range, description")
     p = command("studies", cmd_studies, "list the live studies")
     p.add_argument("--state", choices=STUDY_STATES, help="only the studies in this state")
     _create_options(command("create", cmd_create, "create a study (from flags or --spec FILE)"))
@@ -200,6 +204,16 @@ def _scalar(text):
 
 
 # ---------------------------------------------------------------------- commands
+
+def cmd_engines(client, args):
+    catalogue = client.engines()
+    names = [e["name"] for e in catalogue["engines"]]
+    if args.engine is not None and args.engine not in names:
+        raise UsageError(f"engines: unknown engine '{args.engine}' (known: {', '.join(names)})")
+    if args.json:
+        return _print_json(catalogue)
+    print(render.engines_text(catalogue, args.engine))
+
 
 def cmd_studies(client, args):
     studies = client.studies(state=args.state)

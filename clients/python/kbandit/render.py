@@ -29,6 +29,36 @@ def table(headers, rows):
     return "\n".join([line(headers)] + [line(r) for r in cells])
 
 
+def engines_text(catalogue, name=None):
+    """The engines (NAME, MAX DIM, SUMMARY), or one engine's settings: the common ones with
+    the engine's own entries replacing theirs, then the engine's, each with its type,
+    default, accepted values and description."""
+    if name is None:
+        rows = [[e["name"] + (" (default)" if e["name"] == catalogue["default"] else ""),
+                 e["max_dim"], e["summary"]] for e in catalogue["engines"]]
+        return table(["NAME", "MAX DIM", "SUMMARY"], rows)
+    engine = next(e for e in catalogue["engines"] if e["name"] == name)
+    options = {o["name"]: o for o in catalogue["common_options"] + engine["options"]}
+    rows = [[o["name"], o["type"], _option_default(o), _accepted(o), o["description"]]
+            for o in options.values()]
+    return f"{name}: {engine['summary']}\n\n" + table(
+        ["SETTING", "TYPE", "DEFAULT", "ACCEPTS", "DESCRIPTION"], rows)
+
+
+def _option_default(o):
+    return "-" if o["default"] is None else num(o["default"])
+
+
+def _accepted(o):
+    if o["choices"]:
+        return "|".join(o["choices"])
+    if o["type"] == "string":
+        return "text"
+    lo, hi = o["minimum"], o["maximum"]
+    left = "any" if lo is None else ("> " if o["exclusive_minimum"] else ">= ") + num(lo)
+    return left if hi is None else f"{left}, <= {num(hi)}"
+
+
 def params_text(params):
     return " ".join(f"{k}={num(v)}" for k, v in params.items())
 

@@ -83,7 +83,7 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
 #define COMMON_OPTIONS                                                                        \
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 1, 0.01, NULL, NULL,                               \
      "regularization = GP noise variance, in standardized output units (see "                 \
-     "bbkb/selection.c)"},                                                                    \
+     "bbkb/selection.c); not set, fitted (hyperparameters = fit)"},                           \
     {"q", KB_OPT_NUMBER, 1, INFINITY, 0, 2.0, NULL, NULL,                                     \
      "oversampling: a selected point enters the dictionary with p = min(1, q sigma~^2)"},     \
     {"F", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,                                     \
