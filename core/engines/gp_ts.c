@@ -81,7 +81,7 @@ static const kb_option_spec gp_ts_options[] = {
     {"refresh_every", KB_OPT_INTEGER, 1, 1e9, 0, 1, NULL, NULL,
      "refresh the model after this many new observations"},
     {"pool_refresh", KB_OPT_INTEGER, 1, 1e9, 0, 64, NULL, NULL,
-     "box spaces: redraw the candidate pool after this many tells"},
+     "box spaces: redraw the candidate pool at the first ask after this many tells"},
     KB__CHOICE_FLOOR_OPTION(0.0),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };

@@ -92,18 +92,22 @@ static const kb_option_spec pi_options[] = {
      "covariance function: a Matern kernel, whose smoothness nu builds the cover (the "
      "paper's nu = 3/2 by default)"},
     {"horizon", KB_OPT_INTEGER, 1, 1e9, 0, 10000, NULL, NULL,
-     "horizon T: sets the initial cover (about T^q cells) and alpha = 1 + 2/T"},
+     "horizon T: when set, the initial cover has about T^q cells (the paper's grid); not "
+     "set with fitted hyperparameters (the default), the cover starts as the whole cube and "
+     "grows by the splitting rule; with hyperparameters = fixed it also sets alpha = 1 + 2/T"},
     {"B", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,
      "bound on the RKHS norm of the objective (in the engine's output units)"},
     {"R", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,
      "sub-Gaussian constant of the noise (in the engine's output units)"},
     {"delta", KB_OPT_NUMBER, 0, 1, 1, 0.1, NULL, NULL, "confidence level 1 - delta, 0 < delta < 1"},
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 0, 0.0, NULL, NULL,
-     "GP regularization alpha; 0 means the paper's 1 + 2/horizon"},
+     "GP regularization alpha; 0: the fitted noise (hyperparameters = fit), or the "
+     "paper's 1 + 2/horizon (fixed)"},
     {"beta_scale", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,
      "practical multiplier of the theoretical width beta (1 = theory)"},
     {"initial_divisions", KB_OPT_INTEGER, 0, 1e6, 0, 0, NULL, NULL,
-     "cells per side of the initial grid cover; 0 means round(T^(q/d))"},
+     "cells per side of the initial grid cover; 0: round(T^(q/d)) when horizon is set or "
+     "hyperparameters = fixed, else 1 (the whole cube)"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 

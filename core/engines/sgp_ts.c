@@ -100,7 +100,7 @@ static const kb_option_spec sgp_ts_options[] = {
      "refresh the model (inducing points, q(u)) at the ask after this many new "
      "observations (past 1,024 observations, also not before they grew by a sixteenth)"},
     {"pool_refresh", KB_OPT_INTEGER, 1, 1e9, 0, 64, NULL, NULL,
-     "box spaces: redraw the candidate pool after this many tells"},
+     "box spaces: redraw the candidate pool at the first ask after this many tells"},
     KB__CHOICE_FLOOR_OPTION(0.0),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
