@@ -32,9 +32,11 @@
  * whose scaled coordinates overflowed, each point is drawn from its marginal instead).
  *
  * Model and costs (A candidates, n observations in the model, N = |D_t|):
- *   L: lower Cholesky of K + lambda I, grown by one row per observation, O(n^2);
- *   W = L^{-1} K_{X,A} (n x A), grown by one row per observation, O(n A), from which
- *     the posterior mean and variance at every candidate are kept up to date in O(A);
+ *   L: lower Cholesky of K + lambda I, grown by one row per observation at its tell,
+ *     O(n^2), and beta = L^{-1} y with it, so the posterior is exact between asks;
+ *   W = L^{-1} K_{X,A} (n x A), grown at the next ask by the rows told since, O(n A)
+ *     each, in one block, from which the posterior mean and variance at every candidate
+ *     are kept up to date;
  *   ask: screening O(A log A), posterior covariance on D_t by dsyrk O(n N^2), its
  *     Cholesky O(N^3), the sample O(N^2).
  * Memory is O(n A) for W: this is the exact reference engine; sgp-ts is the scalable
@@ -97,6 +99,7 @@ typedef struct gp_ts {
     double *mu, *var; /* A: posterior mean and variance at every candidate */
     double log_det; /* sum log L_ii */
     size_t since_pool;
+    size_t n_w;      /* rows of W (and of var's sum) computed: <= L.n (extend_w) */
     size_t n_synced; /* observations the last refresh took (sync_rows) */
     int due;         /* a refresh since the last ask: catch_up has work to check */
     kb__pool_rules pool; /* choice floors (engine.c) */
@@ -130,25 +133,45 @@ static int reserve(gp_ts *st, size_t A, size_t need)
     return KB_OK;
 }
 
-/* Appends observation x (internal coordinates) to L, W and var. Capacity reserved;
- * KB_ENUMERIC (chol.c's jitter rule exhausted) leaves the model as it was. */
+/* Appends observation x (internal coordinates) to L and log_det; W and var follow at
+ * the next ask (extend_w). Capacity reserved; KB_ENUMERIC (chol.c's jitter rule
+ * exhausted) leaves the model as it was. */
 static int append(kb_engine *e, gp_ts *st, const double *x)
 {
-    size_t n = st->L.n, A = e->space->n;
-    double *l = st->row, *w = st->W + n * A;
+    size_t n = st->L.n;
+    double *l = st->row;
     kb_kernel_matrix(&e->kernel, e->obs_u, n, x, 1, l);
     if (kb__chol_append(&st->L, l, kb_kernel_eval(&e->kernel, x, x) + st->lambda, NULL))
         return KB_ENUMERIC;
-    double lnn = kb__chol_pivot(&st->L, n);
-    kb_kernel_matrix(&e->kernel, x, 1, e->space->u, A, w);
-    if (n)
-        cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)A, -1.0, st->W, (int)A, l, 1,
-                    1.0, w, 1);
-    cblas_dscal((int)A, 1.0 / lnn, w, 1);
-    for (size_t j = 0; j < A; j++)
-        st->var[j] -= w[j] * w[j];
-    st->log_det += log(lnn);
+    st->log_det += log(kb__chol_pivot(&st->L, n));
     return KB_OK;
+}
+
+/* var -= the squares of W's rows from..to-1, column by column. */
+static void subtract_rows(gp_ts *st, size_t A, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++)
+        for (size_t j = 0; j < A; j++)
+            st->var[j] -= st->W[i * A + j] * st->W[i * A + j];
+}
+
+/* W's rows and var for the factor's rows appended since W was last brought up to date,
+ * as one block (a kernel matrix, a dgemm and a dtrsm: kb__chol_trsm_tail), where each
+ * appended row used to make its own matrix-vector products over the pool at its tell
+ * (6.7 s of a batch of 1,000 tells at d = 1,000; docs/BENCHMARKS.md, forty-ninth
+ * session). */
+static void extend_w(kb_engine *e, gp_ts *st)
+{
+    size_t A = e->space->n, from = st->n_w, n = st->L.n;
+    if (from >= n)
+        return;
+    double t0 = kb__now();
+    kb_kernel_matrix(&e->kernel, e->obs_u + from * e->space->dim, n - from, e->space->u, A,
+                     st->W + from * A);
+    kb__chol_trsm_tail(&st->L, from, st->W, A, A);
+    subtract_rows(st, A, from, n);
+    st->n_w = n;
+    st->sec_embed += kb__now() - t0;
 }
 
 /* W, var from scratch for the current candidate set (after a pool redraw). */
@@ -160,10 +183,9 @@ static void rebuild_candidates(kb_engine *e, gp_ts *st)
     if (n) {
         kb_kernel_matrix(&e->kernel, e->obs_u, n, e->space->u, A, st->W);
         kb__chol_trsm(&st->L, 0, st->W, A, A);
-        for (size_t i = 0; i < n; i++)
-            for (size_t j = 0; j < A; j++)
-                st->var[j] -= st->W[i * A + j] * st->W[i * A + j];
+        subtract_rows(st, A, 0, n);
     }
+    st->n_w = n;
     st->sec_embed += kb__now() - t0;
 }
 
@@ -175,18 +197,25 @@ static void redraw_pool(kb_engine *e, gp_ts *st)
     st->since_pool = 0;
 }
 
-/* beta = L^{-1} y_std and mu = W^T beta (the mean at every candidate). */
+/* beta = L^{-1} y_std, what the posterior needs (O(n^2)). */
+static void update_beta(kb_engine *e, gp_ts *st)
+{
+    size_t n = st->L.n;
+    for (size_t i = 0; i < n; i++)
+        st->beta[i] = kb__output_y(e, e->obs_y[i]);
+    if (n)
+        kb__chol_trsv(&st->L, 0, st->beta);
+}
+
+/* beta, and mu = W^T beta, the mean at every candidate (W up to date). */
 static void update_mean(kb_engine *e, gp_ts *st)
 {
     size_t A = e->space->n, n = st->L.n;
-    for (size_t i = 0; i < n; i++)
-        st->beta[i] = kb__output_y(e, e->obs_y[i]);
+    update_beta(e, st);
     memset(st->mu, 0, A * sizeof *st->mu);
-    if (!n)
-        return;
-    kb__chol_trsv(&st->L, 0, st->beta);
-    cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)A, 1.0, st->W, (int)A, st->beta, 1,
-                0.0, st->mu, 1);
+    if (n)
+        cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)A, 1.0, st->W, (int)A, st->beta,
+                    1, 0.0, st->mu, 1);
 }
 
 /* Appends the observations up to `upto` (capacity reserved). */
@@ -208,6 +237,7 @@ static int refactor(kb_engine *e, gp_ts *st, size_t n)
 {
     size_t d = e->space->dim;
     kb__chol_truncate(&st->L, 0);
+    st->n_w = 0;
     st->log_det = 0.0;
     kb_kernel_diag(&e->kernel, e->space->u, e->space->n, st->var);
     double *K = malloc((n ? n : 1) * n * sizeof *K);
@@ -227,13 +257,13 @@ static int refactor(kb_engine *e, gp_ts *st, size_t n)
     return KB_OK;
 }
 
-/* Appends the observations waiting once refresh_every of them are (tell, observe): L, W,
- * var and the mean follow the told values under the current kernel. The kernel refit
- * and the pool redraw that the new data may make due wait for the next ask (catch_up),
- * so that a batch of tells pays for one of each instead of one per item: at d = 100, 200
- * tells in a row took 1.8 s when each could redraw the pool (docs/BENCHMARKS.md,
- * forty-ninth session). A tell followed by an ask does the same work in the same order
- * as when the tell did it all. */
+/* Appends the observations waiting once refresh_every of them are (tell, observe): L and
+ * beta follow the told values under the current kernel, so the posterior is exact. W,
+ * var and the candidates' mean, the kernel refit and the pool redraw that the new data
+ * may make due wait for the next ask (catch_up), so that a batch of tells pays for one
+ * of each instead of one per item: at d = 100, 200 tells in a row took 1.8 s when each
+ * could redraw the pool (docs/BENCHMARKS.md, forty-ninth session). A tell followed by an
+ * ask does the same work in the same order as when the tell did it all. */
 static int sync_rows(kb_engine *e, kb_error *err)
 {
     gp_ts *st = e->impl;
@@ -249,7 +279,7 @@ static int sync_rows(kb_engine *e, kb_error *err)
     int rc = append_rows(e, st, e->n_obs, err);
     if (rc)
         return rc;
-    update_mean(e, st);
+    update_beta(e, st);
     st->n_synced = e->n_obs;
     st->due = 1;
     st->refreshes++;
@@ -280,6 +310,7 @@ static int catch_up(kb_engine *e, kb_error *err)
     if (!e->space->finite &&
         (st->since_pool >= st->pool_refresh || kb__pool_rules_due(e, &st->pool)))
         redraw_pool(e, st);
+    extend_w(e, st);
     update_mean(e, st);
     st->due = 0;
     st->sec_refresh += kb__now() - t0;

@@ -252,6 +252,24 @@ void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t l
                 (int)f->cap, B, (int)ldb);
 }
 
+void kb__chol_trsm_tail(const kb_chol *f, size_t from, double *B, size_t nrhs, size_t ldb)
+{
+    size_t k = f->n > from ? f->n - from : 0;
+    if (!k || !nrhs)
+        return;
+    /* Read row-major with leading dimension cap, a column-major factor is L^T: its L21
+     * block is then the from x k transpose, its L22 an upper triangle (as kb__chol_trsm). */
+    const double *L21 = f->L + from * row_stride(f), *L22 = L21 + from * col_stride(f);
+    double *B2 = B + from * ldb;
+    if (from)
+        cblas_dgemm(CblasRowMajor, f->colmajor ? CblasTrans : CblasNoTrans, CblasNoTrans,
+                    (int)k, (int)nrhs, (int)from, -1.0, L21, (int)f->cap, B, (int)ldb, 1.0, B2,
+                    (int)ldb);
+    cblas_dtrsm(CblasRowMajor, CblasLeft, f->colmajor ? CblasUpper : CblasLower,
+                f->colmajor ? CblasTrans : CblasNoTrans, CblasNonUnit, (int)k, (int)nrhs, 1.0,
+                L22, (int)f->cap, B2, (int)ldb);
+}
+
 /* By halves: [A, 0; B, C]^-1 = [A^-1, 0; -C^-1 B A^-1, C^-1] (upper: the transpose's
  * pattern, B <- -A^-1 B C^-1), B's update as two triangular solves (level 3), LAPACK's
  * dtrtri below 32. Why not dtrtri throughout: at these sizes OpenBLAS 0.3.21's dtrtri

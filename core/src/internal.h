@@ -96,6 +96,10 @@ void kb__chol_trsv(const kb_chol *f, int trans, double *x);
 void kb__chol_solve(const kb_chol *f, double *x);
 /* B (n x nrhs, row-major, leading dimension ldb) = L^{-1} B, or L^{-T} B with trans. */
 void kb__chol_trsm(const kb_chol *f, int trans, double *B, size_t nrhs, size_t ldb);
+/* Rows from..n-1 of L^{-1} B in place, B's rows 0..from-1 already holding L^{-1} B's:
+ * B2 = L22^{-1} (B2 - L21 X1) (dgemm, dtrsm), what kb__chol_trsm gives those rows; for a
+ * factor grown since the rows before `from` were solved. */
+void kb__chol_trsm_tail(const kb_chol *f, size_t from, double *B, size_t nrhs, size_t ldb);
 /* The n x n triangle of T (column-major, leading dimension ld; upper or lower) replaced
  * by its inverse, the other one untouched; LAPACK's info (> 0: a zero pivot). */
 int kb__tri_inverse(double *T, size_t n, size_t ld, int upper);

@@ -157,6 +157,15 @@ static void solves_match_direct(void **state)
                 }
             }
         }
+        for (size_t from = 0; from <= N; from += 5) { /* the tail, given the head solved */
+            memcpy(X, B, sizeof X);
+            kb__chol_trsm(&f, 0, X, M, M);
+            memcpy(Z, B, sizeof B); /* Z: N x M here, its first `from` rows solved */
+            memcpy(Z, X, from * M * sizeof *Z);
+            kb__chol_trsm_tail(&f, from, Z, M, M);
+            for (size_t i = 0; i < N * M; i++)
+                assert_true(fabs(Z[i] - X[i]) <= TOL * (1.0 + fabs(X[i])));
+        }
         for (size_t k = 0; k < M; k++) /* Z = B^T: its rows solved are L^{-1} B's columns */
             for (size_t i = 0; i < N; i++)
                 Z[k * N + i] = B[i * M + k];
