@@ -276,12 +276,14 @@ static int sync_rows(kb_engine *e, kb_error *err)
                         "%zu at %zu observations; use sgp-ts", KB_MAX_POINTS, e->n_obs);
     if (reserve(st, e->space->n, e->n_obs))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory for %zu observations", e->n_obs);
+    /* Rows appended before a failure stay (they are earlier observations when
+     * refresh_every > 1): beta, and at the next ask W and mu, follow whatever L holds. */
     int rc = append_rows(e, st, e->n_obs, err);
+    update_beta(e, st);
+    st->n_synced = st->L.n;
+    st->due = 1;
     if (rc)
         return rc;
-    update_beta(e, st);
-    st->n_synced = e->n_obs;
-    st->due = 1;
     st->refreshes++;
     st->sec_refresh += kb__now() - t0;
     return KB_OK;

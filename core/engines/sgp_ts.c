@@ -49,13 +49,13 @@
  * them pays for one refresh at the next ask, where a refresh per item took 7 s for 200
  * tells at d = 100 (docs/BENCHMARKS.md, forty-ninth session); a tell followed by an ask
  * does the same work in the same order as when the tell refreshed. Until that ask the
- * posterior is the model's as of its last refresh. Past SGP_GROWTH_FROM observations a refresh also waits until they grew
- * by a sixteenth since the last (refresh_due): without noise m stays near n, and a
- * refresh per tell cost 166 ms per round trip at 1,500 trials (6-d box, 32 pending;
- * docs/BENCHMARKS.md, twenty-second session). Up to there, which covers the quality
- * suite's budgets, nothing changes. Memory O(A (M + m) + n m). On a box the pool is redrawn
- * (kb__refresh_pool) at the first ask after `pool_refresh` tells, and Phi_A
- * recomputed, O(A M d). Keeping one feature draw for the engine's life is what makes
+ * posterior is the model's as of its last refresh. Past SGP_GROWTH_FROM observations a
+ * refresh also waits until they grew by a sixteenth since the last (refresh_due):
+ * without noise m stays near n, and a refresh per tell cost 166 ms per round trip at
+ * 1,500 trials (6-d box, 32 pending; docs/BENCHMARKS.md, twenty-second session). Up to
+ * there, which covers the quality suite's budgets, nothing changes. Memory
+ * O(A (M + m) + n m). On a box the pool is redrawn (kb__refresh_pool) at the first ask
+ * after `pool_refresh` tells, and Phi_A recomputed, O(A M d). Keeping one feature draw for the engine's life is what makes
  * the O(A M) sample possible; the feature error (O(1 / sqrt(M)) in the prior kernel) is
  * then shared by all samples instead of averaging out (the test hook can redraw them per
  * sample to check the decomposition itself). Caches are capped at KB_MAX_POINTS values:
