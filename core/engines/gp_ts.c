@@ -96,6 +96,8 @@ typedef struct gp_ts {
     double *W;      /* cap x A, row i of L^{-1} K_{X,A} */
     double *row;    /* cap: the row being appended */
     double *beta;   /* cap: L^{-1} y_std */
+    size_t beta_n;     /* rows of L beta was solved over (SIZE_MAX: none, L refactored) */
+    uint64_t beta_gen; /* e->out_gen the y_std of beta were scaled under */
     double *mu, *var; /* A: posterior mean and variance at every candidate */
     double log_det; /* sum log L_ii */
     size_t since_pool;
@@ -201,17 +203,27 @@ static void redraw_pool(kb_engine *e, gp_ts *st)
 static void update_beta(kb_engine *e, gp_ts *st)
 {
     size_t n = st->L.n;
+    double mean, sd;
+    kb__output_stats(e, &mean, &sd);
     for (size_t i = 0; i < n; i++)
         st->beta[i] = kb__output_y(e, e->obs_y[i]);
     if (n)
         kb__chol_trsv(&st->L, 0, st->beta);
+    st->beta_n = n;
+    st->beta_gen = e->out_gen;
 }
 
-/* beta, and mu = W^T beta, the mean at every candidate (W up to date). */
+/* mu = W^T beta, the mean at every candidate (W up to date). beta is solved again only
+ * when L or the output scaling moved since the tell solved it (sync_rows): a refit, or
+ * tells waiting for refresh_every. The solve it skips was done twice per sequential
+ * round trip, O(n^2) each time. */
 static void update_mean(kb_engine *e, gp_ts *st)
 {
     size_t A = e->space->n, n = st->L.n;
-    update_beta(e, st);
+    double mean, sd;
+    kb__output_stats(e, &mean, &sd); /* brings out_gen up to the current data */
+    if (st->beta_n != n || st->beta_gen != e->out_gen)
+        update_beta(e, st);
     memset(st->mu, 0, A * sizeof *st->mu);
     if (n)
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)A, 1.0, st->W, (int)A, st->beta,
@@ -238,6 +250,7 @@ static int refactor(kb_engine *e, gp_ts *st, size_t n)
     size_t d = e->space->dim;
     kb__chol_truncate(&st->L, 0);
     st->n_w = 0;
+    st->beta_n = SIZE_MAX;
     st->log_det = 0.0;
     kb_kernel_diag(&e->kernel, e->space->u, e->space->n, st->var);
     double *K = malloc((n ? n : 1) * n * sizeof *K);

@@ -1250,6 +1250,7 @@ void kb__output_stats(kb_engine *e, double *mean, double *sd)
         e->out_mean = m;
         e->out_sd = s > 1e-12 ? s : 1.0;
         e->out_valid = 1;
+        e->out_gen++;
     }
     *mean = e->out_mean;
     *sd = e->out_sd;

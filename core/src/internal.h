@@ -439,6 +439,8 @@ struct kb_engine {
     int standardize;     /* output_scaling != "none" */
     int warp;            /* output_scaling == "warp" and hyperparameters fitted */
     int out_valid;       /* the out_ fields below describe the current data */
+    uint64_t out_gen;    /* bumped at each recomputation of the out_ fields: a value
+                          * scaled under an older one may be stale (gp_ts.c's beta) */
     double out_mean, out_sd;     /* of the (warped) group means */
     double *out_sorted;  /* n_groups group means, ascending (warp only) */
     size_t cap_sorted;

@@ -504,6 +504,46 @@ static void deterministic_and_restorable(void **state)
         }
 }
 
+/* gp-ts with refresh_every = 2, between refits: a tell waiting for its pair is in the
+ * output scaling (kb__output_stats, every observation) but not in the factor. The ask
+ * after a refresh solves beta again if such a tell moved the scaling since the refresh
+ * solved it: the posterior is the exact GP on the rows in the factor, scaled by the
+ * statistics of all observations. */
+static void an_ask_rescales_beta_to_waiting_tells(void **state)
+{
+    (void)state;
+    enum { W = 40, N = W + 3 }; /* refits at 34 and 40 tells, the next at 48 */
+    const char *const opts[] = {"refresh_every", "kernel_variance", "B", "R", "v_scale", NULL};
+    const double vals[] = {2, 1, 1, 0, 1};
+    double X[N * DIM], y[N], ys[N], U[NTEST * DIM];
+    double mean[NTEST], var[NTEST], pm[NTEST], psd[NTEST], m, sd;
+    kb_error err;
+    kb_hyperparameters hp;
+    kb_engine *e = warm_engine("gp-ts", opts, vals, "standardize", W, X, y);
+    kb_engine_hyperparameters(e, &hp);
+    uint64_t fits = hp.fits;
+    for (size_t i = W; i < N; i++) { /* the factor takes the first two, not the last */
+        X[i * DIM] = 0.3 + 0.2 * (double)(i - W);
+        X[i * DIM + 1] = 0.5;
+        y[i] = i + 1 < N ? 1.0 : 6.0; /* the last far above the others: the scaling moves */
+        assert_int_equal(kb_engine_observe(e, X + i * DIM, y[i], &err), 0);
+    }
+    sync_model(e);
+    kb_engine_hyperparameters(e, &hp);
+    assert_int_equal(hp.fits, fits);
+    assert_int_equal(tu_stat(e, "epoch"), N / 2);
+    test_points(U);
+    kb_kernel *k = engine_kernel(e);
+    assert_int_equal(kb_engine_posterior(e, U, NTEST, pm, psd, &err), 0);
+    tu_distinct_stats(X, y, N, DIM, &m, &sd);
+    for (size_t i = 0; i < N - 1; i++)
+        ys[i] = (y[i] - m) / sd;
+    assert_int_equal(tu_exact_posterior(k, X, ys, N - 1, 0.05, U, NTEST, mean, var), 0);
+    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < 1e-8);
+    kb_kernel_free(k);
+    kb_engine_free(e);
+}
+
 /* A batch of tells records the data (gp-ts also appends it to its factor): the
  * hyperparameter refit and the box pool's redraw they make due, and sgp-ts's whole
  * refresh, come once, at the next ask. */
@@ -680,6 +720,7 @@ int main(void)
         cmocka_unit_test(deterministic_and_restorable),
         cmocka_unit_test(finds_the_optimum_region),
         cmocka_unit_test(refresh_every_and_exhaustion),
+        cmocka_unit_test(an_ask_rescales_beta_to_waiting_tells),
         cmocka_unit_test(batch_tells_wait_for_the_next_ask),
         cmocka_unit_test(sgp_ts_refreshes_by_growth_past_1024),
         cmocka_unit_test(bad_configurations_are_rejected),
