@@ -4,7 +4,7 @@
  *
  *   kb-bench --engine NAME [--set key=value ...] --problem P [--data PATH] [--A N]
  *            [--d D] --T N [--seed S] [--workers W] [--mode sync|async] [--noise SD]
- *            [--problem-kernel K] [--problem-lengthscale L] [--curve N]
+ *            [--problem-kernel K] [--problem-lengthscale L] [--curve N] [--dump PATH]
  *
  * Simulation. sync: ask for up to W points (W = 0: as many as the engine gives before it
  * waits), evaluate them all, tell them all, repeat until T evaluations. async: W workers;
@@ -23,6 +23,11 @@
  * ask_cpu_ms, tell_cpu_ms: the same in process CPU time (robust to a loaded machine),
  * regret_ratio: the window's regret ratio}. An ask call is charged to the window of
  * its first point, the k-th tell to the window of the k-th evaluation.
+ * --dump PATH writes the problem (the candidates and their noiseless f, after the
+ * constructor's rescaling) to PATH as CSV and runs nothing: a first line
+ * "# noise_sd=SD noise_uniform=W" (the noise the run would add: N(0, SD^2), or U(-W, W)
+ * when W > 0), then one row x_1..x_d,f per candidate, for peers outside the library
+ * (bench/finite_peer.py) to run on the very same problem.
  * Exit status: 0, or 2 for bad arguments / configuration (the kb_error is printed).
  */
 #include "problems.h"
@@ -38,7 +43,7 @@
 #include <unistd.h>
 
 typedef struct opts {
-    const char *engine, *problem, *mode;
+    const char *engine, *problem, *mode, *dump;
     const char *sets[128];
     size_t n_sets, T, W, curve;
     uint64_t seed;
@@ -98,6 +103,7 @@ static void usage(void)
             "usage: kb-bench --engine NAME [--set key=value ...] --problem P [--data PATH]\n"
             "       [--A N] [--d D] --T N [--seed S] [--workers W] [--mode sync|async]\n"
             "       [--noise SD] [--problem-kernel K] [--problem-lengthscale L] [--curve N]\n"
+            "       [--dump PATH]\n"
             "problems:");
     for (const bench_problem_entry *p = bench_problems; p->name; p++)
         fprintf(stderr, " %s", p->name);
@@ -156,10 +162,11 @@ static void parse_args(int argc, char **argv, opts *o)
         else if (!strcmp(f, "--problem-kernel")) o->pa.kernel = v;
         else if (!strcmp(f, "--problem-lengthscale")) o->pa.lengthscale = strtod(v, NULL);
         else if (!strcmp(f, "--curve")) o->curve = parse_size(f, v);
+        else if (!strcmp(f, "--dump")) o->dump = v;
         else if (!strcmp(f, "--set") && o->n_sets < 128) o->sets[o->n_sets++] = v;
         else usage();
     }
-    if (!o->engine || !o->problem || !o->T)
+    if (!o->problem || (!o->dump && (!o->engine || !o->T)))
         usage();
     if (strcmp(o->mode, "sync") && strcmp(o->mode, "async"))
         die("--mode must be sync or async", NULL);
@@ -488,17 +495,31 @@ static void print_hyperparameters(const kb_engine *e)
     printf("]}");
 }
 
+/* --dump: the problem as CSV (see the header comment). */
+static int dump_problem(const bench_problem *p, double noise, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 2;
+    }
+    fprintf(f, "# noise_sd=%.17g noise_uniform=%.17g\n", noise, p->noise_uniform);
+    for (size_t i = 0; i < p->A; i++) {
+        for (size_t j = 0; j < p->d; j++)
+            fprintf(f, "%.17g,", p->X[i * p->d + j]);
+        fprintf(f, "%.17g\n", p->f[i]);
+    }
+    if (fclose(f)) {
+        perror(path);
+        return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
     parse_args(argc, argv, &o);
-    kb_error err;
-    kb_config *cfg = kb_config_new(o.engine, &err);
-    if (!cfg)
-        die("--engine", &err);
-    if (kb_config_set_number(cfg, "seed", (double)o.seed, &err))
-        die("--seed", &err);
-
     const bench_problem_entry *pe = bench_problem_find(o.problem);
     if (!pe) {
         fprintf(stderr, "kb-bench: unknown problem '%s'\n", o.problem);
@@ -510,6 +531,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "kb-bench: problem %s: %s\n", o.problem, msg);
         return 2;
     }
+    if (o.dump)
+        return dump_problem(&p, o.noise, o.dump);
+    kb_error err;
+    kb_config *cfg = kb_config_new(o.engine, &err);
+    if (!cfg)
+        die("--engine", &err);
+    if (kb_config_set_number(cfg, "seed", (double)o.seed, &err))
+        die("--seed", &err);
     apply_problem_settings(cfg, o.engine, p.settings);
     for (size_t i = 0; i < o.n_sets; i++)
         apply_set(cfg, o.engine, o.sets[i]);
