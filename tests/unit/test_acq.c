@@ -136,6 +136,20 @@ static void gradient_matches_differences_with_a_categorical(void **state)
         kb_kernel ref = {.kind = STATIONARY[t], .dim = E, .variance = 1.3,
                          .lengthscales = ref_ls};
         check_gradient(&k, &ref, U, R, y, 1, &rng);
+        /* no gradient on the choice, so refinement climbs the floats only */
+        enum { M = 4 };
+        double P[M * D], Q[M * D];
+        for (size_t i = 0; i < M * D; i++)
+            P[i] = i % D == D - 1 ? ((double)(i / D % CHOICES) + 0.5) / CHOICES
+                                  : kb_rng_uniform(&rng);
+        memcpy(Q, P, sizeof Q);
+        assert_int_equal(kb__acq_refine(&k, NOISE, U, y, N, WIDTH, P, M), KB_OK);
+        int moved = 0;
+        for (size_t p = 0; p < M; p++) {
+            assert_true(P[p * D + D - 1] == Q[p * D + D - 1]);
+            moved += P[p * D] != Q[p * D] || P[p * D + 1] != Q[p * D + 1];
+        }
+        assert_true(moved >= 1);
     }
 }
 
@@ -231,9 +245,12 @@ static void refinement_climbs_inside_the_cube(void **state)
  * choices: after 40 observations and the initial design's asks, an ask fits and redraws
  * the pool, whose last REFINED rows are the best observations moved on the UCB (engine.c
  * refine_pool). They must lie on the integer's and the categorical's levels, in the
- * caller's rows as in the engine's coordinates, and keep their best observation's choice;
- * at least one must have moved off its best observation (else nothing was refined and the
- * check would prove nothing). */
+ * caller's rows as in the engine's coordinates, and at least one must have moved off its
+ * best observation keeping that observation's choice (else nothing was refined and the
+ * check would prove nothing). Not every row: a refined point that stays on an observation
+ * or lands on another row leaves the row the pool's own point, of any choice (with
+ * single-threaded OpenBLAS, as the daemon runs it, the fourth row here does); that
+ * refinement keeps choices is gradient_matches_differences_with_a_categorical's. */
 static void refined_rows_lie_on_levels(void **state)
 {
     (void)state;
@@ -287,8 +304,7 @@ static void refined_rows_lie_on_levels(void **state)
             assert_true(fabs(v - round(v)) < 1e-12);
             assert_true(s->rows[(s->n - REFINED + r) * 3 + j] == row[j]);
         }
-        assert_true(row[2] == from[2]); /* a choice does not move by gradient */
-        moved += row[0] != from[0] || row[1] != from[1];
+        moved += row[2] == from[2] && (row[0] != from[0] || row[1] != from[1]);
     }
     assert_true(moved >= 1);
     kb_engine_free(e);
