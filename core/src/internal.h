@@ -159,6 +159,9 @@ void kb__space_snap(const kb_space *s, double *rows, size_t n);
 /* The output warp's spread in noise sds at least (engine.c fit_warp). */
 #define KB_WARP_NOISE_SDS 4.0
 
+/* The initial design's size on a finite set: the observations the first fit waits for
+ * (engine.c setup_fitting). */
+#define KB_FINITE_DESIGN 3
 /* The initial design's size on a box at most (engine.c setup_fitting). */
 #define KB_DESIGN_MAX 40
 
@@ -474,6 +477,7 @@ struct kb_engine {
     int fit_on;
     kb_hyper_opts fit_opts;
     size_t fit_next, design_n;
+    size_t design_rows[KB_FINITE_DESIGN]; /* finite sets: the design's candidates */
     uint64_t n_fits;
     kb_rng fit_rng;
     double noise;
@@ -568,8 +572,9 @@ int kb__hyper_refit(kb_engine *e, kb_error *err);
 double kb__width(const kb_engine *e, double theory, double fitted);
 #define KB_WIDTH_UCB 2.0
 
-/* Box spaces with fitting on: the initial design (before the first fit) hands out the
- * pool's quasi-random rows in order. Sets *index and returns 1 while it applies. */
+/* With fitting on, the initial design (before the first fit) hands out a box pool's
+ * quasi-random rows in order, on a finite set the candidates design_rows. Sets *index and
+ * returns 1 while it applies. */
 int kb__design_index(const kb_engine *e, size_t *index);
 
 /* The choice a floor would give the next pool to: 1 + j x 4 + l for choice l of

@@ -759,6 +759,81 @@ static void refits_space_out_once_a_fit_samples(void **state)
     refit_schedule(random_engine(64, "allow", 1), 600);
 }
 
+/* The second trial of a GP engine on a line of 101 candidates (1 = hyperparameters
+ * fixed). */
+static size_t second_pick(const char *engine, uint64_t seed, int fixed, size_t *first,
+                          size_t *third, uint64_t *fits)
+{
+    enum { A = 101 };
+    double rows[A];
+    for (size_t i = 0; i < A; i++)
+        rows[i] = (double)i / (A - 1);
+    kb_error err;
+    kb_space *sp = kb_space_new_finite(rows, A, 1, &err);
+    kb_config *cfg = kb_config_new(engine, &err);
+    assert_non_null(sp);
+    assert_int_equal(kb_config_set_number(cfg, "seed", (double)seed, &err), KB_OK);
+    if (fixed)
+        assert_int_equal(kb_config_set_string(cfg, "hyperparameters", "fixed", &err), KB_OK);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    size_t idx[3];
+    for (int t = 0; t < 3; t++) {
+        kb_point p;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+        assert_int_equal(res.n, 1);
+        idx[t] = p.index;
+        assert_int_equal(kb_engine_tell(e, p.handle, sin(9.0 * rows[p.index]), &err), KB_OK);
+        /* the design's rows in order, drawn before any ask */
+        assert_true(fixed ? e->design_n == 0 : idx[t] == e->design_rows[t]);
+    }
+    kb_hyperparameters hp;
+    kb_engine_hyperparameters(e, &hp);
+    *fits = hp.fits;
+    *first = idx[0];
+    *third = idx[2];
+    kb_engine_free(e);
+    kb_config_free(cfg);
+    kb_space_free(sp);
+    return idx[1];
+}
+
+/* A finite set with fitting on starts with KB_FINITE_DESIGN uniform draws (engine.c
+ * draw_finite_design), as a box starts with its quasi-random design: the unfitted
+ * kernel's largest variance is at the candidates farthest from those told, so the second
+ * trial went to an end of the line on every seed (it still does with the kernel fixed).
+ * Uniformly drawn, it lands on an end with probability 2 / 100. No fit comes before the
+ * design is told (the first waits for 3 observations). */
+static void finite_sets_start_with_uniform_draws(void **state)
+{
+    (void)state;
+    const char *engines[] = {"bbkb", "bkb", "gp-ucb", "gp-bucb", "gp-ts", "sgp-ts"};
+    enum { SEEDS = 40 };
+    for (size_t k = 0; k < sizeof engines / sizeof engines[0]; k++) {
+        int ends = 0;
+        for (uint64_t seed = 1; seed <= SEEDS; seed++) {
+            size_t first, third;
+            uint64_t fits;
+            size_t second = second_pick(engines[k], seed, 0, &first, &third, &fits);
+            assert_true(first != second && second != third && first != third);
+            assert_int_equal(fits, 0);
+            ends += second == 0 || second == 100;
+        }
+        if (ends > 6) /* binomial(40, 0.02): P(> 6) < 1e-5 */
+            fail_msg("%s: the second trial at an end on %d of %d seeds", engines[k], ends,
+                     SEEDS);
+    }
+    for (size_t k = 0; k < 3; k++) /* the UCB engines, kernel fixed: the farthest end */
+        for (uint64_t seed = 1; seed <= 5; seed++) {
+            size_t first, third;
+            uint64_t fits;
+            size_t second = second_pick(engines[k], seed, 1, &first, &third, &fits);
+            assert_int_equal(second, first < 50 ? 100 : 0);
+            assert_int_equal(fits, 0);
+        }
+}
+
 /* A fit records its noise sd in y's units (the fitted standardized noise times the sd
  * the fit's values were scaled by) and the output stats follow the new floor at once. */
 static void refit_sets_noise_sd_of_the_warp(void **state)
@@ -2660,6 +2735,7 @@ int main(void)
         cmocka_unit_test(scaling_survives_extreme_columns),
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
+        cmocka_unit_test(finite_sets_start_with_uniform_draws),
         cmocka_unit_test(recommend_is_the_best_posterior_mean),
         cmocka_unit_test(recommend_keeps_to_values_near_the_best),
         cmocka_unit_test(noise_hidden_dimensions_leave_the_model),
