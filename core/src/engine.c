@@ -177,7 +177,9 @@ static void draw_finite_design(kb_engine *e)
 
 /* Fitting settings from the config: what the user set is held fixed. The first fit waits
  * for the initial design: on boxes 2 (d + 1) quasi-random points, at most 40 (BoTorch's
- * and TuRBO's usual 2d-sized Sobol design); on finite sets 3 uniform draws. */
+ * and TuRBO's usual 2d-sized Sobol design); on finite sets 3 uniform draws. Warm-start
+ * observations take design trials' places (kb__design_index): a study given results
+ * already has what the design is for. */
 static void setup_fitting(kb_engine *e)
 {
     const kb_config *cfg = e->cfg;
@@ -364,7 +366,7 @@ double kb__width(const kb_engine *e, double theory, double fitted)
 
 int kb__design_index(const kb_engine *e, size_t *index)
 {
-    if (e->n_trials >= e->design_n)
+    if (e->n_trials + e->n_observed >= e->design_n)
         return 0;
     size_t i = e->space->finite ? e->design_rows[e->n_trials] : e->n_trials;
     if (kb__excluded(e, i))

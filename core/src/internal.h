@@ -573,8 +573,9 @@ double kb__width(const kb_engine *e, double theory, double fitted);
 #define KB_WIDTH_UCB 2.0
 
 /* With fitting on, the initial design (before the first fit) hands out a box pool's
- * quasi-random rows in order, on a finite set the candidates design_rows. Sets *index and
- * returns 1 while it applies. */
+ * quasi-random rows in order, on a finite set the candidates design_rows, while the
+ * trials and warm-start observations together number fewer than design_n. Sets *index
+ * and returns 1 while it applies. */
 int kb__design_index(const kb_engine *e, size_t *index);
 
 /* The choice a floor would give the next pool to: 1 + j x 4 + l for choice l of

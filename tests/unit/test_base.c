@@ -834,6 +834,47 @@ static void finite_sets_start_with_uniform_draws(void **state)
         }
 }
 
+/* Warm-start observations count towards the initial design (kb__design_index): a study
+ * given k of them hands out design_n - k design trials, none once k >= design_n, on a box
+ * (3 floats: 8 quasi-random rows) as on a finite set (3 draws). Before, a study warm-started
+ * with 100 results still spent its first 2 (d + 1) trials, up to 40, on the design. */
+static void warm_starts_count_towards_the_design(void **state)
+{
+    (void)state;
+    kb_error err;
+    double rows[40 * 3];
+    kb_rng drv;
+    kb_rng_seed(&drv, 17);
+    for (size_t i = 0; i < 40 * 3; i++)
+        rows[i] = kb_rng_uniform(&drv);
+    for (int finite = 0; finite < 2; finite++)
+        for (size_t k = 0; k <= 10; k += 5) {
+            kb_space *sp = finite ? kb_space_new_finite(rows, 40, 3, &err)
+                                  : kb_space_new_box(3, 256, &err);
+            kb_config *cfg = kb_config_new("gp-ucb", &err);
+            kb_engine *e = kb_engine_create(cfg, sp, &err);
+            assert_non_null(e);
+            size_t design = finite ? KB_FINITE_DESIGN : 8;
+            assert_int_equal(e->design_n, design);
+            for (size_t i = 0; i < k; i++) {
+                const double *x = rows + 3 * (i + 10);
+                assert_int_equal(kb_engine_observe(e, x, x[0] - x[1], &err), KB_OK);
+            }
+            size_t from_design = 0, index;
+            for (int t = 0; t < 12; t++) {
+                from_design += kb__design_index(e, &index);
+                kb_point p;
+                kb_ask_result res;
+                assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+                assert_int_equal(res.n, 1);
+            }
+            assert_int_equal(from_design, k >= design ? 0 : design - k);
+            kb_engine_free(e);
+            kb_config_free(cfg);
+            kb_space_free(sp);
+        }
+}
+
 /* A fit records its noise sd in y's units (the fitted standardized noise times the sd
  * the fit's values were scaled by) and the output stats follow the new floor at once. */
 static void refit_sets_noise_sd_of_the_warp(void **state)
@@ -2736,6 +2777,7 @@ int main(void)
         cmocka_unit_test(observe_refuses_unscalable_coordinates),
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
         cmocka_unit_test(finite_sets_start_with_uniform_draws),
+        cmocka_unit_test(warm_starts_count_towards_the_design),
         cmocka_unit_test(recommend_is_the_best_posterior_mean),
         cmocka_unit_test(recommend_keeps_to_values_near_the_best),
         cmocka_unit_test(noise_hidden_dimensions_leave_the_model),
