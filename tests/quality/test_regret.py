@@ -130,6 +130,19 @@ def test_pi_gp_ucb_at_defaults_learns_a_smooth_function(mode):
         assert r["regret_ratio"] < 0.35, r
 
 
+@pytest.mark.parametrize("engine", ["bbkb", "gp-ucb"])
+@pytest.mark.parametrize("problem", ["hartmann3", "rkhs"])
+def test_finite_defaults_lose_no_seed(engine, problem):
+    # Issue 12's finite sets at defaults (fitted, 1,000 candidates, T = 300), seeds 1-10.
+    # Measured with the uniform initial design (docs/BENCHMARKS.md, fifty-first session):
+    # worst 0.053 (both engines) on hartmann3, 0.049 / 0.055 on rkhs, medians 0.037-0.044;
+    # before it one seed of each locked onto a poor arm at 0.35-0.45. The bound (about 3x
+    # the worst) fails on such a seed. Fast enough under ASan too (~2 s per case).
+    ratios = [bench("--engine", engine, "--problem", problem, "--T", "300", "--seed",
+                    str(s))["regret_ratio"] for s in range(1, 11)]
+    assert max(ratios) < 0.15, ratios
+
+
 def test_bad_option_names_the_field():
     p = subprocess.run([BENCH, "--engine", "gp-bucb", "--set", "C=0.5", "--problem",
                         "branin", "--T", "5"], capture_output=True, text=True)
