@@ -487,9 +487,9 @@ static void print_hyperparameters(const kb_engine *e)
     kb_hyperparameters hp;
     kb_engine_hyperparameters(e, &hp);
     printf(", \"hyperparameters\": {\"fitting\": %s, \"fits\": %llu, \"kernel_variance\": %.6g, "
-           "\"noise\": %.6g, \"lengthscales\": [",
+           "\"noise\": %.6g, \"interior_prior\": %.6g, \"lengthscales\": [",
            hp.fitting ? "true" : "false", (unsigned long long)hp.fits, hp.kernel_variance,
-           hp.noise);
+           hp.noise, hp.interior_prior);
     for (size_t j = 0; j < hp.dim; j++)
         printf("%s%.6g", j ? ", " : "", hp.lengthscales[j]);
     printf("]}");

@@ -115,7 +115,7 @@ typedef struct study_progress {
     uint64_t fits;
     size_t dim;
     double *lengthscales;         /* dim entries (owned) */
-    double kernel_variance, noise, categorical_mix;
+    double kernel_variance, noise, categorical_mix, interior_prior;
 } study_progress;
 
 /* A study's document: its spec, id, creation time, state and, when has_progress,

@@ -40,10 +40,10 @@ static json_t *hyperparameters_json(const study_progress *p)
     json_t *ls = json_array();
     for (size_t j = 0; j < p->dim; j++)
         json_array_append_new(ls, json_real(p->lengthscales[j]));
-    return json_pack("{s:b,s:I,s:o,s:f,s:f,s:f}", "fitted", p->fitted, "fits",
+    return json_pack("{s:b,s:I,s:o,s:f,s:f,s:f,s:f}", "fitted", p->fitted, "fits",
                      (json_int_t)p->fits, "lengthscales", ls, "kernel_variance",
                      p->kernel_variance, "noise", p->noise, "categorical_mix",
-                     p->categorical_mix);
+                     p->categorical_mix, "interior_prior", p->interior_prior);
 }
 
 static json_t *progress_json(const study_doc *d)

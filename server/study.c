@@ -212,6 +212,7 @@ static int progress_copy(study *s, study_progress *p, api_error *err)
     p->kernel_variance = hp.kernel_variance;
     p->noise = hp.noise;
     p->categorical_mix = hp.categorical_mix;
+    p->interior_prior = hp.interior_prior;
     p->lengthscales = malloc((hp.dim ? hp.dim : 1) * sizeof *p->lengthscales);
     if (!p->lengthscales)
         return api_fail(err, API_INTERNAL, NULL, "out of memory");

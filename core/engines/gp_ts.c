@@ -206,7 +206,7 @@ static void update_beta(kb_engine *e, gp_ts *st)
     double mean, sd;
     kb__output_stats(e, &mean, &sd);
     for (size_t i = 0; i < n; i++)
-        st->beta[i] = kb__output_y(e, e->obs_y[i]);
+        st->beta[i] = kb__model_y(e, i);
     if (n)
         kb__chol_trsv(&st->L, 0, st->beta);
     st->beta_n = n;
@@ -228,6 +228,8 @@ static void update_mean(kb_engine *e, gp_ts *st)
     if (n)
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)n, (int)A, 1.0, st->W, (int)A, st->beta,
                     1, 0.0, st->mu, 1);
+    for (size_t i = 0; e->prior_basis && i < A; i++)
+        st->mu[i] += kb__prior_at(e, i);
 }
 
 /* Appends the observations up to `upto` (capacity reserved). */

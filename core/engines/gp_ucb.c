@@ -341,7 +341,7 @@ static int refresh_alpha(kb_engine *e, gp_state *s)
         return KB_ENOMEM;
     s->alpha = a;
     for (size_t i = 0; i < m; i++)
-        a[i] = kb__output_y(e, e->obs_y[i]);
+        a[i] = kb__model_y(e, i);
     kb__chol_solve(&s->LT, a);
     s->n_alpha = m;
     s->alpha_stale = 0;
@@ -546,7 +546,7 @@ static size_t ucb_argmax(kb_engine *e, const gp_state *s, double width)
     for (size_t a = 0; a < s->A; a++) {
         if (kb__excluded(e, a))
             continue;
-        double u = s->mean[a] + width * sqrt(s->var[a] > 0 ? s->var[a] : 0.0);
+        double u = s->mean[a] + kb__prior_at(e, a) + width * sqrt(s->var[a] > 0 ? s->var[a] : 0.0);
         if (best == SIZE_MAX || u > bu) {
             best = a;
             bu = u;

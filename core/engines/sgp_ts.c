@@ -231,7 +231,7 @@ static int fit_titsias(kb_engine *e, sgp_ts *st, sgp_model *md)
     if ((rc = kb__chol_factor(&md->LB, K, m, m)))
         goto done;
     for (size_t i = 0; i < n; i++)
-        y[i] = kb__output_y(e, e->obs_y[i]);
+        y[i] = kb__model_y(e, i);
     cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)n, 1.0 / sqrt(st->lambda), Ax,
                 (int)n, y, 1, 0.0, md->beta, 1);
     kb__chol_trsv(&md->LB, 0, md->beta); /* c */
@@ -435,6 +435,8 @@ static int sample_argmax(kb_engine *e, sgp_ts *st, size_t *index)
 {
     int rc = draw(e, &st->mod, st->M, st->PhiA, st->mod.KAZ, st->mod.muA, st->mod.PhiZ,
                   e->space->n, current_alpha(e, st), st->fA);
+    for (size_t i = 0; e->prior_basis && i < e->space->n; i++)
+        st->fA[i] += kb__prior_at(e, i);
     return rc ? rc : kb__ts_argmax(e, st->fA, NULL, e->space->n, index);
 }
 

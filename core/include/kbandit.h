@@ -389,6 +389,9 @@ typedef struct kb_hyperparameters {
                                  * over categorical parameters (UCB engines on
                                  * boxes, under noise, unless categorical_kernel =
                                  * joint); 0 off */
+    double interior_prior;      /* the prior mean's height c: c (1/3 - mean_j (2 u_j -
+                                 * 1)^2) in standardized units over the unit-scaled
+                                 * candidates (finite sets, prior_mean = auto); 0 off */
 } kb_hyperparameters;
 
 KB_API int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out);

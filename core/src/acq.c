@@ -14,7 +14,9 @@
  *
  * kb__gp_mean gives the same GP's mean alone (the model's recommendation, engine.c), on
  * the rows with repeated inputs merged (kb__row_set_init: one row per distinct input at
- * its mean, noise lambda / count, the exact posterior of every row).
+ * its mean, noise lambda / count, the exact posterior of every row), and
+ * kb__interior_coef the same GP's estimate of the interior prior mean's coefficient
+ * (engine.c, kb__hyper_refit).
  *
  * The GP is built once per call on at most 256 rows (kb__pick_rows, RNG seeded from n so
  * that the engine's streams do not move), in O(256^3 / 3); each run is capped at 40
@@ -227,4 +229,47 @@ double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const d
         v = acq_eval(&g, x, grad);
     acq_free(&g);
     return v;
+}
+
+double kb__interior_basis(const kb_kernel *k, const double *u)
+{
+    double s = 0.0;
+    size_t ordered = 0;
+    for (size_t j = 0; j < k->dim; j++)
+        if (!k->choices || !k->choices[j]) {
+            s += (2.0 * u[j] - 1.0) * (2.0 * u[j] - 1.0);
+            ordered++;
+        }
+    return ordered ? 1.0 / 3.0 - s / (double)ordered : 0.0;
+}
+
+/* With b the basis at the rows, r their residuals under c_now and K_y = K + noise C^-1,
+ * the GLS estimate with a N(c0, 1) prior on c is
+ *   (b^T K_y^-1 (r + c_now b) + c0) / (b^T K_y^-1 b + 1). */
+double kb__interior_coef(const kb_kernel *k, double noise, const kb_rows *rows, double c_now)
+{
+    kb_rng rng;
+    kb_rng_seed(&rng, (uint64_t)rows->n);
+    kb_row_set rs;
+    acq_gp g = {0};
+    double c = c_now;
+    int rc = kb__row_set_init(&rs, rows, k->dim, ACQ_MAX_ROWS, ACQ_MAX_ROWS / 4, &rng);
+    if (rc == KB_OK)
+        rc = acq_build(&g, k, noise, rs.U, rs.y, rs.inv_c, NULL, rs.m, 0.0);
+    double *b = rc == KB_OK ? malloc((g.n ? g.n : 1) * sizeof *b) : NULL;
+    double *q = b ? malloc((g.n ? g.n : 1) * sizeof *q) : NULL;
+    if (q && g.n) {
+        for (size_t i = 0; i < g.n; i++)
+            b[i] = q[i] = kb__interior_basis(k, g.X + i * g.d);
+        if (LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)g.n, 1, g.L, (int)g.n, q, 1) == 0) {
+            double bKr = cblas_ddot((int)g.n, b, 1, g.a, 1);
+            double bKb = cblas_ddot((int)g.n, b, 1, q, 1);
+            c = (bKr + c_now * bKb + KB_INTERIOR_C) / (bKb + 1.0);
+        }
+    }
+    free(b);
+    free(q);
+    kb__row_set_free(&rs);
+    acq_free(&g);
+    return isfinite(c) ? c : c_now;
 }

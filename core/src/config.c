@@ -25,6 +25,7 @@ static const char *const output_scaling_choices[] = {"auto", "warp", "standardiz
 static const char *const repeats_choices[] = {"allow", "no_pending", "never", NULL};
 static const char *const hyper_choices[] = {"fit", "fixed", NULL};
 static const char *const categorical_choices[] = {"joint", "additive", NULL};
+static const char *const prior_mean_choices[] = {"auto", "constant", NULL};
 
 static const kb_option_spec common_options[] = {
     {"seed", KB_OPT_INTEGER, 0, 9007199254740992.0, 0, 0, NULL, NULL,
@@ -62,6 +63,11 @@ static const kb_option_spec common_options[] = {
      "additive (the default): the UCB engines on a box add a fitted additive term over the "
      "categorical parameters while the fitted noise is at least 0.01 (engine.c, "
      "categorical_mix); joint: categorical parameters are coordinates of the one kernel"},
+    {"prior_mean", KB_OPT_STRING, 0, 0, 0, 0, "auto", prior_mean_choices,
+     "auto: on a finite set with fitted hyperparameters and unit input scaling, the GP's "
+     "prior mean is a bowl lower towards the set's edges, its height fitted to the data "
+     "(engine.c, kb__hyper_refit), against the UCB's pull to the boundary; constant: the "
+     "standardized outputs' mean everywhere"},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 

@@ -238,6 +238,17 @@ int kb__gp_mean(const kb_kernel *k, double noise, const kb_rows *rows, const dou
 double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const double *y,
                       size_t n, double width, const double *x, double *grad);
 
+/* The interior basis b(u) = 1/3 - the mean over k's ordered coordinates of (2 u_j - 1)^2
+ * (0 without any): +1/3 at the unit cube's centre, -2/3 at its corners, mean 0 over it. */
+double kb__interior_basis(const kb_kernel *k, const double *u);
+/* The posterior mean of c in y = c b(x) + g(x), g the GP with kernel k and noise variance
+ * `noise`, under the prior c ~ N(KB_INTERIOR_C, 1) (Rasmussen & Williams 2006, section
+ * 2.7, eq. 2.42's beta-bar), on the rows with each group merged (at most 256 groups, as
+ * kb__gp_mean), whose y are the residuals y - c_now b(x). Returns c_now when the GP does
+ * not factor or on OOM. Deterministic. */
+double kb__interior_coef(const kb_kernel *k, double noise, const kb_rows *rows, double c_now);
+#define KB_INTERIOR_C 1.0
+
 /* log p(y | theta) (+ the log prior when with_prior) and its gradient (dim + 2 entries,
  * when grad is not NULL) at theta = (log l_1..log l_dim, log variance, log noise), for a
  * kernel of shape's kind, dim and choices (its values are not used). For tests;
@@ -484,6 +495,12 @@ struct kb_engine {
     double *fit_ls;      /* boxes with fitted lengthscales: the fit's own values, before
                           * kb__hyper_refit drops the dimensions the noise hides from
                           * kernel.lengthscales; NULL otherwise */
+    /* The interior prior mean c b(u) (kb__prior_mean): on finite sets with fitting on,
+     * prior_mean "auto" and unit input scaling, prior_basis holds b at every candidate
+     * and prior_c the coefficient of the last fit (KB_INTERIOR_C before it); NULL and 0
+     * otherwise (a constant prior mean, the standardized outputs' 0). */
+    double *prior_basis;
+    double prior_c;
 };
 
 #define KB_TRIAL_CHUNK 1024
@@ -553,6 +570,17 @@ void kb__output_stats(kb_engine *e, double *mean, double *sd);
  * when e->warp (engine.c, warp_tail). Engines whose model is affine in y and that never
  * warp (pi-gp-ucb: fits_hyper = 0) may use kb__output_stats instead. */
 double kb__output_y(kb_engine *e, double y);
+/* The prior mean of the GP engines at internal coordinates u (at candidate i: prior_at),
+ * in the units of kb__output_y: c b(u) with the interior basis b (acq.c) where
+ * e->prior_basis is set, else 0 (engine.c, kb__hyper_refit, says why). An engine models
+ * model_y(i) = output_y(obs_y[i]) - prior_mean(obs_u[i]) by its GP and adds the prior
+ * mean back at every candidate it scores. */
+double kb__prior_mean(const kb_engine *e, const double *u);
+static inline double kb__prior_at(const kb_engine *e, size_t i)
+{
+    return e->prior_basis ? e->prior_c * e->prior_basis[i] : 0.0;
+}
+double kb__model_y(kb_engine *e, size_t i);
 
 /* Whether a hyperparameter refit is due (fitting on and enough new observations). */
 static inline int kb__hyper_due(const kb_engine *e)

@@ -8,13 +8,17 @@
  * lowers the UCB and is deterministic; and, inside an engine, refined pool rows that lie
  * on the levels of integer and categorical parameters, and engines that refine which
  * replay bit for bit, from the start and from a snapshot; the model's mean (kb__gp_mean)
- * on a history of repeated arms against the dense posterior of every row.
+ * on a history of repeated arms against the dense posterior of every row; the interior
+ * prior's basis at known points and its coefficient (kb__interior_coef) on the same
+ * history against a direct LU solve over every row.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include <lapacke.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -408,6 +412,78 @@ static void model_mean_is_the_posterior_of_every_repeated_row(void **state)
     free(yr);
 }
 
+/* b(u) = 1/3 - mean over the ordered coordinates of (2 u_j - 1)^2. */
+static void interior_basis_is_high_inside_and_ignores_choices(void **state)
+{
+    (void)state;
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 0.5);
+    const double centre[D] = {0.5, 0.5, 0.5}, corner[D] = {0, 1, 1}, face[D] = {0.5, 1, 0.5};
+    assert_true(fabs(kb__interior_basis(k, centre) - 1.0 / 3.0) < 1e-15);
+    assert_true(fabs(kb__interior_basis(k, corner) + 2.0 / 3.0) < 1e-15);
+    assert_true(fabs(kb__interior_basis(k, face) - (1.0 / 3.0 - 1.0 / 3.0)) < 1e-15);
+    const size_t choices[D] = {0, 0, CHOICES};
+    kb_error err;
+    assert_int_equal(kb_kernel_set_choices(k, choices, &err), KB_OK);
+    const double on_choice[D] = {0.5, 1, 1.0 / 6.0}; /* the third coordinate a choice */
+    assert_true(fabs(kb__interior_basis(k, on_choice) - (1.0 / 3.0 - 0.5)) < 1e-15);
+    kb_kernel_free(k);
+}
+
+/* The interior prior's coefficient on the 340-row history of repeated arms above, whose
+ * values are residuals under c_now: the posterior mean of c under c ~ N(1, 1),
+ * (b^T K_y^-1 (r + c_now b) + 1) / (b^T K_y^-1 b + 1), with K_y over every row solved
+ * here by LU (dgesv), not the engine's merged Cholesky. */
+static void interior_coef_is_the_gls_estimate_over_every_repeated_row(void **state)
+{
+    (void)state;
+    enum { ROWS = 340 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 23);
+    double U[N * D], y[N], *R = malloc(ROWS * D * sizeof *R), *r = malloc(ROWS * sizeof *r);
+    double *K = malloc(ROWS * ROWS * sizeof *K), *B = malloc(2 * ROWS * sizeof *B);
+    lapack_int *piv = malloc(ROWS * sizeof *piv);
+    size_t of[ROWS], n = 0;
+    const double c_now = 0.4;
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 0.7);
+    data(&rng, 0, U, y);
+    for (size_t c = 0; c < 25; c++)
+        for (size_t i = 0; i < N; i++)
+            if (i % 25 >= c) {
+                memcpy(R + n * D, U + i * D, D * sizeof *R);
+                of[n] = i;
+                r[n++] = y[i] + 0.1 * kb_rng_normal(&rng) -
+                         c_now * kb__interior_basis(k, U + i * D);
+            }
+    assert_int_equal(n, ROWS);
+    for (size_t i = 0; i < ROWS; i++) {
+        for (size_t j = 0; j < ROWS; j++)
+            K[i * ROWS + j] = kb_kernel_eval(k, R + i * D, R + j * D) + (i == j ? NOISE : 0);
+        B[2 * i] = kb__interior_basis(k, R + i * D);
+        B[2 * i + 1] = r[i] + c_now * B[2 * i];
+    }
+    double b[ROWS];
+    for (size_t i = 0; i < ROWS; i++)
+        b[i] = B[2 * i];
+    assert_int_equal(LAPACKE_dgesv(LAPACK_ROW_MAJOR, ROWS, 2, K, ROWS, piv, B, 2), 0);
+    double bKb = 0.0, bKy = 0.0;
+    for (size_t i = 0; i < ROWS; i++) {
+        bKb += b[i] * B[2 * i];
+        bKy += b[i] * B[2 * i + 1];
+    }
+    double want = (bKy + KB_INTERIOR_C) / (bKb + 1.0);
+    kb_rows rows = {R, r, ROWS, of, N};
+    double got = kb__interior_coef(k, NOISE, &rows, c_now);
+    if (fabs(got - want) > 1e-8 * (1.0 + fabs(want)))
+        fail_msg("coefficient %.12g, direct solve over every row %.12g", got, want);
+    assert_true(fabs(want - c_now) > 0.05); /* the data moved it: the check has teeth */
+    kb_kernel_free(k);
+    free(R);
+    free(r);
+    free(K);
+    free(B);
+    free(piv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +495,8 @@ int main(void)
         cmocka_unit_test(refined_rows_lie_on_levels),
         cmocka_unit_test(refinement_is_deterministic_and_restorable),
         cmocka_unit_test(model_mean_is_the_posterior_of_every_repeated_row),
+        cmocka_unit_test(interior_basis_is_high_inside_and_ignores_choices),
+        cmocka_unit_test(interior_coef_is_the_gls_estimate_over_every_repeated_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

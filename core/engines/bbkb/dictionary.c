@@ -66,7 +66,8 @@ static int add_datum(dataset *ds, const double *u, size_t cand, uint64_t trial)
 static void standardize_rows(kb_engine *e, dataset *ds)
 {
     for (size_t j = 0; j < ds->n; j++)
-        ds->rows[j].ysum = ds->rows[j].n_told * kb__output_y(e, ds->rows[j].ysum);
+        ds->rows[j].ysum = ds->rows[j].n_told * (kb__output_y(e, ds->rows[j].ysum) -
+                                                 kb__prior_mean(e, ds->rows[j].u));
 }
 
 /* Every non-abandoned trial and every observe, candidates of the current pool merged

@@ -226,6 +226,8 @@ int kb__bbkb_epoch_start_posterior(const kb_engine *e)
         rc = kb__bbkb_candidate_posterior(st, &st->Lstart, st->Lsinv, st->var_start, st->mu);
         st->start_err = 0.0;
     }
+    for (size_t i = 0; !rc && e->prior_basis && i < st->A; i++)
+        st->mu[i] += kb__prior_at(e, i); /* the prior mean (kb__prior_mean) */
     if (!rc && M) {
         free(st->Mstart);
         st->Mstart = M;
