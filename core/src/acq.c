@@ -237,7 +237,8 @@ double kb__interior_basis(const kb_kernel *k, const double *u)
     size_t ordered = 0;
     for (size_t j = 0; j < k->dim; j++)
         if (!k->choices || !k->choices[j]) {
-            s += (2.0 * u[j] - 1.0) * (2.0 * u[j] - 1.0);
+            double t = 2.0 * fmin(fmax(u[j], 0.0), 1.0) - 1.0;
+            s += t * t;
             ordered++;
         }
     return ordered ? 1.0 / 3.0 - s / (double)ordered : 0.0;

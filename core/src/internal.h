@@ -239,7 +239,9 @@ double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const d
                       size_t n, double width, const double *x, double *grad);
 
 /* The interior basis b(u) = 1/3 - the mean over k's ordered coordinates of (2 u_j - 1)^2
- * (0 without any): +1/3 at the unit cube's centre, -2/3 at its corners, mean 0 over it. */
+ * (0 without any): +1/3 at the unit cube's centre, -2/3 at its corners, mean 0 over it;
+ * u_j clamped to [0, 1] (flat beyond the candidates' range: an observe() there is not
+ * pushed ever lower by a quadratic that only stands for "away from the middle"). */
 double kb__interior_basis(const kb_kernel *k, const double *u);
 /* The posterior mean of c in y = c b(x) + g(x), g the GP with kernel k and noise variance
  * `noise`, under the prior c ~ N(KB_INTERIOR_C, 1) (Rasmussen & Williams 2006, section

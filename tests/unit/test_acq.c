@@ -412,7 +412,7 @@ static void model_mean_is_the_posterior_of_every_repeated_row(void **state)
     free(yr);
 }
 
-/* b(u) = 1/3 - mean over the ordered coordinates of (2 u_j - 1)^2. */
+/* b(u) = 1/3 - mean over the ordered coordinates of (2 u_j - 1)^2, u_j clamped to [0, 1]. */
 static void interior_basis_is_high_inside_and_ignores_choices(void **state)
 {
     (void)state;
@@ -421,6 +421,8 @@ static void interior_basis_is_high_inside_and_ignores_choices(void **state)
     assert_true(fabs(kb__interior_basis(k, centre) - 1.0 / 3.0) < 1e-15);
     assert_true(fabs(kb__interior_basis(k, corner) + 2.0 / 3.0) < 1e-15);
     assert_true(fabs(kb__interior_basis(k, face) - (1.0 / 3.0 - 1.0 / 3.0)) < 1e-15);
+    const double beyond[D] = {-3, 4, 1}; /* clamped: a corner */
+    assert_true(fabs(kb__interior_basis(k, beyond) + 2.0 / 3.0) < 1e-15);
     const size_t choices[D] = {0, 0, CHOICES};
     kb_error err;
     assert_int_equal(kb_kernel_set_choices(k, choices, &err), KB_OK);
