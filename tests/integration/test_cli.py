@@ -287,3 +287,14 @@ def test_kernel_line_shows_the_categorical_mix_only_when_on():
     on = render._engine_lines({"hyperparameters": dict(h, categorical_mix=0.42)})[-1]
     assert off.endswith("variance 1.2, noise 0.1"), off
     assert on == off + ", categorical mix 0.42", on
+
+
+def test_kernel_line_shows_the_interior_prior_only_when_on():
+    """The kernel line shows a candidate set's interior prior height when it is not 0."""
+    from kbandit import render
+    h = dict(fitted=True, fits=3, lengthscales=[0.5], kernel_variance=1.2, noise=0.1,
+             categorical_mix=0.0)
+    off = render._engine_lines({"hyperparameters": dict(h, interior_prior=0.0)})[-1]
+    on = render._engine_lines({"hyperparameters": dict(h, interior_prior=0.75)})[-1]
+    assert off.endswith("variance 1.2, noise 0.1"), off
+    assert on == off + ", interior prior 0.75", on

@@ -157,5 +157,7 @@ def _engine_lines(p):
         lines.append(f"kernel    fitted {num(h['fitted'])} ({h['fits']} fits), lengthscales {ls}, "
                      f"variance {num(h['kernel_variance'])}, noise {num(h['noise'])}"
                      + (f", categorical mix {num(h['categorical_mix'])}"
-                        if h.get("categorical_mix") else ""))
+                        if h.get("categorical_mix") else "")
+                     + (f", interior prior {num(h['interior_prior'])}"
+                        if h.get("interior_prior") else ""))
     return lines
