@@ -336,12 +336,13 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
      * UCB went there: after the first fit 36-57% of trials 4-30 sat on the boundary
      * (base rate 12-31%), each at 2.5-4.4x an interior trial's regret (docs/BENCHMARKS.md,
      * fifty-first session): the boundary over-exploration of Siivola et al. (MLSP 2018).
-     * A quadratic prior mean, lower towards the edges, is the remedy of Snoek et al.
-     * (ICML 2015, DNGO, section 3); its coefficient is estimated as a mean function's
-     * (Rasmussen & Williams, section 2.7) so that data whose best values lie at an edge
-     * pull it down. Mean log10 regret ratio, bbkb and gp-ucb at T = 300: -0.18 on eight
-     * held-out problems with interior optima, +0.02 on twelve whose optimum was put on
-     * an edge or a corner (docs/BENCHMARKS.md, fifty-second session). */
+     * A quadratic prior mean, lower towards the edges, is what DNGO uses (Snoek et al.,
+     * "Scalable Bayesian optimization using deep neural networks", ICML 2015); its height
+     * is estimated as a mean function's coefficient (Rasmussen & Williams, section 2.7)
+     * so that data whose best values lie at an edge pull it down. Mean log10 regret
+     * ratio, bbkb and gp-ucb at T = 300, fresh seeds: -0.12 on seven held-out problems
+     * with interior optima, 0.00 on twelve whose optimum was put on an edge or a corner
+     * (docs/BENCHMARKS.md, fifty-second session). */
     if (rc == KB_OK && e->prior_basis)
         e->prior_c = kb__interior_coef(&e->kernel, e->noise, &rows, e->prior_c);
     free(y);
