@@ -11,6 +11,7 @@ registry must not lose its tests silently.
 """
 import json
 import os
+import statistics
 import subprocess
 
 import pytest
@@ -141,6 +142,18 @@ def test_finite_defaults_lose_no_seed(engine, problem):
     ratios = [bench("--engine", engine, "--problem", problem, "--T", "300", "--seed",
                     str(s))["regret_ratio"] for s in range(1, 11)]
     assert max(ratios) < 0.15, ratios
+
+
+@pytest.mark.parametrize("engine", ["bbkb", "gp-ucb"])
+def test_interior_prior_finds_a_central_optimum(engine):
+    # The interior prior mean of finite sets (core/src/engine.c, kb__hyper_refit) on a
+    # 5-d Ackley set, whose optimum is the box's centre (1,000 candidates, T = 300, seeds
+    # 1-10). Measured (fifty-second session): median regret ratio 0.075 (bbkb) / 0.078
+    # (gp-ucb), against 0.26 / 0.28 with prior_mean = constant, where half the runs end
+    # at 0.40-0.69 near an edge. The bound is twice the measured median.
+    ratios = [bench("--engine", engine, "--problem", "ackley", "--d", "5", "--T", "300",
+                    "--seed", str(s))["regret_ratio"] for s in range(1, 11)]
+    assert statistics.median(ratios) < 0.15, ratios
 
 
 def test_bad_option_names_the_field():
