@@ -245,9 +245,9 @@ double kb__acq_ucb_at(const kb_kernel *k, double noise, const double *U, const d
 double kb__interior_basis(const kb_kernel *k, const double *u);
 /* The posterior mean of c in y = c b(x) + g(x), g the GP with kernel k and noise variance
  * `noise`, under the prior c ~ N(KB_INTERIOR_C, 1) (Rasmussen & Williams 2006, section
- * 2.7, eq. 2.42's beta-bar), on the rows with each group merged (at most 256 groups, as
- * kb__gp_mean), whose y are the residuals y - c_now b(x). Returns c_now when the GP does
- * not factor or on OOM. Deterministic. */
+ * 2.7: beta-bar of an explicit basis), on the rows with each group merged (at most 256
+ * groups, as kb__gp_mean), whose y are the residuals y - c_now b(x). Returns c_now when
+ * the GP does not factor or on OOM. Deterministic. */
 double kb__interior_coef(const kb_kernel *k, double noise, const kb_rows *rows, double c_now);
 #define KB_INTERIOR_C 1.0
 
