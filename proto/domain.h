@@ -102,6 +102,7 @@ int proto_study_state_parse(const char *name, study_state *out); /* 0, or -1 unk
 /* A study's progress at one instant (only for a restored study). */
 typedef struct study_progress {
     size_t trials[TRIAL__STATES]; /* counts by state */
+    uint64_t observations;        /* warm-start observations taken (kb_stats.observed) */
     trial_rec best;               /* a copy; best.id == 0 when no trial completed */
     uint64_t epoch, epoch_asks, last_batch;
     size_t dict_size;

@@ -49,12 +49,13 @@ static json_t *hyperparameters_json(const study_progress *p)
 static json_t *progress_json(const study_doc *d)
 {
     const study_progress *p = &d->progress;
-    return json_pack("{s:{s:I,s:I,s:I,s:I},s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:o}", "trials",
-                     "pending",
+    return json_pack("{s:{s:I,s:I,s:I,s:I},s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:o}",
+                     "trials", "pending",
                      (json_int_t)p->trials[TRIAL_PENDING], "completed",
                      (json_int_t)p->trials[TRIAL_COMPLETED], "failed",
                      (json_int_t)p->trials[TRIAL_FAILED], "expired",
-                     (json_int_t)p->trials[TRIAL_EXPIRED], "best",
+                     (json_int_t)p->trials[TRIAL_EXPIRED], "observations",
+                     (json_int_t)p->observations, "best",
                      p->best.id ? proto_trial_json(&p->best, d->id, d->spec) : json_null(),
                      "epoch", (json_int_t)p->epoch, "epoch_asks", (json_int_t)p->epoch_asks,
                      "last_batch", (json_int_t)p->last_batch, "dictionary_size",

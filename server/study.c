@@ -207,6 +207,7 @@ static int progress_copy(study *s, study_progress *p, api_error *err)
     kb_stats st = {.size = sizeof st};
     kb_engine_stats(s->engine, &st, NULL);
     p->deterministic = st.deterministic;
+    p->observations = st.observed;
     p->fitted = hp.fitting;
     p->fits = hp.fits;
     p->kernel_variance = hp.kernel_variance;

@@ -8,7 +8,7 @@ daemon over HTTP, as the quality protocol (docs/REFERENCES.md) prescribes.
                                             |held-out3|held-out4]
                          [--budgets 4x50,8x125]
                          [--out results.json] [--settings '{"beta_scale": 0.5}']
-                         [--eval-ms 20 | --lockstep] [--noise 0.1]
+                         [--eval-ms 20 | --lockstep] [--noise 0.1] [--warm 20]
 
 Engine "default" is a study created with nothing but its space (the daemon's default engine
 and settings); other names create that engine with its defaults plus --settings. For each
@@ -36,7 +36,11 @@ named, as are held-out3 and held-out4, mixed spaces of session 38, seeds 301-310
 min f (so L is scale-free: 0.1 is a tenth of random search's mean regret), seeded per run
 (per worker when threaded), as a validation score carries noise; simple regret and regret
 ratio stay those of the noiseless f at the points told (the best true value among them),
-for kbandit and Optuna alike.
+for kbandit and Optuna alike. --warm N gives every run of a seed the same N uniform points
+before its first ask (kbandit: POST .../observations; Optuna: study.add_trials), told with
+the run's noise, as a user starts from earlier evaluations; the budget counts the run's own
+trials, simple regret is over them and the warm points together, regret ratio and the
+recommended regret over the run's own trials.
 """
 import argparse
 import http.client
@@ -137,12 +141,26 @@ def uniform_point(params, rng):
     return p
 
 
-def summarize_values(values, fn, fmean):
-    best = min(values)
+def summarize_values(values, fn, fmean, warm=()):
+    """Simple regret over the run's trials and the warm start's points (the best point the
+    user has); regret ratio over the run's trials."""
+    best = min([*values, *(f for _, _, f in warm)])
     gap = fmean - fn["fmin"]
     cum = sum(v - fn["fmin"] for v in values)
     return {"simple_regret": best - fn["fmin"],
             "regret_ratio": cum / (len(values) * gap) if gap > 0 else None}
+
+
+def warm_start(fn, seed, n, noise_sd):
+    """n (params, told value, noiseless value) at uniform points, drawn from the seed alone
+    so that every engine and sampler of a seed gets the same ones."""
+    rng = random.Random(seed * 104729 + 31)
+    out = []
+    for _ in range(n):
+        p = uniform_point(fn["params"], rng)
+        v = fn["f"](p)
+        out.append((p, told(v, noise_sd, rng), v))
+    return out
 
 
 def told(v, noise_sd, rng):
@@ -156,14 +174,19 @@ def evaluate(fn, params, delay_rng, eval_ms):
     return fn["f"](params)
 
 
-def create_study(api, fname, engine, settings, seed, workers, budget):
+def create_study(api, fname, engine, settings, seed, workers, budget, warm=()):
+    """The study, given the warm-start observations (params, told value) before any ask."""
     doc = {"name": f"{fname}-{engine}-{seed}-{workers}x{budget}-{time.monotonic_ns()}",
            "direction": "minimize", "space": {"type": "box", "params": FUNCTIONS[fname]["params"]}}
     if engine != "default":
         doc["engine"] = {"name": engine, "settings": dict(settings, seed=seed)}
     else:
         doc["engine"] = {"settings": {"seed": seed}}
-    return api.call("POST", "/v1/studies", doc)["id"]
+    sid = api.call("POST", "/v1/studies", doc)["id"]
+    if warm:
+        api.call("POST", f"/v1/studies/{sid}/observations",
+                 {"observations": [{"params": p, "value": v} for p, v, _ in warm]})
+    return sid
 
 
 def finish_study(port, sid, fmin, noiseless):
@@ -180,7 +203,7 @@ def finish_study(port, sid, fmin, noiseless):
                 model_recommended_regret=noiseless[model] - fmin)
 
 
-def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=0.0):
+def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=0.0, warm=()):
     """W workers played in turn by one thread, evaluations instant: keep W trials pending,
     tell the oldest, and let its worker ask next. The daemon then sees the same call
     sequence on every run, so a run is a function of (engine, settings, seed) and two
@@ -189,7 +212,7 @@ def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=
     engine answers empty (waiting for feedback) is counted and the oldest trial told."""
     fn = FUNCTIONS[fname]
     api = Http(port)
-    sid = create_study(api, fname, engine, settings, seed, workers, budget)
+    sid = create_study(api, fname, engine, settings, seed, workers, budget, warm)
     pending, values, claimed, empty = [], {}, 0, 0
     free = list(range(workers))  # workers without a trial, in the order they ask
     noise_rng = random.Random(seed * 7919 + 17)
@@ -218,9 +241,9 @@ def run_lockstep(port, fname, engine, settings, seed, workers, budget, noise_sd=
 
 
 def run_kbandit(port, fname, engine, settings, seed, workers, budget, eval_ms=0.0,
-                noise_sd=0.0):
+                noise_sd=0.0, warm=()):
     fn = FUNCTIONS[fname]
-    sid = create_study(Http(port), fname, engine, settings, seed, workers, budget)
+    sid = create_study(Http(port), fname, engine, settings, seed, workers, budget, warm)
     lock = threading.Lock()
     state = {"claimed": 0, "values": {}, "error": None, "ask_s": 0.0}
 
@@ -280,6 +303,16 @@ def optuna_suggest(trial, params):
     return p
 
 
+def optuna_distributions(params):
+    """The distributions optuna_suggest samples from, for trials added as warm starts."""
+    import optuna.distributions as od
+    return {q["name"]: (od.FloatDistribution(q["low"], q["high"], log=q.get("log", False))
+                        if q["type"] == "float" else
+                        od.IntDistribution(q["low"], q["high"], log=q.get("log", False))
+                        if q["type"] == "int" else od.CategoricalDistribution(q["choices"]))
+            for q in params}
+
+
 def optuna_storage(url):
     """The shared SQLite storage, waiting up to 120 s for its lock: with SQLite's default 5 s
     a worker of a run on a loaded machine (load average 10 on 2 cores) died with "database
@@ -301,12 +334,17 @@ def optuna_worker(url, name, fname, sampler, seed, n_trials, eval_ms, noise_sd):
                    n_trials=n_trials)
 
 
-def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0, noise_sd=0.0):
+def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0, noise_sd=0.0, warm=()):
     import optuna
     with tempfile.TemporaryDirectory(prefix="kb-optuna-") as tmp:
         url = f"sqlite:///{tmp}/o.db"
         name = f"{fname}-{seed}"
-        optuna.create_study(study_name=name, storage=optuna_storage(url), direction="minimize")
+        study = optuna.create_study(study_name=name, storage=optuna_storage(url),
+                                    direction="minimize")
+        fn = FUNCTIONS[fname]
+        study.add_trials([optuna.trial.create_trial(params=p, value=v,
+                                                    distributions=optuna_distributions(fn["params"]))
+                          for p, v, _ in warm])
         per = [budget // workers + (1 if w < budget % workers else 0) for w in range(workers)]
         t0 = time.monotonic()
         procs = [mp.Process(target=optuna_worker,
@@ -321,10 +359,14 @@ def run_optuna(fname, sampler, seed, workers, budget, eval_ms=0.0, noise_sd=0.0)
         if any(p.exitcode for p in procs):
             raise RuntimeError(f"optuna worker failed on {fname} seed {seed}")
         study = optuna.load_study(study_name=name, storage=optuna_storage(url))
-        # The noiseless f at each told point (equal to t.value without --noise).
-        fn = FUNCTIONS[fname]
-        noiseless = {t.number: fn["f"](t.params) for t in study.trials if t.value is not None}
-        rec = noiseless[study.best_trial.number] - fn["fmin"]  # the best told value's trial
+        # The noiseless f at each told point (equal to t.value without --noise); the warm
+        # trials come first and are not the run's.
+        noiseless = {t.number: fn["f"](t.params) for t in study.trials[len(warm):]
+                     if t.value is not None}
+        # The best told value's trial among the run's own (best_trial, warm trials left out
+        # as kbandit's GET /best leaves out observations).
+        own = [t for t in study.trials[len(warm):] if t.value is not None]
+        rec = noiseless[min(own, key=lambda t: t.value).number] - fn["fmin"]
     return list(noiseless.values()), wall, rec
 
 
@@ -375,11 +417,16 @@ def main():
                          "evaluations; reproducible seed by seed)")
     ap.add_argument("--noise", type=float, default=0.0,
                     help="noise sd of told values, in units of mean f - min f; 0 = none")
+    ap.add_argument("--warm", type=int, default=0,
+                    help="warm start: this many uniform points (the same per seed for every "
+                         "engine, told with the run's noise) given before the first ask")
     args = ap.parse_args()
     if args.lockstep and args.eval_ms > 0:
         ap.error("--lockstep evaluates instantly; it cannot be combined with --eval-ms")
     if not args.noise >= 0:
         ap.error("--noise must be >= 0")
+    if args.warm < 0:
+        ap.error("--warm must be >= 0")
     settings = json.loads(args.settings)
     daemon = None
     rows = []
@@ -392,20 +439,21 @@ def main():
                 for engine in args.engines.split(","):
                     for seed in seeds:
                         progress = {}
+                        warm = warm_start(fn, seed, args.warm, noise_sd)
                         if engine.startswith("optuna-"):
                             values, wall, rec = run_optuna(fname, engine[7:], seed, workers,
-                                                           budget, args.eval_ms, noise_sd)
+                                                           budget, args.eval_ms, noise_sd, warm)
                             progress = {"recommended_regret": rec}
                         else:
                             daemon = daemon or Daemon(args.daemon)
                             if args.lockstep:
                                 values, wall, progress = run_lockstep(
                                     daemon.port, fname, engine, settings, seed, workers, budget,
-                                    noise_sd)
+                                    noise_sd, warm)
                             else:
                                 values, wall, progress = run_kbandit(
                                     daemon.port, fname, engine, settings, seed, workers, budget,
-                                    args.eval_ms, noise_sd)
+                                    args.eval_ms, noise_sd, warm)
                         row = dict(function=fname, group=group, engine=engine, seed=seed,
                                    workers=workers, budget=budget, trials=len(values),
                                    wall_s=round(wall, 3),
@@ -417,14 +465,14 @@ def main():
                                    model_rows=progress.get("model_rows"),
                                    choice_floor_pools=progress.get("choice_floor_pools"),
                                    climb_pools=progress.get("climb_pools"),
-                                   eval_ms=args.eval_ms, noise=args.noise,
+                                   eval_ms=args.eval_ms, noise=args.noise, warm=args.warm,
                                    idle_fraction=progress.get("idle_fraction"),
                                    lockstep=args.lockstep and not engine.startswith("optuna-"),
                                    empty_asks=progress.get("empty_asks"),
                                    recommended_regret=progress["recommended_regret"],
                                    model_recommended_regret=progress.get(
                                        "model_recommended_regret"),
-                                   **summarize_values(values, fn, fmean))
+                                   **summarize_values(values, fn, fmean, warm))
                         rows.append(row)
                         print(json.dumps(row), flush=True)
                         if args.out:

@@ -70,7 +70,20 @@ def test_create_show_studies_json_and_human(cli):
     assert "study 1 'cli': minimize, engine random (seed=3)" in text
     assert "x float [0, 1]" in text and "k in {a, b}" in text
     assert "pending 0  completed 0  failed 0  expired 0  (total 0 of max 10)" in text
-    assert "lease     30 s" in text
+    assert "lease     30 s" in text and "observed" not in text
+
+
+def test_show_counts_warm_start_observations(cli, d):
+    make_study(cli, "obs")
+    s = kbandit.Client(d.url, d.token).study("obs")
+    assert s.add_observations([({"x": 0.25, "n": 2, "k": "a"}, 1.0),
+                               ({"x": 0.75, "n": 5, "k": "b"}, 2.0)]) == 2
+    shown = cli.json("show", "obs")
+    assert_component(shown, "Study")
+    assert shown["progress"]["observations"] == 2
+    assert shown["progress"]["trials"]["completed"] == 0 and shown["progress"]["best"] is None
+    text = cli("show", "obs").stdout
+    assert "observed  2 warm-start observations" in text
 
 
 def test_engines(cli):

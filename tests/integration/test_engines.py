@@ -167,13 +167,26 @@ def test_candidate_set_upload_json_and_csv(api):
     assert t["x"] == [[1, 2], [3, 4], [5, 6]][t["candidate_index"]]
 
 
-def test_observations_warm_start(api):
+def test_observations_warm_start(daemons):
+    """Observations are counted in progress (not as trials), a batch with one bad item
+    adds none of them, and the count survives a restart."""
+    d = daemons()
+    api = d.client()
     rows = grid(10, 2)
-    study = create_study(api, "warm", space={"type": "candidates", "candidates": rows})
-    r = api.post(f"/v1/studies/{study['id']}/observations",
+    sid = create_study(api, "warm", space={"type": "candidates", "candidates": rows})["id"]
+    r = api.post(f"/v1/studies/{sid}/observations",
                  json={"observations": [{"x": rows[0], "value": 1.5}, {"x": rows[1], "value": -2}]})
     assert r.status_code == 200, r.text
     assert r.json()["added"] == 2
+    r = api.post(f"/v1/studies/{sid}/observations",
+                 json={"observations": [{"x": rows[2], "value": 1.0}, {"x": rows[3], "value": "x"}]})
+    assert r.status_code == 400 and error_of(r)["field"] == "observations[1].value", r.text
+    progress = api.get(f"/v1/studies/{sid}").json()["progress"]
+    assert progress["observations"] == 2 and progress["best"] is None
+    assert progress["trials"] == {"pending": 0, "completed": 0, "failed": 0, "expired": 0}
+    assert d.stop() == 0
+    d.start()
+    assert d.client().get(f"/v1/studies/{sid}").json()["progress"]["observations"] == 2
 
 
 def test_batch_tell(api):

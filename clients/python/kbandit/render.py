@@ -97,13 +97,16 @@ def trial_text(trial):
 
 def study_text(study, rate=None):
     """The summary of `show` and `watch`: identity, the study's state, space, trials by
-    state, the best trial, and the engine's state (the fields the study's JSON has)."""
+    state, warm-start observations (when any), the best trial, and the engine's state (the
+    fields the study's JSON has)."""
     d, p = study.data, study.progress
     lines = [f"study {d['id']} {d['name']!r}: {d['direction']}, engine {d['engine']['name']}"
              + _settings(d["engine"].get("settings")),
              f"state     {study.state}",
              f"space     {_space(d['space'])}",
              f"trials    {_counts(p['trials'], d['max_trials'])}"]
+    if p.get("observations"):
+        lines.append(f"observed  {p['observations']} warm-start observations")
     if rate is not None:
         lines.append(f"rate      {rate:.1f} told/min")
     lines.append(_best_line(study, p.get("best")))
