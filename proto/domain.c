@@ -37,6 +37,14 @@ void trial_recs_free(trial_rec *v, size_t n)
     free(v);
 }
 
+void observation_set_clear(observation_set *o)
+{
+    free(o->x);
+    free(o->value);
+    free(o->created_ms);
+    memset(o, 0, sizeof *o);
+}
+
 void study_doc_clear(study_doc *d)
 {
     trial_rec_clear(&d->progress.best);

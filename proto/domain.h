@@ -84,6 +84,16 @@ int trial_rec_copy(trial_rec *dst, const trial_rec *src, size_t dim);
 void trial_rec_clear(trial_rec *t);      /* frees the members, zeroes t */
 void trial_recs_free(trial_rec *v, size_t n); /* clears each and frees the array */
 
+/* A study's warm-start observations as exported, in the order taken: n points (x, n x dim
+ * row-major), their values in the user's direction and when each was taken; cap rows
+ * allocated. Owned; observation_set_clear frees them and zeroes the set. */
+typedef struct observation_set {
+    size_t n, cap;
+    double *x, *value;
+    int64_t *created_ms;
+} observation_set;
+void observation_set_clear(observation_set *o);
+
 /* A study's state, set by its owner (after OSS Vizier's ACTIVE / INACTIVE / COMPLETED):
  * only asks look at it. Active hands out trials; paused hands out none until resumed;
  * completed is terminal. Trials already handed out are told, failed and heartbeated in

@@ -179,10 +179,12 @@ json_t *proto_study_json(const study_doc *d);
 json_t *proto_study_page_json(const study_doc *docs, size_t n, int64_t next_cursor);
 json_t *proto_trial_page_json(const trial_rec *v, size_t n, int64_t next_cursor,
                               int64_t study_id, const study_spec *s);
-/* Exports of a study and its trials: {"study", "trials"}, and CSV text (malloc'd, NULL
- * out of memory) with the columns id,state,worker,value and one per coordinate (the
- * parameter names of a box, x0.. for candidates). */
-json_t *proto_export_json(const study_doc *d, const trial_rec *v, size_t n);
+/* Exports of a study: {"study", "trials", "observations"} (each observation {"x",
+ * "params" (a box's, else null), "value", "created_at"}), and CSV text of its trials
+ * (malloc'd, NULL out of memory) with the columns id,state,worker,value and one per
+ * coordinate (the parameter names of a box, x0.. for candidates). */
+json_t *proto_export_json(const study_doc *d, const trial_rec *v, size_t n,
+                          const observation_set *obs);
 char *proto_export_csv(const study_spec *s, const trial_rec *v, size_t n, size_t *len);
 
 /* The engine catalogue from the core's registry: {"default", "common_options",

@@ -136,10 +136,30 @@ json_t *proto_tell_batch_json(const tell_outcome *v, size_t n, int64_t study_id,
     return json_pack("{s:o}", "results", arr);
 }
 
-json_t *proto_export_json(const study_doc *d, const trial_rec *v, size_t n)
+static json_t *observations_json(const observation_set *obs, const study_spec *s)
+{
+    json_t *arr = json_array();
+    char ts[40];
+    for (size_t i = 0; i < obs->n; i++) {
+        const double *x = obs->x + i * s->dim;
+        json_t *xs = json_array();
+        for (size_t j = 0; j < s->dim; j++)
+            json_array_append_new(xs, json_real(x[j]));
+        proto_time_format(obs->created_ms[i], ts, sizeof ts);
+        json_array_append_new(
+            arr, json_pack("{s:o,s:o,s:f,s:s}", "x", xs, "params",
+                           s->space == SPACE_BOX ? proto_params_from_x(s, x) : json_null(),
+                           "value", obs->value[i], "created_at", ts));
+    }
+    return arr;
+}
+
+json_t *proto_export_json(const study_doc *d, const trial_rec *v, size_t n,
+                          const observation_set *obs)
 {
     json_t *trials = trials_json(v, n, d->id, d->spec);
-    return json_pack("{s:o,s:o}", "study", proto_study_json(d), "trials", trials);
+    return json_pack("{s:o,s:o,s:o}", "study", proto_study_json(d), "trials", trials,
+                     "observations", observations_json(obs, d->spec));
 }
 
 /* A CSV field: numbers at their shortest round-trip form, strings quoted with "" doubled. */

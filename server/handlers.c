@@ -528,11 +528,12 @@ static int h_observe(request *rq)
     return rc;
 }
 
-/* Renders an export after the study's lock: JSON, or CSV when csv. */
-static int reply_export(request *rq, int csv, const study_doc *d, const trial_rec *v, size_t n)
+/* Renders an export after the study's lock: JSON, or CSV when csv (trials only). */
+static int reply_export(request *rq, int csv, const study_doc *d, const trial_rec *v, size_t n,
+                        const observation_set *obs)
 {
     if (!csv)
-        return reply_json(rq, 200, proto_export_json(d, v, n));
+        return reply_json(rq, 200, proto_export_json(d, v, n, obs));
     size_t len;
     char *text = proto_export_csv(d->spec, v, n, &len);
     if (text)
@@ -554,13 +555,15 @@ static int h_export(request *rq)
     study_doc d;
     trial_rec *v;
     size_t n;
+    observation_set obs;
     int rc;
-    if (study_export(s, &d, &v, &n, &err)) {
+    if (study_export(s, &d, &v, &n, &obs, &err)) {
         rc = reply_error(rq, &err);
     } else {
-        rc = reply_export(rq, csv, &d, v, n);
+        rc = reply_export(rq, csv, &d, v, n, &obs);
         study_doc_clear(&d);
         trial_recs_free(v, n);
+        observation_set_clear(&obs);
     }
     study_put(s);
     return rc;

@@ -55,7 +55,7 @@ enum {
     Q_CSET_INSERT, Q_CSET_GET,
     Q_TRIAL_PUT, Q_TRIALS,
     Q_EVENT_PUT, Q_EVENTS,
-    Q_OBS_PUT,
+    Q_OBS_PUT, Q_OBS,
     Q_SNAP_PUT, Q_SNAP_PRUNE, Q_SNAP_LATEST,
     Q_DICT_PUT, Q_DICT_COUNT,
     Q__COUNT
@@ -90,6 +90,7 @@ static const char *const sql[Q__COUNT] = {
                  "LEFT JOIN trials t ON e.kind = 'ask' AND t.study_id = e.study_id "
                  "AND t.id = e.trial_id "
                  "WHERE e.study_id = ? AND e.seq > ? ORDER BY e.seq",
+    [Q_OBS] = "SELECT x, value, created_ms FROM observations WHERE study_id = ? ORDER BY seq",
     [Q_OBS_PUT] = "INSERT INTO observations(study_id, seq, x, value, created_ms) "
                   "VALUES(?, ?, ?, ?, ?)",
     [Q_SNAP_PUT] = "INSERT OR REPLACE INTO snapshots(study_id, event_seq, bytes, created_ms) "
@@ -1118,6 +1119,28 @@ int store_observation_insert(store *s, int64_t study_id, int64_t seq, const doub
 {
     wval v[] = {I(study_id), I(seq), B(x, dim * sizeof *x), R(value), I(created_ms)};
     return wexec(s, Q_OBS_PUT, v, NARGS(v));
+}
+
+int store_observations_each(store *s, int64_t study_id, size_t dim, store_obs_cb cb,
+                            void *ud)
+{
+    sqlite3_stmt *st = stmt(s, Q_OBS, NULL);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    int rc, ret = 0;
+    while (ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((size_t)sqlite3_column_bytes(st, 0) != dim * sizeof(double)) {
+            ret = -1;
+            break;
+        }
+        ret = cb(ud, sqlite3_column_blob(st, 0), sqlite3_column_double(st, 1),
+                 sqlite3_column_int64(st, 2)) ? -1 : 0;
+    }
+    if (ret == 0 && rc != SQLITE_DONE)
+        ret = -1;
+    sqlite3_reset(st);
+    return ret;
 }
 
 int store_snapshot_put(store *s, int64_t study_id, int64_t event_seq,

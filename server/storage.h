@@ -115,6 +115,11 @@ int store_events_each(store *s, int64_t study_id, int64_t after_seq, size_t dim,
 
 int store_observation_insert(store *s, int64_t study_id, int64_t seq, const double *x,
                              size_t dim, double value, int64_t created_ms);
+/* A study's warm-start observations in the order taken: x (dim entries, borrowed for the
+ * call) and the value in the user's direction. */
+typedef int (*store_obs_cb)(void *ud, const double *x, double value, int64_t created_ms);
+int store_observations_each(store *s, int64_t study_id, size_t dim, store_obs_cb cb,
+                            void *ud);
 
 /* Engine snapshots: put keeps only the newest; latest: STORE_NOTFOUND when none,
  * *bytes owned by the caller. */

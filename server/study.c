@@ -609,9 +609,42 @@ int study_observe(study *s, const double *xs, const double *values, size_t n,
     return study_unlock_settle(s, observe_locked(s, xs, values, n, err), err);
 }
 
-int study_export(study *s, study_doc *doc, trial_rec **trials, size_t *n, api_error *err)
+/* store_observations_each's callback: one more row of the set (ud), copied. */
+typedef struct obs_ctx {
+    observation_set *set;
+    size_t dim;
+} obs_ctx;
+
+static int obs_append(void *ud, const double *x, double value, int64_t created_ms)
+{
+    obs_ctx *c = ud;
+    observation_set *o = c->set;
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 16;
+        double *nx = realloc(o->x, cap * c->dim * sizeof *nx);
+        if (nx)
+            o->x = nx;
+        double *nv = realloc(o->value, cap * sizeof *nv);
+        if (nv)
+            o->value = nv;
+        int64_t *nt = realloc(o->created_ms, cap * sizeof *nt);
+        if (nt)
+            o->created_ms = nt;
+        if (!nx || !nv || !nt)
+            return -1;
+        o->cap = cap;
+    }
+    memcpy(o->x + o->n * c->dim, x, c->dim * sizeof *x);
+    o->value[o->n] = value;
+    o->created_ms[o->n++] = created_ms;
+    return 0;
+}
+
+int study_export(study *s, study_doc *doc, trial_rec **trials, size_t *n,
+                 observation_set *obs, api_error *err)
 {
     memset(doc, 0, sizeof *doc);
+    memset(obs, 0, sizeof *obs);
     *trials = NULL;
     *n = 0;
     if (study_lock_live(s, err))
@@ -621,10 +654,14 @@ int study_export(study *s, study_doc *doc, trial_rec **trials, size_t *n, api_er
         rc = trials_copy(s, s->trials, s->n_trials, trials, err);
     if (rc == 0)
         *n = s->n_trials;
+    obs_ctx oc = {obs, s->spec.dim};
+    if (rc == 0 && store_observations_each(registry.cfg.db, s->id, s->spec.dim, obs_append, &oc))
+        rc = api_fail(err, API_INTERNAL, NULL, "reading the study's observations failed");
     rc = study_unlock_settle(s, rc, err);
     if (rc) {
         study_doc_clear(doc);
         trial_recs_free(*trials, *n);
+        observation_set_clear(obs);
         *trials = NULL;
         *n = 0;
     }

@@ -114,8 +114,10 @@ int study_trials(study *s, int state, int64_t after, size_t limit, trial_rec **o
                  size_t *n, int64_t *next_cursor, api_error *err);
 int study_observe(study *s, const double *xs, const double *values, size_t n,
                   api_error *err);
-/* The study's document and all its trials (study_doc_clear, trial_recs_free). */
-int study_export(study *s, study_doc *doc, trial_rec **trials, size_t *n, api_error *err);
+/* The study's document, all its trials and its warm-start observations as stored
+ * (study_doc_clear, trial_recs_free, observation_set_clear). */
+int study_export(study *s, study_doc *doc, trial_rec **trials, size_t *n,
+                 observation_set *obs, api_error *err);
 
 /* Deferred commit waits, so that a server thread need not block on a commit: after
  * study_defer_begin(), this thread's study calls return their answer without waiting

@@ -185,11 +185,14 @@ def test_exports(kb, tmp_path):
     s = kb.create_study("export", params={"x": (0.0, 1.0), "k": ["a", "b"]}, engine="random")
     (t,) = s.ask()
     t.tell(0.93)
+    assert s.add_observations([({"x": 0.25, "k": "b"}, 0.5)]) == 1
     data = s.export()
     assert_response(data, "/v1/studies/{study_id}/export")
     assert [x["value"] for x in data["trials"]] == [0.93]
+    assert [(o["params"], o["value"]) for o in data["observations"]] == [({"x": 0.25, "k": "b"}, 0.5)]
     text = s.export_csv()
     assert text.splitlines()[0].startswith("id,state,worker,value") and ",0.93," in text
+    assert len(text.splitlines()) == 2  # the CSV holds trials only
     s.export_csv(tmp_path / "a.csv")
     with open(tmp_path / "b.csv", "w") as f:
         s.export_csv(f)

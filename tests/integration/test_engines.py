@@ -169,7 +169,8 @@ def test_candidate_set_upload_json_and_csv(api):
 
 def test_observations_warm_start(daemons):
     """Observations are counted in progress (not as trials), a batch with one bad item
-    adds none of them, and the count survives a restart."""
+    adds none of them, and the count and the JSON export's observations (in the order
+    taken, values as given) survive a restart."""
     d = daemons()
     api = d.client()
     rows = grid(10, 2)
@@ -186,7 +187,12 @@ def test_observations_warm_start(daemons):
     assert progress["trials"] == {"pending": 0, "completed": 0, "failed": 0, "expired": 0}
     assert d.stop() == 0
     d.start()
-    assert d.client().get(f"/v1/studies/{sid}").json()["progress"]["observations"] == 2
+    api = d.client()
+    assert api.get(f"/v1/studies/{sid}").json()["progress"]["observations"] == 2
+    exported = api.get(f"/v1/studies/{sid}/export").json()
+    assert [(o["x"], o["params"], o["value"]) for o in exported["observations"]] == [
+        (rows[0], None, 1.5), (rows[1], None, -2)]
+    assert exported["trials"] == []
 
 
 def test_batch_tell(api):

@@ -184,11 +184,13 @@ class Study:
             return None
 
     def export(self):
-        """The JSON export: {"study": ..., "trials": [...]}."""
+        """The JSON export: {"study": ..., "trials": [...], "observations": [...]} (the
+        warm-start observations, in the order taken)."""
         return self._call("GET", "/export", params={"format": "json"}).json()
 
     def export_csv(self, dest=None):
-        """The CSV export (id,state,worker,value,<param columns>). Written to `dest` (a
+        """The CSV export of the trials (id,state,worker,value,<param columns>; the
+        warm-start observations are in the JSON export only). Written to `dest` (a
         path or a text file object) when given, else returned as a string."""
         text = self._call("GET", "/export", params={"format": "csv"}).body.decode("utf-8")
         if dest is None:
