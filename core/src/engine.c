@@ -498,6 +498,22 @@ size_t kb_engine_max_dim(const char *engine)
     return ops->max_dim ? ops->max_dim : KB_MAX_DIM;
 }
 
+/* A box's first pool drawn from the seed. The space arrives with one fixed draw (seed 0,
+ * kb_space_new_box), and the engines that hand out their initial design from the first
+ * pool's rows before redrawing it (every one but bbkb / bkb) gave every study the same
+ * initial points whatever its seed, and so, on Hartmann-6, every gp-ucb run the same
+ * basin (docs/BENCHMARKS.md, fifty-fourth session). A stream of its own ("kbpool"), so
+ * that e->rng's draws, and bbkb's choices, stay as they were. */
+static void seeded_first_pool(kb_engine *e)
+{
+    if (e->space->finite)
+        return;
+    kb_rng rng;
+    kb_rng_seed(&rng, (uint64_t)kb_config_number(e->cfg, "seed") ^ 0x6b62706f6f6cULL);
+    kb__space_refresh_pool(e->space, &rng, NULL, 0, NULL, 0);
+    e->space->generation = 0;
+}
+
 kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_error *err)
 {
     kb_scaling scaling;
@@ -538,6 +554,7 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
         e->repeats = 2;
     e->repeats_auto = space->finite && !kb_config_is_set(cfg, "repeats");
     kb_rng_seed(&e->rng, (uint64_t)kb_config_number(cfg, "seed"));
+    seeded_first_pool(e);
     if (kb__config_build_kernel(cfg, space->dim, &e->kernel, err) ||
         kernel_choices(e, err))
         goto fail;

@@ -996,6 +996,44 @@ static void warm_starts_count_towards_the_design(void **state)
         }
 }
 
+/* The first point engine eng hands out on a 3-d box with the given seed, into x. */
+static void first_box_point(const char *eng, double seed, double x[3])
+{
+    kb_error err;
+    kb_space *sp = kb_space_new_box(3, 256, &err);
+    kb_config *cfg = kb_config_new(eng, &err);
+    assert_int_equal(kb_config_set_number(cfg, "seed", seed, &err), KB_OK);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    kb_point p;
+    kb_ask_result res;
+    assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+    assert_int_equal(res.n, 1);
+    memcpy(x, p.x, 3 * sizeof *x);
+    kb_engine_free(e);
+    kb_config_free(cfg);
+    kb_space_free(sp);
+}
+
+/* A box study's initial design follows the engine's seed, in every engine: the space
+ * arrives with one fixed pool, whose first rows every engine but bbkb / bkb handed out as
+ * its design, the same for every seed (every gp-ucb run of Hartmann-6 then raced to one
+ * basin; docs/BENCHMARKS.md, fifty-fourth session). The same seed, the same point. */
+static void box_design_follows_the_seed(void **state)
+{
+    (void)state;
+    for (const char *const *eng = kb_engine_names(); *eng; eng++) {
+        double a[3], b[3], c[3];
+        first_box_point(*eng, 1, a);
+        first_box_point(*eng, 1, b);
+        first_box_point(*eng, 2, c);
+        if (memcmp(a, b, sizeof a) != 0)
+            fail_msg("%s: seed 1 handed out two different first points", *eng);
+        if (memcmp(a, c, sizeof a) == 0)
+            fail_msg("%s: seeds 1 and 2 handed out the same first point", *eng);
+    }
+}
+
 /* A fit records its noise sd in y's units (the fitted standardized noise times the sd
  * the fit's values were scaled by) and the output stats follow the new floor at once. */
 static void refit_sets_noise_sd_of_the_warp(void **state)
@@ -1307,7 +1345,7 @@ static void categorical_order_does_not_matter(void **state)
 
 /* bbkb on a box of two floats and a categorical of 3 choices, at its defaults but for
  * choice_floor (< 0: not set). */
-static kb_engine *choice_engine(const char *engine, double choice_floor)
+static kb_engine *seeded_choice_engine(const char *engine, double choice_floor, double seed)
 {
     kb_error err;
     size_t levels[3] = {0, 0, 3};
@@ -1315,7 +1353,7 @@ static kb_engine *choice_engine(const char *engine, double choice_floor)
     kb_space *sp = kb_space_new_box(3, 256, &err);
     assert_int_equal(kb_space_set_levels(sp, levels, cat, &err), KB_OK);
     kb_config *cfg = kb_config_new(engine, &err);
-    assert_int_equal(kb_config_set_number(cfg, "seed", 7, &err), KB_OK);
+    assert_int_equal(kb_config_set_number(cfg, "seed", seed, &err), KB_OK);
     if (choice_floor >= 0.0)
         assert_int_equal(kb_config_set_number(cfg, "choice_floor", choice_floor, &err), KB_OK);
     kb_engine *e = kb_engine_create(cfg, sp, &err);
@@ -1323,6 +1361,11 @@ static kb_engine *choice_engine(const char *engine, double choice_floor)
     kb_space_free(sp);
     kb_config_free(cfg);
     return e;
+}
+
+static kb_engine *choice_engine(const char *engine, double choice_floor)
+{
+    return seeded_choice_engine(engine, choice_floor, 7);
 }
 
 /* Choice c of the categorical coordinate 2 (3 choices) in internal coordinates. */
@@ -1694,14 +1737,14 @@ static void climbs_end_to_end(void **state)
  * 0.06) on a box where one choice is best on average and another holds the optimum in a
  * narrow well (choice_trap's shape), keeps every choice within `slack` trials of its floor
  * at each step past the design; with choice_floor 0 the two other choices fall more than
- * 10 below it. A restored engine asks the same points. */
-static void floor_end_to_end(const char *engine, double on, double slack)
+ * 10 below it (seed: the engine's). A restored engine asks the same points. */
+static void floor_end_to_end(const char *engine, double on, double slack, double seed)
 {
     double floors[2] = {on, 0.0};
     size_t short_of_floor[2] = {0, 0};
     for (size_t v = 0; v < 2; v++) {
         kb_error err;
-        kb_engine *e = choice_engine(engine, floors[v]);
+        kb_engine *e = seeded_choice_engine(engine, floors[v], seed);
         size_t taken[3] = {0, 0, 0};
         kb_rng noise;
         kb_rng_seed(&noise, 3);
@@ -1740,7 +1783,7 @@ static void floor_end_to_end(const char *engine, double on, double slack)
 static void choice_floor_end_to_end(void **state)
 {
     (void)state;
-    floor_end_to_end("bbkb", -1.0, 3.0);
+    floor_end_to_end("bbkb", -1.0, 3.0, 7);
 }
 
 /* gp-ucb: a floor holds the pool until it is met (gp_ucb.c, pool_due; measured: 0 short
@@ -1748,16 +1791,19 @@ static void choice_floor_end_to_end(void **state)
 static void gp_ucb_choice_floor_end_to_end(void **state)
 {
     (void)state;
-    floor_end_to_end("gp-ucb", -1.0, 1.0);
+    floor_end_to_end("gp-ucb", -1.0, 1.0, 7);
 }
 
-/* The Thompson engines with floors on (off by default): the same rule (measured: 0 short
- * with the floor, 19 without, in each). */
+/* The Thompson engines with floors on (off by default): the same rule. Measured over seeds
+ * 1-8: 0 short with the floor on every seed; without it gp-ts fell 15-18 short on seeds
+ * 2-5 and 8 but only 5-9 on seeds 1, 6 and 7, whose initial designs happen to keep the
+ * choices near the floor for a while (sgp-ts 15-18 on seeds 2-5 and 8), so the test runs
+ * on seed 5. */
 static void ts_choice_floor_end_to_end(void **state)
 {
     (void)state;
-    floor_end_to_end("gp-ts", 2.0, 1.0);
-    floor_end_to_end("sgp-ts", 2.0, 1.0);
+    floor_end_to_end("gp-ts", 2.0, 1.0, 5);
+    floor_end_to_end("sgp-ts", 2.0, 1.0, 5);
 }
 
 /* Issue 15 item 2: every public function returns its own code on each error path when the
@@ -2899,6 +2945,7 @@ int main(void)
         cmocka_unit_test(refits_space_out_once_a_fit_samples),
         cmocka_unit_test(finite_sets_start_with_uniform_draws),
         cmocka_unit_test(warm_starts_count_towards_the_design),
+        cmocka_unit_test(box_design_follows_the_seed),
         cmocka_unit_test(gp_ucb_scores_the_interior_prior_exactly),
         cmocka_unit_test(interior_prior_keeps_trials_off_the_edges),
         cmocka_unit_test(recommend_is_the_best_posterior_mean),
