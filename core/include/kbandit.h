@@ -162,7 +162,8 @@ KB_API kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, k
 
 /* The unit cube [0,1]^dim searched through a candidate pool of pool_size points
  * (quasi-random points plus local perturbations around the best observed points),
- * refreshed by the engines at each resparsification. 1 <= pool_size <= KB_MAX_POOL and
+ * drawn again from the seed by kb_engine_create (its copy's first pool) and refreshed by
+ * the engines at each resparsification. 1 <= pool_size <= KB_MAX_POOL and
  * pool_size x dim <= KB_MAX_POOL_POINTS (else KB_ERANGE, field "pool_size"). */
 KB_API kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
 
