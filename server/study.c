@@ -15,8 +15,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ operations */
+
+/* A new study without engine.settings.seed gets one drawn here, stored with its config
+ * and shown with it, so that a restart replays its choices as before. Every unseeded
+ * study used to run on the option's default 0: two studies of one space handed out the
+ * same points, and a deterministic objective gave the same run twice, where a user
+ * starting a study again expects a new one (Optuna's and Vizier's samplers seed from
+ * entropy unless given a seed). */
+static int draw_seed(study_spec *spec, api_error *err)
+{
+    if (json_object_get(spec->settings, "seed"))
+        return 0;
+    uint32_t v;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v)
+        v = (uint32_t)now_ms() ^ ((uint32_t)getpid() << 16); /* no entropy yet at boot */
+    if (json_object_set_new(spec->settings, "seed", json_integer(v)))
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
+    return 0;
+}
 
 /* Held by study_create from its row's insert to its registry entry, so that a create
  * losing the name race (the store's UNIQUE name) answers 409 only once the winner is
@@ -42,8 +62,8 @@ study *study_create(study_spec *spec, api_error *err)
         api_fail(err, API_CONFLICT, "name", "a study named '%s' exists", spec->name);
         goto fail;
     }
-    if (study_load_candidates(spec, err) || proto_study_spec_config(spec, err) ||
-        !(e = study_engine_new(spec, err)))
+    if (draw_seed(spec, err) || study_load_candidates(spec, err) ||
+        proto_study_spec_config(spec, err) || !(e = study_engine_new(spec, err)))
         goto fail;
     proto_json_alloc_take();
     cfg = proto_study_spec_json(spec, 1);

@@ -29,7 +29,8 @@ static const char *const prior_mean_choices[] = {"auto", "constant", NULL};
 
 static const kb_option_spec common_options[] = {
     {"seed", KB_OPT_INTEGER, 0, 9007199254740992.0, 0, 0, NULL, NULL,
-     "seed of the engine's random number generator"},
+     "seed of the engine's random number generator (the daemon draws one for a study "
+     "created without it and stores it with the study)"},
     {"kernel", KB_OPT_STRING, 0, 0, 0, 0, "rbf", kernel_choices, "covariance function"},
     {"lengthscale", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
      "kernel lengthscale (bandwidth), the same in every dimension; not set, the GP "

@@ -541,3 +541,27 @@ def test_catalogue_matches_what_a_study_accepts(api, engine):
             assert error_of(r)["field"].startswith("engine.settings." + o["name"]), (o, r.text)
             tried += 1
     assert tried >= len(cat["common_options"])
+
+
+def test_unseeded_studies_draw_their_own_seed(daemons):
+    """A study created without engine.settings.seed gets one drawn at creation, shown in its
+    settings and stored with its config (a restart restores it with the same seed, so the
+    replay makes the same choices); two such studies of one space start at different
+    points; a given seed stays as given."""
+    d = daemons()
+    api = d.client()
+    space = {"type": "box", "params": [{"name": "a", "type": "float", "low": 0, "high": 1},
+                                       {"name": "b", "type": "float", "low": 0, "high": 1}]}
+    studies = [create_study(api, n, space=space, engine="bbkb") for n in ("u1", "u2")]
+    seeds = [s["engine"]["settings"]["seed"] for s in studies]
+    assert all(isinstance(v, int) and v >= 0 for v in seeds) and seeds[0] != seeds[1], seeds
+    firsts = [ask(api, s["id"])["trials"][0]["x"] for s in studies]
+    assert firsts[0] != firsts[1]
+    given = create_study(api, "given", space=space, engine="bbkb", settings={"seed": 7})
+    assert given["engine"]["settings"] == {"seed": 7}
+    sid = studies[0]["id"]
+    assert d.stop() == 0
+    d.start()
+    api = d.client()
+    assert api.get(f"/v1/studies/{sid}").json()["engine"]["settings"]["seed"] == seeds[0]
+    assert api.get(f"/v1/studies/{given['id']}").json()["engine"]["settings"] == {"seed": 7}
