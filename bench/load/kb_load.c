@@ -20,7 +20,7 @@
  * studies, the worst over studies of each study's best), so that a speed is read with
  * the quality it was bought at. --set puts one numeric engine setting into every study it
  * creates (e.g. --set pool_size=512), as kb-box-ask's --set does in-process; the line then
- * names it ("settings"). --noise SD adds N(0, SD^2) to every told value (each client its
+ * names it ("settings"). Study i gets "seed": i unless --set gives the seed. --noise SD adds N(0, SD^2) to every told value (each client its
  * own seeded stream), as a training run's validation score would carry: the engines then
  * fit a noise level above their floor. The simple regret stays that of the noiseless
  * function at the told points (0 minus the best of those), the usual figure for noisy
@@ -324,13 +324,27 @@ static void pct(client *ks, int n, int tell, double *p50, double *p99)
     free(all);
 }
 
+/* The settings of the serial-th study: --set's, and "seed": serial unless --set names the
+ * seed. The daemon draws a seed for a study created without one; numbered seeds keep the
+ * engines' choices the same from run to run and build to build where timing allows. */
+static void study_settings(char *out, size_t n, int serial)
+{
+    int empty = strcmp(opt.settings, "{}") == 0;
+    if (strstr(opt.settings, "\"seed\""))
+        snprintf(out, n, "%s", opt.settings);
+    else
+        snprintf(out, n, "{\"seed\":%d%s%s", serial, empty ? "}" : ",",
+                 empty ? "" : opt.settings + 1);
+}
+
 static long long create_study(conn *c, const char *space_json, double *sec)
 {
-    char body[512];
+    char body[512], settings[128];
     static int serial;
+    study_settings(settings, sizeof settings, serial);
     snprintf(body, sizeof body, "{\"name\":\"kb-load-%ld-%d\",\"engine\":{\"name\":\"%s\","
              "\"settings\":%s},\"space\":%s}", (long)getpid(), serial++, opt.engine,
-             opt.settings, space_json);
+             settings, space_json);
     double t0 = now_sec();
     if (call(c, "POST", "/v1/studies", body))
         return -1;

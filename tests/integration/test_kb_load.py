@@ -92,3 +92,16 @@ def test_the_line_reports_the_first_studys_model(daemon):
     assert r.returncode == 0, r.stderr
     line = json.loads(r.stdout)
     assert (line["epoch"], line["dictionary_size"], line["model_rows"]) == (0, 0, 0), line
+
+
+def test_study_i_gets_seed_i_unless_set_gives_one(daemon):
+    """The daemon draws a seed for a study created without one; kb-load numbers its studies'
+    seeds so that runs repeat their engine choices where timing allows."""
+    api = daemon.client()
+    r = kb_load(daemon, "--studies", "2", "--set", "pool_size=64", "--keep", "1")
+    assert r.returncode == 0, r.stderr
+    r = kb_load(daemon, "--studies", "2", "--set", "seed=5", "--keep", "1")
+    assert r.returncode == 0, r.stderr
+    studies = sorted(api.get("/v1/studies").json()["studies"], key=lambda s: s["id"])
+    assert [s["engine"]["settings"] for s in studies] == [
+        {"seed": 0, "pool_size": 64}, {"seed": 1, "pool_size": 64}, {"seed": 5}, {"seed": 5}]
