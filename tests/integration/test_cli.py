@@ -163,6 +163,28 @@ def test_create_from_json_and_yaml_specs_and_candidates(cli, tmp_path):
     assert table[0].split() == ["ID", "WORKER", "a,b", "c"]
 
 
+def test_observe_warm_starts_from_an_export(cli, d, tmp_path):
+    """`observe` reads a study's CSV export as is (completed rows only; float, int and
+    categorical values parsed back) into another study's observations; a file without a
+    value column, or with a value that is not a choice, is a usage error."""
+    make_study(cli, "src")
+    src = kbandit.Client(d.url, d.token).study("src")
+    trials = src.ask(4)
+    told = [(t.params, t.tell(0.25 * (i + 1)).value) for i, t in enumerate(trials[:3])]
+    trials[3].fail("crashed")
+    cli("export", "src", "-o", tmp_path / "src.csv")
+    make_study(cli, "dst")
+    assert cli.json("observe", "dst", tmp_path / "src.csv") == {"added": 3}
+    assert "3 observations added" in cli("observe", "dst", tmp_path / "src.csv").stdout
+    exported = cli.json("export", "dst", "--format", "json")
+    assert [(o["params"], o["value"]) for o in exported["observations"]] == told * 2
+    (tmp_path / "bad.csv").write_text("x,n,k\n0.5,2,a\n")
+    assert "'value' column" in cli("observe", "dst", tmp_path / "bad.csv", expect=2).stderr
+    (tmp_path / "bad.csv").write_text("x,n,k,value\n0.5,2,c,1.0\n")
+    r = cli("observe", "dst", tmp_path / "bad.csv", expect=2)
+    assert "line 2: k: 'c' is not one of its choices" in r.stderr
+
+
 def test_yaml_without_pyyaml_is_a_clear_usage_error(d, tmp_path):
     blocker = tmp_path / "block"
     blocker.mkdir()

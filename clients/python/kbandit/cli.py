@@ -8,7 +8,7 @@ import time
 from . import render
 from .client import Client
 from .errors import ConnectionFailed, KbanditError, NotFound
-from .space import read_csv
+from .space import read_csv, read_observations
 from .study import Study
 
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_TRIAL = 0, 1, 2, 3, 4
@@ -38,6 +38,7 @@ examples:
   kbandit create svc --param C=float:0.001:1000:log --param kernel=cat:rbf,poly
   kbandit --json ask svc | jq .trials[0].id
   kbandit tell svc 1 0.93
+  kbandit export old -o old.csv; kbandit observe svc old.csv   # warm start
   kbandit pause svc; kbandit studies --state paused; kbandit resume svc
   kbandit watch svc --interval 2
 """
@@ -98,6 +99,11 @@ def build_parser():
     p = _study_arg(command("tell", cmd_tell, "tell a trial's value"))
     p.add_argument("trial", type=int, help="trial id")
     p.add_argument("value", type=float, help="the measured value, in the study's direction")
+    p = _study_arg(command("observe", cmd_observe,
+                           "warm start: add results evaluated outside the study from a CSV "
+                           "file (a header with the parameters' names and 'value'; a "
+                           "study's CSV export reads as is)"))
+    p.add_argument("file", metavar="CSV", help="the results")
     p = _study_arg(command("fail", cmd_fail, "mark a trial failed"))
     p.add_argument("trial", type=int, help="trial id")
     p.add_argument("--reason", help="why the evaluation failed")
@@ -312,6 +318,20 @@ def cmd_ask(client, args):
 
 def cmd_tell(client, args):
     _print_object(resolve(client, args.study).tell(args.trial, args.value), args)
+
+
+def cmd_observe(client, args):
+    study = resolve(client, args.study)
+    try:
+        observations = read_observations(args.file, study.data["space"])
+    except (OSError, ValueError) as e:
+        raise UsageError(f"observe: {e}") from None
+    if not observations:
+        raise UsageError(f"observe: {args.file}: no completed rows")
+    added = study.add_observations(observations)
+    if args.json:
+        return _print_json({"added": added})
+    print(f"study {study.id} {study.name!r}: {added} observations added")
 
 
 def cmd_fail(client, args):

@@ -81,3 +81,48 @@ def _is_number(text):
     except ValueError:
         return False
     return True
+
+
+EXPORT_COLUMNS = ("id", "state", "worker", "value")  # an export's columns besides the point's
+
+
+def read_observations(path, space):
+    """(point, value) pairs from a CSV file with a header and a `value` column, for
+    Study.add_observations: a box's points as {name: value} from the columns named after
+    its parameters (ints and floats parsed, a categorical value matched to its choice by
+    its text), a candidate set's as the other columns in order. A study's CSV export
+    reads as is: a `state` column keeps the completed rows only."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or "value" not in rows[0]:
+        raise ValueError(f"{path}: expected a header with a 'value' column and rows")
+    if "state" in rows[0]:
+        rows = [r for r in rows if r["state"] == "completed"]
+    columns = [c for c in rows[0] if c not in EXPORT_COLUMNS] if rows else []
+    out = []
+    for n, row in enumerate(rows, start=2):  # line numbers, the header being line 1
+        try:
+            point = (_box_point(row, space["params"]) if space["type"] == "box"
+                     else [float(row[c]) for c in columns])
+            out.append((point, float(row["value"])))
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"{path}: line {n}: {e}") from None
+    return out
+
+
+def _box_point(row, params):
+    point = {}
+    for p in params:
+        if p["name"] not in row:
+            raise KeyError(f"no column for parameter {p['name']!r}")
+        text = row[p["name"]]
+        if p["type"] == "float":
+            point[p["name"]] = float(text)
+        elif p["type"] == "int":
+            point[p["name"]] = int(float(text))
+        else:
+            match = [c for c in p["choices"] if str(c) == text]
+            if not match:
+                raise ValueError(f"{p['name']}: {text!r} is not one of its choices")
+            point[p["name"]] = match[0]
+    return point
