@@ -183,6 +183,17 @@ def test_observe_warm_starts_from_an_export(cli, d, tmp_path):
     (tmp_path / "bad.csv").write_text("x,n,k,value\n0.5,2,c,1.0\n")
     r = cli("observe", "dst", tmp_path / "bad.csv", expect=2)
     assert "line 2: k: 'c' is not one of its choices" in r.stderr
+    # a candidate set's export: the point is the coordinate columns, in order
+    (tmp_path / "c.csv").write_text('"a,b",c\n1,2\n3,4\n5,6\n')
+    cli("create", "cands", "--candidates", tmp_path / "c.csv", "--engine", "random")
+    cands = kbandit.Client(d.url, d.token).study("cands")
+    (t,) = cands.ask()
+    t.tell(2.5)
+    cli("export", "cands", "-o", tmp_path / "cands.csv")
+    cli("create", "cands2", "--candidates", tmp_path / "c.csv")
+    assert cli.json("observe", "cands2", tmp_path / "cands.csv") == {"added": 1}
+    obs = cli.json("export", "cands2", "--format", "json")["observations"]
+    assert [(o["x"], o["params"], o["value"]) for o in obs] == [(t.data["x"], None, 2.5)]
 
 
 def test_yaml_without_pyyaml_is_a_clear_usage_error(d, tmp_path):
