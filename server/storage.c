@@ -90,6 +90,8 @@ static const char *const sql[Q__COUNT] = {
                  "LEFT JOIN trials t ON e.kind = 'ask' AND t.study_id = e.study_id "
                  "AND t.id = e.trial_id "
                  "WHERE e.study_id = ? AND e.seq > ? ORDER BY e.seq",
+    /* observations.value is in the user's direction, as study.c inserts it (0001's header
+     * lists this table with the engine's values; its column comment is the right one) */
     [Q_OBS] = "SELECT x, value, created_ms FROM observations WHERE study_id = ? ORDER BY seq",
     [Q_OBS_PUT] = "INSERT INTO observations(study_id, seq, x, value, created_ms) "
                   "VALUES(?, ?, ?, ?, ?)",

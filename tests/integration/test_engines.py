@@ -193,6 +193,14 @@ def test_observations_warm_start(daemons):
     assert [(o["x"], o["params"], o["value"]) for o in exported["observations"]] == [
         (rows[0], None, 1.5), (rows[1], None, -2)]
     assert exported["trials"] == []
+    # a minimizing study exports a value as given, not as its engine sees it (negated)
+    box = {"type": "box", "params": [{"name": "a", "type": "float", "low": 0, "high": 1}]}
+    mid = create_study(api, "warm-min", space=box, direction="minimize")["id"]
+    r = api.post(f"/v1/studies/{mid}/observations",
+                 json={"observations": [{"params": {"a": 0.2}, "value": 1.25}]})
+    assert r.status_code == 200, r.text
+    obs = api.get(f"/v1/studies/{mid}/export").json()["observations"]
+    assert [(o["params"], o["value"]) for o in obs] == [({"a": 0.2}, 1.25)]
 
 
 def test_batch_tell(api):
