@@ -247,7 +247,8 @@ double kb__interior_basis(const kb_kernel *k, const double *u)
 /* With b the basis at the rows, r their residuals under c_now and K_y = K + noise C^-1,
  * the GLS estimate with a N(c0, 1) prior on c is
  *   (b^T K_y^-1 (r + c_now b) + c0) / (b^T K_y^-1 b + 1). */
-double kb__interior_coef(const kb_kernel *k, double noise, const kb_rows *rows, double c_now)
+double kb__interior_coef(const kb_kernel *k, double noise, const kb_rows *rows, double c_now,
+                         int *nomem)
 {
     kb_rng rng;
     kb_rng_seed(&rng, (uint64_t)rows->n);
@@ -259,6 +260,8 @@ double kb__interior_coef(const kb_kernel *k, double noise, const kb_rows *rows, 
         rc = acq_build(&g, k, noise, rs.U, rs.y, rs.inv_c, NULL, rs.m, 0.0);
     double *b = rc == KB_OK ? malloc((g.n ? g.n : 1) * sizeof *b) : NULL;
     double *q = b ? malloc((g.n ? g.n : 1) * sizeof *q) : NULL;
+    if (rc == KB_ENOMEM || (rc == KB_OK && !q))
+        *nomem = 1;
     if (q && g.n) {
         for (size_t i = 0; i < g.n; i++)
             b[i] = q[i] = kb__interior_basis(k, g.X + i * g.d);

@@ -344,7 +344,7 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
      * with interior optima, 0.00 on twelve whose optimum was put on an edge or a corner
      * (docs/BENCHMARKS.md, fifty-second session). */
     if (rc == KB_OK && e->prior_basis)
-        e->prior_c = kb__interior_coef(&e->kernel, e->noise, &rows, e->prior_c);
+        e->prior_c = kb__interior_coef(&e->kernel, e->noise, &rows, e->prior_c, &e->nomem);
     free(y);
     if (rc == KB_OK) { /* the output stats are still those the fit's y were scaled by */
         double mean, sd;
@@ -677,6 +677,10 @@ static int ask_point(kb_engine *e, kb_point *pt, kb_ask_result *one, kb_error *e
         return KB_OK;
     }
     int rc = e->ops->ask_one(e, &index, one, err);
+    if (!rc && e->nomem) {
+        e->nomem = 0;
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    }
     if (rc || one->status != KB_ASK_OK)
         return rc;
     return hand_out(e, index, pt, err);
@@ -1424,12 +1428,18 @@ static void refine_pool(kb_engine *e, const double *best, size_t nb)
     enum { REFINED = 4 };
     kb_space *s = e->space;
     size_t k = nb < REFINED ? nb : REFINED, d = s->dim;
-    double *y = k && k <= s->n ? standardized_y(e, 0) : NULL;
-    if (!y)
+    if (!k || k > s->n)
         return;
+    double *y = standardized_y(e, 0);
+    if (!y) {
+        e->nomem = 1;
+        return;
+    }
     double *P = s->rows + (s->n - k) * d, *Q = s->u + (s->n - k) * d;
     memcpy(P, best, k * d * sizeof *P);
-    kb__acq_refine(&e->kernel, e->noise, e->obs_u, y, e->n_obs, KB_WIDTH_UCB, P, k);
+    if (kb__acq_refine(&e->kernel, e->noise, e->obs_u, y, e->n_obs, KB_WIDTH_UCB, P, k) ==
+        KB_ENOMEM)
+        e->nomem = 1;
     kb__space_snap(s, P, k);
     for (size_t i = 0; i < k; i++) { /* Q, the internal copy, holds the pool's own points */
         int twin = point_taken(e, P + i * d);

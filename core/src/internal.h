@@ -247,8 +247,10 @@ double kb__interior_basis(const kb_kernel *k, const double *u);
  * `noise`, under the prior c ~ N(KB_INTERIOR_C, 1) (Rasmussen & Williams 2006, section
  * 2.7: beta-bar of an explicit basis), on the rows with each group merged (at most 256
  * groups, as kb__gp_mean), whose y are the residuals y - c_now b(x). Returns c_now when
- * the GP does not factor or on OOM. Deterministic. */
-double kb__interior_coef(const kb_kernel *k, double noise, const kb_rows *rows, double c_now);
+ * the GP does not factor, and also when out of memory, then setting *nomem to 1 (the
+ * engine's flag: its ask fails). Deterministic. */
+double kb__interior_coef(const kb_kernel *k, double noise, const kb_rows *rows, double c_now,
+                         int *nomem);
 #define KB_INTERIOR_C 1.0
 
 /* log p(y | theta) (+ the log prior when with_prior) and its gradient (dim + 2 entries,
@@ -478,6 +480,11 @@ struct kb_engine {
     unsigned char *cand_told;/* per candidate: told at least once */
 
     uint64_t n_pending, n_tells, n_abandons, n_observed;
+    /* An allocation failed in a helper that cannot report it and would otherwise go on
+     * with a different result (a pool left unrefined, the interior prior's height kept):
+     * the ask fails with KB_ENOMEM instead (ask_point, engine.c), so that a replay under
+     * memory pressure never continues from a state the original run did not have. */
+    int nomem;
     uint64_t n_adopted;         /* adopted trials (kb_trial) */
     uint64_t n_adopted_pending; /* those the caller still has pending */
     struct kb_log *log;  /* event log for snapshots (snapshot.c) */

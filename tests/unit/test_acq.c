@@ -474,10 +474,12 @@ static void interior_coef_is_the_gls_estimate_over_every_repeated_row(void **sta
     }
     double want = (bKy + KB_INTERIOR_C) / (bKb + 1.0);
     kb_rows rows = {R, r, ROWS, of, N};
-    double got = kb__interior_coef(k, NOISE, &rows, c_now);
+    int nomem = 0;
+    double got = kb__interior_coef(k, NOISE, &rows, c_now, &nomem);
     if (fabs(got - want) > 1e-8 * (1.0 + fabs(want)))
         fail_msg("coefficient %.12g, direct solve over every row %.12g", got, want);
     assert_true(fabs(want - c_now) > 0.05); /* the data moved it: the check has teeth */
+    assert_int_equal(nomem, 0);
     kb_kernel_free(k);
     free(R);
     free(r);
