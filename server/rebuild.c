@@ -182,8 +182,18 @@ static int replay_cb(void *ud, const store_event *ev)
 static int spec_load(int64_t id, const char *config, study_spec *spec, api_error *err)
 {
     memset(spec, 0, sizeof *spec); /* left empty on failure */
+    /* A jansson allocation that failed while the spec was read may have left a part out
+     * (a categorical's choices) without an error: such a spec is retried, never served.
+     * The flag is put back as found for the request this restore may run in. */
+    int before = proto_json_alloc_take();
     json_t *doc = proto_parse_object(config, strlen(config), err);
-    if (!doc || proto_study_spec_parse(doc, spec, err)) {
+    int rc = !doc || proto_study_spec_parse(doc, spec, err);
+    if (!rc && proto_json_alloc_take()) {
+        proto_study_spec_clear(spec);
+        rc = api_fail(err, API_INTERNAL, NULL, "out of memory");
+    }
+    proto_json_alloc_put_back(before);
+    if (rc) {
         json_decref(doc);
         log_json(LOG_ERROR,
                  err->code == API_INTERNAL ? "cannot read a stored study config"
