@@ -44,7 +44,8 @@
  * 4000-row catalogue); the tell that would pass the cap fails with KB_ERANGE.
  * The model is refreshed on tells (and observes): after every `refresh_every`-th
  * new observation (default 1: every tell, O(n^2 + n A) each), the lagging observations
- * being appended in order; output standardization (kb__output_stats, over distinct
+ * being appended in order (an observe only records, the next op taking a run of them at
+ * once: in blocks from KB_BLOCK_ROWS_MIN rows on, chol.c); output standardization (kb__output_stats, over distinct
  * points, so that repeated arms do not shrink the output scale) is recomputed at each
  * refresh. What a refresh makes due waits for the next ask (catch_up), so that a batch
  * of tells pays for it once: the hyperparameter refit (kb__hyper_due), after which L and
@@ -104,6 +105,7 @@ typedef struct gp_ts {
     size_t n_w;      /* rows of W (and of var's sum) computed: <= L.n (extend_w) */
     size_t n_synced; /* observations the last refresh took (sync_rows) */
     int due;         /* a refresh since the last ask: catch_up has work to check */
+    size_t observed; /* n_obs at the last observe not yet synced, else 0: sync_observes */
     kb__pool_rules pool; /* choice floors (engine.c) */
     uint64_t refreshes;
     double sec_embed, sec_refresh, sec_ask;
@@ -232,14 +234,25 @@ static void update_mean(kb_engine *e, gp_ts *st)
         st->mu[i] += kb__prior_at(e, i);
 }
 
-/* Appends the observations up to `upto` (capacity reserved). */
+/* Appends the observations up to `upto` (capacity reserved): row by row, or a run of
+ * KB_BLOCK_ROWS_MIN and more (a warm start's observes) in blocks, level 3 where row
+ * appends were level 2 (23 s for 5,000 observes; docs/BENCHMARKS.md, fifty-fifth
+ * session). */
 static int append_rows(kb_engine *e, gp_ts *st, size_t upto, kb_error *err)
 {
-    while (st->L.n < upto)
-        if (append(e, st, e->obs_u + st->L.n * e->space->dim))
-            return kb__fail(err, KB_ENUMERIC, "lambda",
-                            "kernel matrix + lambda I is not positive definite");
-    return KB_OK;
+    size_t n0 = st->L.n;
+    int rc = KB_OK;
+    if (upto - n0 >= KB_BLOCK_ROWS_MIN) {
+        rc = kb__chol_append_points(&st->L, &e->kernel, e->obs_u, upto, st->lambda);
+        for (size_t i = n0; i < st->L.n; i++)
+            st->log_det += log(kb__chol_pivot(&st->L, i));
+    }
+    while (!rc && st->L.n < upto)
+        rc = append(e, st, e->obs_u + st->L.n * e->space->dim);
+    if (rc == KB_ENOMEM)
+        return kb__fail(err, rc, NULL, "out of memory for %zu observations", upto);
+    return rc ? kb__fail(err, rc, "lambda", "kernel matrix + lambda I is not positive definite")
+              : KB_OK;
 }
 
 /* L, log_det, W and var over the first n observations under the current kernel and
@@ -272,28 +285,29 @@ static int refactor(kb_engine *e, gp_ts *st, size_t n)
     return KB_OK;
 }
 
-/* Appends the observations waiting once refresh_every of them are (tell, observe): L and
- * beta follow the told values under the current kernel, so the posterior is exact. W,
+/* Appends the observations up to `upto` once refresh_every of them wait (a tell, or
+ * sync_observes for a run of observes): L and beta follow the told values under the
+ * current kernel, so the posterior is exact. W,
  * var and the candidates' mean, the kernel refit and the pool redraw that the new data
  * may make due wait for the next ask (catch_up), so that a batch of tells pays for one
  * of each instead of one per item: at d = 100, 200 tells in a row took 1.8 s when each
  * could redraw the pool (docs/BENCHMARKS.md, forty-ninth session). A tell followed by an
  * ask does the same work in the same order as when the tell did it all. */
-static int sync_rows(kb_engine *e, kb_error *err)
+static int sync_rows(kb_engine *e, size_t upto, kb_error *err)
 {
     gp_ts *st = e->impl;
-    if (e->n_obs - st->L.n < st->refresh_every)
+    if (upto - st->L.n < st->refresh_every)
         return KB_OK;
     double t0 = kb__now();
-    if (e->n_obs > KB_MAX_POINTS / e->space->n)
+    if (upto > KB_MAX_POINTS / e->space->n)
         return kb__fail(err, KB_ERANGE, "engine",
                         "gp-ts caches observations x candidates values, above the limit of "
-                        "%zu at %zu observations; use sgp-ts", KB_MAX_POINTS, e->n_obs);
-    if (reserve(st, e->space->n, e->n_obs))
-        return kb__fail(err, KB_ENOMEM, NULL, "out of memory for %zu observations", e->n_obs);
+                        "%zu at %zu observations; use sgp-ts", KB_MAX_POINTS, upto);
+    if (reserve(st, e->space->n, upto))
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory for %zu observations", upto);
     /* Rows appended before a failure stay (they are earlier observations when
      * refresh_every > 1): beta, and at the next ask W and mu, follow whatever L holds. */
-    int rc = append_rows(e, st, e->n_obs, err);
+    int rc = append_rows(e, st, upto, err);
     update_beta(e, st);
     st->n_synced = st->L.n;
     st->due = 1;
@@ -304,16 +318,31 @@ static int sync_rows(kb_engine *e, kb_error *err)
     return KB_OK;
 }
 
+/* What the observes since the last op put off (gp_ts_observe): their rows up to the last
+ * multiple of refresh_every they reached, those a sync_rows at each observe took. */
+static int sync_observes(kb_engine *e, kb_error *err)
+{
+    gp_ts *st = e->impl;
+    size_t upto = st->observed;
+    if (upto == 0)
+        return KB_OK;
+    upto -= (upto - st->L.n) % st->refresh_every;
+    int rc = sync_rows(e, upto, err);
+    if (!rc)
+        st->observed = 0;
+    return rc;
+}
+
 /* At the first ask after a refresh: the kernel refit when kb__hyper_due (L rebuilt from
  * row 0 under the new kernel and noise, over the rows the refresh had) and the box pool's
  * redraw when due. On a failure `due` stays and the next ask carries on. */
 static int catch_up(kb_engine *e, kb_error *err)
 {
     gp_ts *st = e->impl;
-    if (!st->due)
-        return KB_OK;
+    int rc = sync_observes(e, err);
+    if (rc || !st->due)
+        return rc;
     double t0 = kb__now();
-    int rc = KB_OK;
     if (kb__hyper_due(e)) {
         if ((rc = kb__hyper_refit(e, err)))
             return rc;
@@ -521,19 +550,32 @@ static int gp_ts_create(kb_engine *e, kb_error *err)
 static int gp_ts_tell(kb_engine *e, uint64_t handle, kb_error *err)
 {
     gp_ts *st = e->impl;
+    int rc = sync_observes(e, err);
+    if (rc)
+        return rc;
     st->since_pool++;
-    int rc = sync_rows(e, err);
+    rc = sync_rows(e, e->n_obs, err);
     if (rc)
         st->since_pool--;
     return rc;
 }
 
-static int gp_ts_observe(kb_engine *e, kb_error *err) { return sync_rows(e, err); }
+/* An observe only records: the next op syncs (sync_observes), so that a run of observes
+ * (a warm start) is appended as one block. */
+static int gp_ts_observe(kb_engine *e, kb_error *err)
+{
+    (void)err;
+    ((gp_ts *)e->impl)->observed = e->n_obs;
+    return KB_OK;
+}
 
 static int gp_ts_posterior(kb_engine *e, const double *U, size_t m, double *mean, double *sd,
                            kb_error *err)
 {
     gp_ts *st = e->impl;
+    int rc = sync_observes(e, err);
+    if (rc)
+        return rc;
     size_t n = st->L.n;
     double *V = malloc((n ? n : 1) * (m ? m : 1) * sizeof *V);
     if (!V)
@@ -560,10 +602,13 @@ static int gp_ts_posterior(kb_engine *e, const double *U, size_t m, double *mean
 int kb__gp_ts_draw(kb_engine *e, const double *U, size_t m, double *out, kb_error *err)
 {
     gp_ts *st = e->impl;
+    int rc = sync_observes(e, err);
+    if (rc)
+        return rc;
     size_t n = st->L.n;
     double *V = malloc((n ? n : 1) * m * sizeof *V), *S = malloc(m * m * sizeof *S);
     double *mu = malloc(m * sizeof *mu), *sd = malloc(m * sizeof *sd);
-    int rc = KB_ENOMEM;
+    rc = KB_ENOMEM;
     if (!V || !S || !mu || !sd) {
         kb__fail(err, rc, NULL, "out of memory");
         goto done;

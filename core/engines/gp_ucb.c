@@ -29,14 +29,18 @@
  *
  * State and invariants (n rows = observed + told + pending points, in arrival order):
  *   X (n x d)        the rows' internal coordinates;
- *   L (n x n)        Cholesky factor (kb_chol) of K(X, X) + lambda I;
- *   Kc (n x A)       k(X_i, candidate a), one row appended per new row;
+ *   L (L.n x L.n)    Cholesky factor (kb_chol) of K(X, X) + lambda I over X's first L.n
+ *                    rows; rows past L.n are observes not yet taken (an observe only
+ *                    pushes its row, so that a warm start of N points is factored in
+ *                    blocks at the next op, ensure_built, not in N level-2 appends);
+ *   Kc (L.n x A)     k(X_i, candidate a), one row appended per row L takes;
  *   var (A)          k(a, a) - ||L^{-1} Kc[:, a]||^2 over rows [0, n_var); rows appended
  *                    since are folded in lazily by refresh_candidates, one rank-one term
  *                    each, in the same pass over Kc as the mean (the pass over the
  *                    n x A matrix is the per-step cost, so it is made once per ask);
  *   LT (n_obs rows)  Cholesky of K + lambda I over every observation e->obs_u (told +
  *                    observed, in the base's order), so that the mean needs no pending row;
+ *                    like L it lags behind a run of observes until the next op;
  *   alpha (n_alpha)  (K_T + lambda I)^{-1} y_std over obs[0..n_alpha): the mean in use;
  *   mean (A)         Kc^T alpha (scattered to rows), valid unless mean_stale.
  *   broken, told_broken: set while L (with Kc, var) or LT is not what the lines above
@@ -194,6 +198,37 @@ static int chol_new_row(const kb_engine *e, const gp_state *s, kb_chol *F, const
     return kb__chol_append(F, l, kxx + s->lambda, p2);
 }
 
+/* Brings F, the factor of K + lambda I over the first F->n points of P, up to the first
+ * `to`, with the pivots' ln(pivot^2 / lambda) added to *logdet (when not NULL): runs of
+ * KB_BLOCK_ROWS_MIN rows and more (a warm start's observes) as blocks, level 3 where
+ * row appends were level 2 (18 s for 5,000 observes; docs/BENCHMARKS.md, fifty-fifth
+ * session), shorter ones row by row (*p2, when not NULL, gets the last row's pivot^2:
+ * chol_new_row). On a failure F covers the rows it took and *logdet follows. */
+static int catch_up_factor(const kb_engine *e, gp_state *s, kb_chol *F, const double *P,
+                           size_t to, double *logdet, double *p2)
+{
+    size_t n0 = F->n;
+    if (to - n0 >= KB_BLOCK_ROWS_MIN) {
+        int rc = kb__chol_append_points(F, &e->kernel, P, to, s->lambda);
+        for (size_t i = n0; logdet && i < F->n; i++) {
+            double l = kb__chol_pivot(F, i);
+            *logdet += log(l * l / s->lambda);
+        }
+        return rc;
+    }
+    while (F->n < to) {
+        double *l = work(s, F->n + 1), q2;
+        int rc = l ? chol_new_row(e, s, F, P, P + F->n * s->d, l, &q2) : KB_ENOMEM;
+        if (rc)
+            return rc;
+        if (logdet)
+            *logdet += log(q2 / s->lambda);
+        if (p2)
+            *p2 = q2;
+    }
+    return KB_OK;
+}
+
 enum { BLK = 256 }; /* candidate columns per block in recompute_var */
 
 /* var = kdiag - colsum((L^{-1} Kc)^2), in column blocks to bound the scratch. */
@@ -253,29 +288,46 @@ static int rebuild(kb_engine *e, gp_state *s)
     return rc;
 }
 
-/* Appends a row for point u: its Cholesky row and its kernel row against the
- * candidates (var takes it at the next refresh_candidates). *s2 gets sigma^2_n(u) before
- * the append (Bayesian units). On failure the state is unchanged. */
-static int append_row(kb_engine *e, gp_state *s, const double *u, uint64_t h, size_t obs,
-                      double *s2)
+/* Adds a row for point u to X (L, Kc take it at catch_up_rows). */
+static int push_row(gp_state *s, const double *u, uint64_t h, size_t obs)
 {
-    double t0 = kb__now();
-    size_t n = s->n, d = s->d;
-    double *l, p2;
-    if (grow_rows(s, n + 1) || !(l = work(s, n + 1)))
+    if (grow_rows(s, s->n + 1))
         return KB_ENOMEM;
-    int rc = chol_new_row(e, s, &s->L, s->X, u, l, &p2);
-    if (rc)
-        return rc;
-    *s2 = p2 - s->lambda;
-    memcpy(s->X + n * d, u, d * sizeof *u);
-    kb_kernel_matrix(&e->kernel, u, 1, e->space->u, s->A, s->Kc + n * s->A);
-    s->handle[n] = h;
-    s->obs_idx[n] = obs;
-    s->n = n + 1;
-    s->logdet += log(p2 / s->lambda);
-    s->sec_embed += kb__now() - t0;
+    memcpy(s->X + s->n * s->d, u, s->d * sizeof *u);
+    s->handle[s->n] = h;
+    s->obs_idx[s->n] = obs;
+    s->n++;
     return KB_OK;
+}
+
+/* Brings L up to X's rows (those a run of observes pushed, or the row just pushed) with
+ * their kernel rows against the candidates (var takes them at the next
+ * refresh_candidates) and their pivots in logdet. *s2 (when not NULL) gets sigma^2(x)
+ * before its append for a single row x (Bayesian units). On a failure L covers the
+ * rows it took and their Kc rows, logdet follows (ensure_built carries on). */
+static int catch_up_rows(kb_engine *e, gp_state *s, double *s2)
+{
+    size_t n0 = s->L.n;
+    if (n0 == s->n)
+        return KB_OK;
+    double t0 = kb__now(), p2 = 0.0;
+    int rc = catch_up_factor(e, s, &s->L, s->X, s->n, &s->logdet, &p2);
+    kb_kernel_matrix(&e->kernel, s->X + n0 * s->d, s->L.n - n0, e->space->u, s->A,
+                     s->Kc + n0 * s->A);
+    if (s2)
+        *s2 = p2 - s->lambda;
+    s->sec_embed += kb__now() - t0;
+    return rc;
+}
+
+/* Appends a row for point u (a hand-out). *s2 as catch_up_rows. On failure the state is
+ * unchanged. */
+static int append_row(kb_engine *e, gp_state *s, const double *u, uint64_t h, double *s2)
+{
+    int rc = push_row(s, u, h, NO_OBS);
+    if (!rc && (rc = catch_up_rows(e, s, s2)))
+        s->n--;
+    return rc;
 }
 
 /* Refactors the told-set factor LT over the first m observations. If it fails,
@@ -296,19 +348,23 @@ static int rebuild_told(kb_engine *e, gp_state *s, size_t m)
 }
 
 /* Every op that computes on a factor calls this first, so that none computes on a factor
- * a failed rebuild left behind (L empty or of an old kernel): such a factor is rebuilt
- * from scratch, LT over the first m observations (those the op's state covers: a tell or
- * observe passes n_obs - 1, its own observation being appended after), or the op fails
- * with the rebuild's code and the flags stay set. */
+ * a failed rebuild left behind (L empty or of an old kernel) or one that lags the data
+ * (observes only push their rows: gp_observe). A broken factor is rebuilt from scratch,
+ * a lagging one caught up (catch_up_factor), LT over the first m observations (those the
+ * op's state covers: a tell passes n_obs - 1, its own observation being appended after),
+ * or the op fails with the code and the flags stay set. */
 static int ensure_built(kb_engine *e, gp_state *s, size_t m)
 {
-    int rc = s->told_broken ? rebuild_told(e, s, m) : KB_OK;
-    return rc || !s->broken ? rc : rebuild(e, s);
+    int rc = s->told_broken ? rebuild_told(e, s, m)
+                            : catch_up_factor(e, s, &s->LT, e->obs_u, m, NULL, NULL);
+    if (rc)
+        return rc;
+    return s->broken ? rebuild(e, s) : catch_up_rows(e, s, NULL);
 }
 
-/* A scheduled hyperparameter fit (core/src/hyper.c): the new kernel and noise, then every
- * factor built from them. Both factors are marked invalid first: they belong to the old
- * kernel whether or not their rebuild succeeds. */
+/* A scheduled hyperparameter fit (core/src/hyper.c): the new kernel and noise. Both
+ * factors belong to the old kernel: marked invalid, they are rebuilt by the caller's
+ * pool refresh (L) or ensure_built (see prepare_model). */
 static int refit(kb_engine *e, gp_state *s)
 {
     double t0 = kb__now();
@@ -317,19 +373,8 @@ static int refit(kb_engine *e, gp_state *s)
         return rc;
     s->lambda = e->noise;
     s->broken = s->told_broken = 1;
-    rc = ensure_built(e, s, e->n_obs);
     s->sec_resparsify += kb__now() - t0;
-    return rc;
-}
-
-/* Appends the next observation, obs_u[LT.n], to the told-set factor LT. */
-static int append_told(kb_engine *e, gp_state *s)
-{
-    size_t m = s->LT.n;
-    double *l = work(s, m + 1);
-    if (!l)
-        return KB_ENOMEM;
-    return chol_new_row(e, s, &s->LT, e->obs_u, e->obs_u + m * s->d, l, NULL);
+    return KB_OK;
 }
 
 /* alpha = (K_T + lambda I)^{-1} y_std over every observation so far. */
@@ -349,13 +394,11 @@ static int refresh_alpha(kb_engine *e, gp_state *s)
     return KB_OK;
 }
 
-/* Brings mean and var up to date in one pass over Kc: B = [alpha scattered to rows |
- * rows n_var..n-1 of L^{-1}] (rows of L^{-1} from one dtrsm against unit vectors), then
- * Kc^T B gives the mean (first column, when stale) and the new rows of L^{-1} Kc, whose
- * squares each new row removes from var. */
-static int refresh_candidates(gp_state *s)
+/* One pass of refresh_candidates: the mean when stale and up to BLK rows past n_var. */
+static int fold_rows(gp_state *s)
 {
-    size_t n = s->n, A = s->A, k = n - s->n_var, c0 = s->mean_stale ? 1 : 0, m = c0 + k;
+    size_t n = s->n, A = s->A, c0 = s->mean_stale ? 1 : 0;
+    size_t k = n - s->n_var < BLK ? n - s->n_var : BLK, m = c0 + k;
     if (m == 0)
         return KB_OK;
     double *B = work(s, n * m + A * m);
@@ -387,7 +430,28 @@ static int refresh_candidates(gp_state *s)
             s->var[a] -= out[a * m + j] * out[a * m + j];
     }
     s->mean_stale = 0;
-    s->n_var = n;
+    s->n_var += k;
+    return KB_OK;
+}
+
+/* Brings mean and var up to date in one pass over Kc: B = [alpha scattered to rows |
+ * rows n_var..n-1 of L^{-1}] (rows of L^{-1} from one dtrsm against unit vectors), then
+ * Kc^T B gives the mean (first column, when stale) and the new rows of L^{-1} Kc, whose
+ * squares each new row removes from var. More than BLK new rows (a run of observes) go
+ * in passes of BLK, bounding the scratch; from A new rows on, var from scratch
+ * (recompute_var, n^2 A flops) is cheaper than folding them in (n^2 k). */
+static int refresh_candidates(gp_state *s)
+{
+    if (s->n - s->n_var >= s->A && s->n - s->n_var > BLK) {
+        int rc = recompute_var(s);
+        if (rc)
+            return rc;
+    }
+    do {
+        int rc = fold_rows(s);
+        if (rc)
+            return rc;
+    } while (s->n_var < s->n);
     return KB_OK;
 }
 
@@ -481,22 +545,34 @@ static int refresh_pool(kb_engine *e, gp_state *s)
     return rebuild(e, s);
 }
 
+/* The model for an ask (gp-ucb) or a batch start (gp-bucb): the refit when due, the box
+ * pool's refresh when `pool` (it rebuilds L, Kc and var from scratch), then ensure_built
+ * for what is left. In this order each factor is built once: the refit used to rebuild
+ * both, and the pool refresh L again (two of 6 s at the first ask after 5,000 observes),
+ * and a catch-up of a run of observes before either would be thrown away. */
+static int prepare_model(kb_engine *e, gp_state *s, int pool)
+{
+    int rc = kb__hyper_due(e) ? refit(e, s) : KB_OK;
+    if (!rc && pool)
+        rc = refresh_pool(e, s);
+    return rc ? rc : ensure_built(e, s, e->n_obs);
+}
+
 /* gp-bucb: whether an ask may start a new batch, and starting it. */
 static int bucb_gate(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait)
 {
     *wait = 0;
     if (!s->closed)
-        return KB_OK;
+        return ensure_built(e, s, e->n_obs);
     if (e->n_pending) {
         res->status = KB_ASK_AWAIT_FEEDBACK;
         res->awaiting = e->n_pending;
         *wait = 1;
         return KB_OK;
     }
-    int rc = kb__hyper_due(e) ? refit(e, s) : KB_OK; /* fixed within a batch (Prop. 2) */
-    if (!rc && !e->space->finite && s->batches &&
-        (e->n_obs <= BUCB_POOL_EVERY_BATCH || pool_due(e, s)))
-        rc = refresh_pool(e, s); /* timed */
+    /* the kernel is fixed within a batch (Prop. 2) */
+    int rc = prepare_model(e, s, !e->space->finite && s->batches &&
+                                     (e->n_obs <= BUCB_POOL_EVERY_BATCH || pool_due(e, s)));
     double t0 = kb__now();
     if (!rc)
         rc = refresh_alpha(e, s);
@@ -512,24 +588,19 @@ static int bucb_gate(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait)
     return KB_OK;
 }
 
-/* Brings the state up to date for an ask: a pending rebuild, then the batch gate
- * (gp-bucb) or the pool refresh and alpha (gp-ucb), then the pass over the candidates.
- * *width is the UCB's multiplier of sd; *wait is set when gp-bucb awaits feedback. */
+/* Brings the state up to date for an ask: the batch gate (gp-bucb) or the model
+ * (prepare_model) and alpha (gp-ucb), then the pass over the candidates. *width is the UCB's multiplier of sd; *wait is set when gp-bucb awaits
+ * feedback. */
 static int prepare_ask(kb_engine *e, gp_state *s, kb_ask_result *res, int *wait,
                        double *width)
 {
-    int rc = ensure_built(e, s, e->n_obs);
+    int rc;
     *wait = 0;
-    if (rc)
-        return rc;
     if (s->batched) {
         rc = bucb_gate(e, s, res, wait);
         *width = s->alpha_ucb;
     } else {
-        if (kb__hyper_due(e))
-            rc = refit(e, s);
-        if (!rc && pool_due(e, s))
-            rc = refresh_pool(e, s);
+        rc = prepare_model(e, s, pool_due(e, s));
         if (!rc && s->alpha_stale)
             rc = refresh_alpha(e, s);
         *width = kb__width(e, beta_now(e, s), KB_WIDTH_UCB);
@@ -595,7 +666,7 @@ static int gp_handed(kb_engine *e, uint64_t h, kb_error *err)
     double s2;
     int rc = ensure_built(e, s, e->n_obs);
     if (!rc)
-        rc = append_row(e, s, kb__trial_u(e, h), h, NO_OBS, &s2);
+        rc = append_row(e, s, kb__trial_u(e, h), h, &s2);
     if (rc)
         return fail_rc(err, rc);
     s->batch_asks++;
@@ -613,7 +684,7 @@ static int gp_tell(kb_engine *e, uint64_t h, kb_error *err)
     double t0 = kb__now();
     int rc = ensure_built(e, s, e->n_obs - 1);
     if (!rc)
-        rc = append_told(e, s);
+        rc = catch_up_factor(e, s, &s->LT, e->obs_u, e->n_obs, NULL, NULL);
     if (rc)
         return fail_rc(err, rc);
     for (size_t i = 0; i < s->n; i++)
@@ -624,19 +695,13 @@ static int gp_tell(kb_engine *e, uint64_t h, kb_error *err)
     return KB_OK;
 }
 
+/* An observe only pushes its row: L and LT take it at the next op (ensure_built), with
+ * every observe before it, as one block. */
 static int gp_observe(kb_engine *e, kb_error *err)
 {
     gp_state *s = e->impl;
-    double s2;
-    int rc = ensure_built(e, s, e->n_obs - 1);
-    size_t nt = s->LT.n;
-    if (!rc)
-        rc = append_told(e, s);
-    if (!rc && (rc = append_row(e, s, e->obs_u + (e->n_obs - 1) * s->d, 0, e->n_obs - 1,
-                                &s2)))
-        kb__chol_truncate(&s->LT, nt);
-    if (rc)
-        return fail_rc(err, rc);
+    if (push_row(s, e->obs_u + (e->n_obs - 1) * s->d, 0, e->n_obs - 1))
+        return fail_rc(err, KB_ENOMEM);
     s->alpha_stale = 1;
     return KB_OK;
 }
@@ -649,7 +714,7 @@ static int gp_abandon(kb_engine *e, uint64_t h, kb_error *err)
         r++;
     if (r == s->n)
         return KB_OK; /* cannot happen: every pending trial has a row */
-    if (r + 1 == s->n && s->n_var <= r && !s->broken) {
+    if (r + 1 == s->n && s->L.n == s->n && s->n_var <= r && !s->broken) {
         /* The newest row, not yet folded into var: dropping it leaves L, Kc and var as
          * they were before its append, in O(1). This is the abandon of a replayed ask
          * that a restore adopts (engine.c, adopt), once per adopted ask: the rebuild below

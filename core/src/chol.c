@@ -1,8 +1,9 @@
 /*
  * chol.c - the one Cholesky factor every engine uses (kb_chol, internal.h): a growable
  * lower-triangular L with L L^T = A, built from scratch (LAPACKE dpotrf), grown by one
- * row (CBLAS dtrsv), changed by a rank-one update (Givens rotations, drot) or downdate
- * (hyperbolic rotations), and the triangular solves on it (dtrsv / dtrsm), or for many
+ * row (CBLAS dtrsv) or a block of rows (dtrsm, dsyrk, dpotrf), changed by a rank-one
+ * update (Givens rotations, drot) or downdate (hyperbolic rotations), and the
+ * triangular solves on it (dtrsv / dtrsm), or for many
  * rows at once by its inverse (kb__tri_inverse, then dtrmm); that triangular inverse
  * also serves the hyperparameter fit and BBKB's embedding.
  *
@@ -22,8 +23,8 @@
  * a factor is accepted when every pivot^2 is positive as computed (LAPACK's own test in
  * dpotrf, and pivot^2 = a_nn - |L^{-1} a|^2 > 0 for an appended row, so that appending
  * rows one by one accepts the same matrices as factoring them at once). Otherwise the
- * rows being factored (all of them, or the new one) get j added to their diagonal,
- * j = 1e-10 s, then 100 times more per failure up to 1e-2 s, s their mean diagonal
+ * rows being factored (all of them, the new one, or a new block) get j added to their
+ * diagonal, j = 1e-10 s, then 100 times more per failure up to 1e-2 s, s their mean diagonal
  * entry (1 when that is not positive and finite); KB_ENUMERIC beyond. Why: the engines
  * factor K + noise I, positive definite in exact arithmetic with pivot^2 >= noise, and
  * kernel matrices without noise (sgp-ts's K_ZZ), positive semi-definite; a failure is
@@ -101,14 +102,16 @@ int kb__chol_copy(kb_chol *dst, const kb_chol *src)
     return KB_OK;
 }
 
-/* L's lower triangle = A's (row-major, lda), plus j on the diagonal. */
-static void load(kb_chol *f, const double *A, size_t n, size_t lda, double j)
+/* The n x n lower triangle at dst (in f's storage and order) = A's (row-major, lda),
+ * plus j on the diagonal. */
+static void load(const kb_chol *f, double *dst, const double *A, size_t n, size_t lda,
+                 double j)
 {
     size_t rs = row_stride(f), cs = col_stride(f);
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k <= i; k++)
-            f->L[i * rs + k * cs] = A[i * lda + k];
-        f->L[i * rs + i * cs] += j;
+            dst[i * rs + k * cs] = A[i * lda + k];
+        dst[i * rs + i * cs] += j;
     }
 }
 
@@ -138,7 +141,7 @@ int kb__chol_factor(kb_chol *f, const double *A, size_t n, size_t lda)
     double s = mean_diagonal(A, n, lda);
     for (int t = 0; t <= JITTER_TRIES; t++) {
         double j = jitter_at(t, s);
-        load(f, A, n, lda, j);
+        load(f, f->L, A, n, lda, j);
         int info = n ? LAPACKE_dpotrf(layout, 'L', (lapack_int)n, f->L, (lapack_int)f->cap) : 0;
         if (info == 0) {
             f->n = n;
@@ -182,6 +185,62 @@ int kb__chol_append(kb_chol *f, double *a, double ann, double *schur)
     f->L[n * (f->cap + 1)] = sqrt(p2);
     f->n = n + 1;
     return KB_OK;
+}
+
+int kb__chol_append_rows(kb_chol *f, const double *A, size_t k, size_t lda)
+{
+    size_t n = f->n;
+    if (k == 0)
+        return KB_OK;
+    if (n + k > f->cap && kb__chol_reserve(f, n + k > 2 * f->cap ? n + k : 2 * f->cap))
+        return KB_ENOMEM;
+    /* L21 and L22 live in f's storage, in f's order, so that every call below takes the
+     * order through like kb__chol_trsm */
+    size_t rs = row_stride(f), cs = col_stride(f);
+    double *L21 = f->L + n * rs, *L22 = L21 + n * cs;
+    for (size_t i = 0; i < k; i++)
+        for (size_t j = 0; j < n; j++)
+            L21[i * rs + j * cs] = A[i * lda + j];
+    if (n) /* L21 = A21 L11^{-T} */
+        cblas_dtrsm(order(f), CblasRight, CblasLower, CblasTrans, CblasNonUnit, (int)k, (int)n,
+                    1.0, f->L, (int)f->cap, L21, (int)f->cap);
+    int layout = f->colmajor ? LAPACK_COL_MAJOR : LAPACK_ROW_MAJOR;
+    double s = mean_diagonal(A + n, k, lda);
+    for (int t = 0; t <= JITTER_TRIES; t++) {
+        double j = jitter_at(t, s);
+        load(f, L22, A + n, k, lda, j);
+        if (n) /* the Schur complement A22 - L21 L21^T */
+            cblas_dsyrk(order(f), CblasLower, CblasNoTrans, (int)k, (int)n, -1.0, L21,
+                        (int)f->cap, 1.0, L22, (int)f->cap);
+        int info = LAPACKE_dpotrf(layout, 'L', (lapack_int)k, L22, (lapack_int)f->cap);
+        if (info == 0) {
+            f->n = n + k;
+            f->jitter = fmax(f->jitter, j);
+            return KB_OK;
+        }
+        if (kb__lapack_status(info) == KB_ENOMEM)
+            return KB_ENOMEM;
+    }
+    return KB_ENUMERIC;
+}
+
+int kb__chol_append_points(kb_chol *f, const kb_kernel *k, const double *P, size_t to,
+                           double noise)
+{
+    size_t d = k->dim, most = to - f->n < KB_BLOCK_ROWS ? to - f->n : KB_BLOCK_ROWS;
+    double *K = malloc(most * to * sizeof *K);
+    int rc = K ? KB_OK : KB_ENOMEM;
+    while (!rc && f->n < to) {
+        size_t n = f->n, b = to - n < most ? to - n : most, w = n + b;
+        kb_kernel_matrix(k, P + n * d, b, P, w, K);
+        for (size_t i = 0; i < b; i++) { /* the diagonal as the kernel's, exactly */
+            kb_kernel_diag(k, P + (n + i) * d, 1, K + i * w + n + i);
+            K[i * w + n + i] += noise;
+        }
+        rc = kb__chol_append_rows(f, K, b, w);
+    }
+    free(K);
+    return rc;
 }
 
 /* Index of the first nonzero of x[0..n), or n: rotations before it are identities. */

@@ -77,6 +77,27 @@ int kb__chol_factor(kb_chol *f, const double *A, size_t n, size_t lda);
  * only), which goes to *schur when not NULL. Doubles the capacity when full. KB_ENOMEM,
  * KB_ENUMERIC leave the factor as it was. */
 int kb__chol_append(kb_chol *f, double *a, double ann, double *schur);
+/* Appends k rows at once: A (k x (n + k), row-major, leading dimension lda) holds the
+ * new rows of the symmetric matrix, [A21 | A22], A22's lower triangle read. L21 =
+ * A21 L11^{-T} (dtrsm), L22 = chol(A22 - L21 L21^T) (dsyrk, dpotrf), the jitter rule on
+ * the new rows (their mean diagonal as scale): level-3 work where k appends made k
+ * level-2 solves (a warm start of 5,000 observations took 18 s in gp-ucb; docs/
+ * BENCHMARKS.md, fifty-fifth session). Equal to k appends up to rounding, not bit for bit.
+ * Grows the capacity to at least n + k, doubling. KB_ENOMEM, KB_ENUMERIC leave the factor
+ * as it was (A untouched). */
+int kb__chol_append_rows(kb_chol *f, const double *A, size_t k, size_t lda);
+/* Rows per block of kb__chol_append_points, bounding its scratch (KB_BLOCK_ROWS x n). */
+#define KB_BLOCK_ROWS 256
+/* Runs of fewer new points than this are appended row by row by the engines (as before
+ * block appends existed, so that a stored study replays bit for bit; a block's rounding
+ * differs), longer ones by kb__chol_append_points. */
+#define KB_BLOCK_ROWS_MIN 32
+/* Appends points P[f->n .. to) to f, the factor of k(P, P) + noise I over P's first f->n
+ * points (P: `to` points of k->dim coordinates), in blocks of KB_BLOCK_ROWS rows
+ * (kb__chol_append_rows). On a failure f covers the blocks it took. KB_ENOMEM,
+ * KB_ENUMERIC. */
+int kb__chol_append_points(kb_chol *f, const kb_kernel *k, const double *P, size_t to,
+                           double noise);
 /* Keeps the leading n x n block (n <= f->n): the factor of A's leading block. `jitter`
  * is kept unless n is 0 (it may then overstate the rows kept). */
 static inline void kb__chol_truncate(kb_chol *f, size_t n)

@@ -14,6 +14,7 @@ written and every study replays its events (about 1 s each; under 500 events, so
 periodic snapshot either). Each test runs on its own copy.
 """
 import json
+import random
 import signal
 import sqlite3
 import threading
@@ -264,7 +265,14 @@ def test_refining_study_restarts_with_the_same_asks(daemons, tmp_path):
         for sid in sids:
             t = ask(api, sid)["trials"][0]
             tell(api, sid, t["id"], mixed_value(t["params"]))
-    expected = next_asks(api, sids[1])
+    check_restarts(daemons, a, sids, tmp_path)
+
+
+def check_restarts(daemons, a, sids, tmp_path):
+    """sids[1]'s next asks, then a kill -9 of daemon a: on copies of its database, sids[0]
+    hands out the same after a replay of its events and after a restore from the shutdown
+    snapshot."""
+    expected = next_asks(a.client(), sids[1])
     assert a.kill9() == -signal.SIGKILL
 
     replayed = daemons(name="replayed", db=copy_db(a.db, tmp_path / "replayed"))
@@ -279,3 +287,33 @@ def test_refining_study_restarts_with_the_same_asks(daemons, tmp_path):
     con.close()
     snap.start()
     assert next_asks(snap.client(), sids[0]) == expected
+
+
+@pytest.mark.parametrize("engine", ["gp-ucb", "gp-bucb", "gp-ts"])
+def test_warm_started_study_restarts_with_the_same_asks(daemons, tmp_path, engine):
+    """The exact engines take a run of observes as blocks at the next operation (a warm
+    start of 300 here: two blocks; later 3 observes between trials: row by row). Two
+    identical studies take the same calls, the second then asks; after a kill -9 (replay
+    of the events) and after a SIGTERM (restore from the shutdown snapshot) the first hands
+    out exactly what the second did."""
+    rng = random.Random(3)
+    warm = []
+    for _ in range(300):
+        p = {"a": rng.random(), "b": rng.uniform(-2, 2), "k": rng.randrange(5),
+             "c": rng.choice("xyz")}
+        warm.append({"params": p, "value": mixed_value(p) + 0.01 * rng.gauss(0, 1)})
+    a = daemons(name="first")
+    api = a.client()
+    sids = [create_study(api, f"warm-{k}", MIXED, engine=engine,
+                         settings={"seed": 7})["id"] for k in range(2)]
+    for sid in sids:
+        r = api.post(f"/v1/studies/{sid}/observations", json={"observations": warm})
+        assert r.status_code == 200, r.text
+    for i in range(12):
+        for sid in sids:
+            if i == 6:
+                r = api.post(f"/v1/studies/{sid}/observations", json={"observations": warm[:3]})
+                assert r.status_code == 200, r.text
+            t = ask(api, sid)["trials"][0]
+            tell(api, sid, t["id"], mixed_value(t["params"]))
+    check_restarts(daemons, a, sids, tmp_path)

@@ -1,6 +1,6 @@
 /*
  * test_chol.c - unit tests of the common Cholesky factor (core/src/chol.c), in both
- * storage orders: factor, append sequence, rank-one update and downdate against a direct
+ * storage orders: factor, append sequence, block appends, rank-one update and downdate against a direct
  * LAPACKE dpotrf of the same matrix; the solves against the dense reference factor
  * multiplied back (and a direct LU solve, dgesv); the jitter rule (the first rung that
  * works, the same rule on an appended row, failure past the last rung) and the growth
@@ -112,6 +112,92 @@ static void append_sequence_matches_dpotrf(void **state)
         assert_factor(&f, Ref, N);
         kb__chol_free(&f);
     }
+}
+
+/* Blocks of rows appended at once (from an empty factor, of one row, of many, into a
+ * full capacity) give dpotrf's factor of the whole matrix; a block whose Schur
+ * complement is singular (a repeated point, no noise) takes the ladder's first working
+ * rung on its own rows, and a NaN fails with the factor kept. */
+static void append_rows_match_dpotrf(void **state)
+{
+    static double A[N * N], Ref[N * N];
+    kernel_matrix(A, N, NOISE, 6, 0);
+    reference(A, N, Ref);
+    const size_t cut[] = {0, 7, 8, 30, N};
+    for (int cm = 0; cm < 2; cm++) {
+        kb_chol f;
+        kb__chol_init(&f, cm);
+        for (size_t b = 0; b + 1 < sizeof cut / sizeof cut[0]; b++) {
+            assert_int_equal(kb__chol_append_rows(&f, A + cut[b] * N, cut[b + 1] - cut[b], N),
+                             KB_OK);
+            assert_int_equal(f.n, cut[b + 1]);
+        }
+        assert_true(f.cap >= N && f.jitter == 0.0);
+        assert_factor(&f, Ref, N);
+        assert_int_equal(kb__chol_append_rows(&f, A, 0, N), KB_OK);
+        assert_int_equal(f.n, N);
+        kb__chol_free(&f);
+    }
+    /* singular: the last point repeats the first; the block holds the last 10 rows */
+    static double S[N * N], Sj[N * N];
+    kernel_matrix(S, N, 0.0, 7, 1);
+    for (int cm = 0; cm < 2; cm++) {
+        kb_chol f;
+        kb__chol_init(&f, cm);
+        assert_int_equal(kb__chol_factor(&f, S, N - 10, N), KB_OK);
+        assert_true(f.jitter == 0.0);
+        double keep = at(&f, N - 11, 0);
+        S[(N - 2) * N + 1] = NAN;
+        assert_int_equal(kb__chol_append_rows(&f, S + (N - 10) * N, 10, N), KB_ENUMERIC);
+        assert_int_equal(f.n, N - 10);
+        assert_true(at(&f, N - 11, 0) == keep);
+        S[(N - 2) * N + 1] = S[1 * N + N - 2];
+        assert_int_equal(kb__chol_append_rows(&f, S + (N - 10) * N, 10, N), KB_OK);
+        double s = 0.0;
+        for (size_t i = N - 10; i < N; i++)
+            s += S[i * N + i] / 10.0;
+        double j = f.jitter, rung = 1e-10 * s;
+        while (rung < j * (1 - 1e-12))
+            rung *= 100.0;
+        assert_true(j > 0.0 && fabs(j - rung) <= 1e-12 * rung);
+        memcpy(Sj, S, sizeof Sj); /* the jitter went to the new rows only */
+        for (size_t i = N - 10; i < N; i++)
+            Sj[i * N + i] += j;
+        reference(Sj, N, Ref);
+        assert_factor(&f, Ref, N);
+        kb__chol_free(&f);
+    }
+}
+
+/* Points appended in blocks of KB_BLOCK_ROWS (here 600 after 50: three blocks, the last
+ * short) give dpotrf's factor of k(X, X) + noise I. */
+static void append_points_match_dpotrf(void **state)
+{
+    (void)state;
+    enum { M = 650 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 8);
+    double *X = tu_uniform_matrix(&rng, M, D, 0.0, 1.0);
+    double *A = malloc(M * M * sizeof *A), *Ref = malloc(M * M * sizeof *Ref);
+    assert_non_null(A);
+    assert_non_null(Ref);
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 0.5);
+    kb_kernel_matrix(k, X, M, X, M, A);
+    for (size_t i = 0; i < M; i++)
+        A[i * M + i] += NOISE;
+    reference(A, M, Ref);
+    for (int cm = 0; cm < 2; cm++) {
+        kb_chol f;
+        kb__chol_init(&f, cm);
+        assert_int_equal(kb__chol_factor(&f, A, 50, M), KB_OK);
+        assert_int_equal(kb__chol_append_points(&f, k, X, M, NOISE), KB_OK);
+        assert_factor(&f, Ref, M);
+        kb__chol_free(&f);
+    }
+    kb_kernel_free(k);
+    free(X);
+    free(A);
+    free(Ref);
 }
 
 /* Solves against the reference: L (or L^T) times the solution, with dpotrf's factor,
@@ -347,6 +433,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(factor_matches_dpotrf),
         cmocka_unit_test(append_sequence_matches_dpotrf),
+        cmocka_unit_test(append_rows_match_dpotrf),
+        cmocka_unit_test(append_points_match_dpotrf),
         cmocka_unit_test(solves_match_direct),
         cmocka_unit_test(tri_inverse_matches_dtrtri),
         cmocka_unit_test(update_and_downdate_match_dpotrf),

@@ -20,7 +20,7 @@
 #include "kbandit.h"
 #include "util/testutil.h"
 
-enum { A = 40, D = 3, MAXP = 256 };
+enum { A = 40, D = 3, MAXP = 512 };
 static const double LAMBDA = 0.1;
 
 typedef struct model {
@@ -42,10 +42,10 @@ typedef struct model {
  * lambda being set) or "fixed". Outputs are warped (explicitly: a finite set's default is
  * "standardize") so that the reference checks the warp the engine applies. */
 static kb_engine *make_engine(const char *name, kb_kernel_kind kind, const double *cand,
-                              double C, uint64_t seed, const char *hyper)
+                              size_t n_cand, double C, uint64_t seed, const char *hyper)
 {
     kb_error err;
-    kb_space *sp = kb_space_new_finite(cand, A, D, &err);
+    kb_space *sp = kb_space_new_finite(cand, n_cand, D, &err);
     kb_config *cfg = kb_config_new(name, &err);
     assert_non_null(cfg);
     assert_int_equal(kb_config_set_string(cfg, "kernel", kb_kernel_kind_name(kind), &err), 0);
@@ -76,7 +76,7 @@ static void model_init(model *m, const char *name, kb_kernel_kind kind, double C
     memcpy(m->cand, c, sizeof m->cand);
     free(c);
     m->k = tu_kernel(kind, D, 0.5);
-    m->e = make_engine(name, kind, m->cand, C, seed, hyper);
+    m->e = make_engine(name, kind, m->cand, A, C, seed, hyper);
     kb_hyperparameters hp;
     assert_int_equal(kb_engine_hyperparameters(m->e, &hp), KB_OK);
     m->warp = hp.fitting; /* the linear kernel is never fitted */
@@ -269,6 +269,26 @@ static void long_run_stays_exact(void **state)
     model_free(&m);
 }
 
+/* The engine's gamma against 0.5 ln det(I + K / lambda) over every row, directly. */
+static void check_gamma(model *m)
+{
+    size_t n = m->n_rows;
+    double *K = malloc(n * n * sizeof *K), cm[A], cv[A], gamma;
+    assert_non_null(K);
+    sync_kernel(m);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            K[i * n + j] = kb_kernel_eval(m->k, m->row_x + i * D, m->row_x + j * D) / LAMBDA +
+                           (i == j);
+    assert_int_equal(LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, K, (int)n), 0);
+    double ref = 0;
+    for (size_t i = 0; i < n; i++)
+        ref += log(K[i * n + i]); /* 0.5 ln det = sum ln diag(chol) */
+    assert_int_equal(kb__gp_candidate_posterior(m->e, cm, cv, &gamma), KB_OK);
+    assert_true(fabs(gamma - ref) <= 1e-9 * fabs(ref));
+    free(K);
+}
+
 static void gamma_is_half_logdet(void **state)
 {
     (void)state;
@@ -278,20 +298,70 @@ static void gamma_is_half_logdet(void **state)
     model_init(&m, "gp-ucb", KB_KERNEL_MATERN52, 1.0, 3, "fit");
     for (int s = 0; s < 20; s++)
         random_step(&m, &drv, 0);
-    size_t n = m.n_rows;
-    double *K = malloc(n * n * sizeof *K), cm[A], cv[A], gamma;
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < n; j++)
-            K[i * n + j] = kb_kernel_eval(m.k, m.row_x + i * D, m.row_x + j * D) / LAMBDA +
-                           (i == j);
-    assert_int_equal(LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, K, (int)n), 0);
-    double ref = 0;
-    for (size_t i = 0; i < n; i++)
-        ref += log(K[i * n + i]); /* 0.5 ln det = sum ln diag(chol) */
-    kb__gp_candidate_posterior(m.e, cm, cv, &gamma);
-    assert_true(fabs(gamma - ref) <= 1e-9 * fabs(ref));
-    free(K);
+    check_gamma(&m);
     model_free(&m);
+}
+
+/* Runs of observes (a warm start) enter the factors as blocks at the next op (gp_ucb.c,
+ * catch_up_factor): a short run, one longer than the candidates (var then from scratch)
+ * and one past a block of 256 rows. After each the posterior, the cached candidate
+ * values and gamma are the reference's, and asks, tells and abandons go on exactly. */
+static void runs_of_observes_stay_exact(void **state)
+{
+    (void)state;
+    const char *engines[] = {"gp-ucb", "gp-bucb"};
+    const size_t runs[] = {3, 60, 300};
+    kb_error err;
+    for (int en = 0; en < 2; en++) {
+        model m;
+        kb_rng drv;
+        kb_rng_seed(&drv, 30 + en);
+        model_init(&m, engines[en], KB_KERNEL_MATERN52, 3.0, 30 + en, "fixed");
+        random_step(&m, &drv, en);
+        for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+            for (size_t i = 0; i < runs[r]; i++) {
+                double x[D], y = kb_rng_normal(&drv);
+                for (int j = 0; j < D; j++)
+                    x[j] = kb_rng_uniform(&drv);
+                assert_int_equal(kb_engine_observe(m.e, x, y, &err), 0);
+                push_obs(&m, x, y);
+                push_row(&m, x, 0);
+            }
+            if (!en)
+                m.n_mean = m.n_obs;
+            check_posterior(&m);
+            check_gamma(&m);
+            random_step(&m, &drv, en);
+        }
+        model_free(&m);
+    }
+}
+
+/* More new rows than a pass over the candidates takes (256) but fewer than the
+ * candidates: the candidates' variance is folded in passes (gp_ucb.c, refresh_candidates);
+ * against the reference's. */
+static void long_run_of_observes_on_many_candidates(void **state)
+{
+    (void)state;
+    enum { AC = 700, NO = 600 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 44);
+    double *cand = tu_uniform_matrix(&rng, AC, D, 0, 1), *X = tu_uniform_matrix(&rng, NO, D, 0, 1);
+    double *y = calloc(NO, sizeof *y), *mean = malloc(AC * sizeof *mean);
+    double *var = malloc(AC * sizeof *var), *rm = malloc(AC * sizeof *rm);
+    double *rv = malloc(AC * sizeof *rv), gamma;
+    kb_engine *e = make_engine("gp-ucb", KB_KERNEL_MATERN52, cand, AC, 1.0, 44, "fixed");
+    kb_kernel *k = tu_kernel(KB_KERNEL_MATERN52, D, 0.5);
+    kb_error err;
+    assert_int_equal(kb__gp_candidate_posterior(e, mean, var, &gamma), KB_OK); /* folded: 0 */
+    for (size_t i = 0; i < NO; i++)
+        assert_int_equal(kb_engine_observe(e, X + i * D, kb_rng_normal(&rng), &err), 0);
+    assert_int_equal(kb__gp_candidate_posterior(e, mean, var, &gamma), KB_OK);
+    assert_int_equal(tu_exact_posterior(k, X, y, NO, LAMBDA, cand, AC, rm, rv), 0);
+    assert_true(tu_max_rel_err(var, rv, AC, 1e-6) < 1e-9);
+    kb_kernel_free(k);
+    kb_engine_free(e);
+    free(cand), free(X), free(y), free(mean), free(var), free(rm), free(rv);
 }
 
 /* A fixed script: asks one point at a time and, when the engine waits or every fourth
@@ -346,7 +416,7 @@ static void abandoning_the_newest_trial_restores_the_posterior(void **state)
     double cand[A * D];
     uniform_candidates(cand, 11);
     for (int en = 0; en < 2; en++) {
-        kb_engine *e = make_engine(BOTH[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
+        kb_engine *e = make_engine(BOTH[en], KB_KERNEL_RBF, cand, A, 2.0, 5, "fit");
         kb_rng drv;
         kb_rng_seed(&drv, 2);
         size_t idx[30];
@@ -382,8 +452,8 @@ static void deterministic_and_restorable(void **state)
     double cand[A * D];
     uniform_candidates(cand, 9);
     for (int en = 0; en < 2; en++) {
-        kb_engine *e1 = make_engine(BOTH[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
-        kb_engine *e2 = make_engine(BOTH[en], KB_KERNEL_RBF, cand, 2.0, 5, "fit");
+        kb_engine *e1 = make_engine(BOTH[en], KB_KERNEL_RBF, cand, A, 2.0, 5, "fit");
+        kb_engine *e2 = make_engine(BOTH[en], KB_KERNEL_RBF, cand, A, 2.0, 5, "fit");
         kb_rng d1, d2;
         kb_rng_seed(&d1, 1);
         kb_rng_seed(&d2, 1);
@@ -476,8 +546,9 @@ static double objective(const double *x) { return sin(3 * x[0]) + x[1]; }
 
 /* A rebuild that fails (here: the kernel made NaN behind the engine's back, as a stand-in
  * for out of memory or a matrix no jitter repairs) leaves a factor that is no longer the
- * model. Every later op must rebuild from scratch first or fail with a code, and once the
- * cause is gone the engine must be exact again, its cached candidate values included.
+ * model. Every later op that computes must rebuild from scratch first or fail with a
+ * code (an observe only records), and once the cause is gone the engine must be exact
+ * again, its cached candidate values included.
  * Two ways in: an abandon's rebuild of L (gp-ucb and gp-bucb), and a refit's refactoring
  * of the told-set factor (gp-ucb, fitted variance). */
 static void failed_rebuild_is_never_computed_on(void **state)
@@ -502,7 +573,10 @@ static void failed_rebuild_is_never_computed_on(void **state)
         drop_row(&m, 4);
         kb_ask_result res;
         assert_int_equal(kb_engine_ask(m.e, 1, &p, &res, &err), KB_ENUMERIC);
-        assert_int_equal(kb_engine_observe(m.e, x, 1.0, &err), KB_ENUMERIC);
+        /* an observe only records its point (the factors take it at the next op) */
+        assert_int_equal(kb_engine_observe(m.e, x, 1.0, &err), 0);
+        push_obs(&m, x, 1.0);
+        push_row(&m, x, 0);
         kb_engine_trial(m.e, 2, &p, &ts);
         assert_int_equal(kb_engine_tell(m.e, 2, 1.0, &err), KB_ENUMERIC);
         assert_int_equal(ts, KB_TRIAL_PENDING);
@@ -660,6 +734,8 @@ int main(void)
         cmocka_unit_test(posterior_matches_exact_on_every_kernel),
         cmocka_unit_test(long_run_stays_exact),
         cmocka_unit_test(gamma_is_half_logdet),
+        cmocka_unit_test(runs_of_observes_stay_exact),
+        cmocka_unit_test(long_run_of_observes_on_many_candidates),
         cmocka_unit_test(deterministic_and_restorable),
         cmocka_unit_test(abandoning_the_newest_trial_restores_the_posterior),
         cmocka_unit_test(product_rule_closes_batches),

@@ -79,7 +79,8 @@ static void sync_model(kb_engine *e)
 }
 
 static kb_engine *warm_engine(const char *name, const char *const *opts, const double *vals,
-                              const char *out, size_t n, double *X, double *y)
+                              const char *out, const char *hyper, size_t n, double *X,
+                              double *y)
 {
     kb_error err;
     kb_rng rng;
@@ -92,6 +93,7 @@ static kb_engine *warm_engine(const char *name, const char *const *opts, const d
     assert_int_equal(kb_config_set_string(cfg, "output_scaling", out, &err), 0);
     assert_int_equal(kb_config_set_number(cfg, "lengthscale", 0.4, &err), 0);
     assert_int_equal(kb_config_set_number(cfg, "lambda", 0.05, &err), 0);
+    assert_int_equal(kb_config_set_string(cfg, "hyperparameters", hyper, &err), 0);
     for (size_t i = 0; opts[i]; i++)
         assert_int_equal(kb_config_set_number(cfg, opts[i], vals[i], &err), 0);
     kb_engine *e = kb_engine_create(cfg, sp, &err);
@@ -239,7 +241,7 @@ static void gp_ts_samples_have_exact_posterior(void **state)
     const char *const opts[] = {"B", "R", "v_scale", NULL};
     const double vals[] = {1, 0, 1};
     double X[NOBS * DIM], y[NOBS], U[NTEST * DIM], mean[NTEST], var[NTEST], cov[NTEST * NTEST];
-    kb_engine *e = warm_engine("gp-ts", opts, vals, "none", NOBS, X, y);
+    kb_engine *e = warm_engine("gp-ts", opts, vals, "none", "fit", NOBS, X, y);
     test_points(U);
     kb_kernel *k = engine_kernel(e);
     kb_hyperparameters hp;
@@ -298,7 +300,7 @@ static void sgp_ts_samples_match_exact_posterior(void **state)
     const char *const opts[] = {"q", "B", "R", "alpha_scale", "features", NULL};
     const double vals[] = {1e9, 0, 0, 1, 1000};
     double X[NOBS * DIM], y[NOBS], U[NTEST * DIM], mean[NTEST], var[NTEST], cov[NTEST * NTEST];
-    kb_engine *e = warm_engine("sgp-ts", opts, vals, "none", NOBS, X, y);
+    kb_engine *e = warm_engine("sgp-ts", opts, vals, "none", "fit", NOBS, X, y);
     assert_int_equal(tu_stat(e, "dict_size"), NOBS);
     test_points(U);
     kb_kernel *k = engine_kernel(e);
@@ -324,7 +326,7 @@ static void sgp_ts_sparse_posterior_matches_titsias(void **state)
     const double vals[] = {1, 0, 0, 1, 1000};
     double X[N * DIM], y[N], U[NTEST * DIM], mean[NTEST], cov[NTEST * NTEST];
     double emean[NTEST], evar[NTEST], var[NTEST];
-    kb_engine *e = warm_engine("sgp-ts", opts, vals, "none", N, X, y);
+    kb_engine *e = warm_engine("sgp-ts", opts, vals, "none", "fit", N, X, y);
     size_t m;
     const double *Z = kb__sgp_ts_inducing(e, &m);
     assert_true(m > 0 && m <= N / 2);
@@ -351,7 +353,7 @@ static void check_distinct_standardization(const char *name, const char *const *
     double X[MAXO * DIM], y[MAXO], ys[MAXO], U[NTEST * DIM], mean[NTEST], var[NTEST];
     double pm[NTEST], psd[NTEST], m, sd;
     kb_error err;
-    kb_engine *e = warm_engine(name, opts, vals, "standardize", NOBS, X, y);
+    kb_engine *e = warm_engine(name, opts, vals, "standardize", "fit", NOBS, X, y);
     size_t n = NOBS;
     memcpy(X + n * DIM, X, DIM * sizeof *X);
     y[n] = y[0] + 0.5;
@@ -519,7 +521,7 @@ static void an_ask_rescales_beta_to_waiting_tells(void **state)
     double mean[NTEST], var[NTEST], pm[NTEST], psd[NTEST], m, sd;
     kb_error err;
     kb_hyperparameters hp;
-    kb_engine *e = warm_engine("gp-ts", opts, vals, "standardize", W, X, y);
+    kb_engine *e = warm_engine("gp-ts", opts, vals, "standardize", "fit", W, X, y);
     kb_engine_hyperparameters(e, &hp);
     uint64_t fits = hp.fits;
     for (size_t i = W; i < N; i++) { /* the factor takes the first two, not the last */
@@ -542,6 +544,55 @@ static void an_ask_rescales_beta_to_waiting_tells(void **state)
     assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < 1e-8);
     kb_kernel_free(k);
     kb_engine_free(e);
+}
+
+/* A run of observes (a warm start) is appended at the next op, in blocks from
+ * KB_BLOCK_ROWS_MIN rows on (gp_ts.c, append_rows): the posterior is then the exact GP
+ * on every observation, and a joint sample (whose spread v_t reads the information gain
+ * off the factor: the theory's width, hyperparameters fixed) equals, to rounding, that of an engine which took the same
+ * observations one at a time. 600 rows: blocks of 256, 256 and 88. */
+static void a_run_of_observes_is_the_exact_gp(void **state)
+{
+    (void)state;
+    enum { RUN = 600 };
+    const char *const opts[] = {"kernel_variance", "R", NULL};
+    const double vals[] = {1, 0.5};
+    double *X = malloc(RUN * DIM * sizeof *X), *y = malloc(RUN * sizeof *y);
+    double *ys = malloc(RUN * sizeof *ys), U[NTEST * DIM], mean[NTEST], var[NTEST];
+    double pm[NTEST], psd[NTEST], m, sd, f_run[NTEST], f_rows[NTEST];
+    kb_error err;
+    kb_engine *run = warm_engine("gp-ts", opts, vals, "standardize", "fixed", 0, X, y);
+    kb_engine *rows = warm_engine("gp-ts", opts, vals, "standardize", "fixed", 0, X, y);
+    kb_rng rng;
+    kb_rng_seed(&rng, 17);
+    test_points(U);
+    for (size_t i = 0; i < RUN; i++) {
+        X[i * DIM] = kb_rng_uniform(&rng);
+        X[i * DIM + 1] = kb_rng_uniform(&rng);
+        y[i] = sin(4 * X[i * DIM]) + cos(3 * X[i * DIM + 1]) + 0.1 * kb_rng_normal(&rng);
+        assert_int_equal(kb_engine_observe(run, X + i * DIM, y[i], &err), 0);
+        assert_int_equal(kb_engine_observe(rows, X + i * DIM, y[i], &err), 0);
+        assert_int_equal(kb_engine_posterior(rows, U, NTEST, pm, psd, &err), 0);
+    }
+    assert_int_equal(kb_engine_posterior(run, U, NTEST, pm, psd, &err), 0);
+    kb_kernel *k = engine_kernel(run);
+    tu_distinct_stats(X, y, RUN, DIM, &m, &sd);
+    for (size_t i = 0; i < RUN; i++)
+        ys[i] = (y[i] - m) / sd;
+    assert_int_equal(tu_exact_posterior(k, X, ys, RUN, 0.05, U, NTEST, mean, var), 0);
+    assert_true(tu_max_rel_err(pm, mean, NTEST, 1e-3) < 1e-8);
+    for (size_t j = 0; j < NTEST; j++)
+        var[j] = sqrt(var[j] > 0 ? var[j] : 0);
+    assert_true(tu_max_rel_err(psd, var, NTEST, 1e-3) < 1e-8);
+    assert_int_equal(kb__gp_ts_draw(run, U, NTEST, f_run, &err), 0);
+    assert_int_equal(kb__gp_ts_draw(rows, U, NTEST, f_rows, &err), 0);
+    assert_true(tu_max_rel_err(f_run, f_rows, NTEST, 1e-3) < 1e-6);
+    kb_kernel_free(k);
+    kb_engine_free(run);
+    kb_engine_free(rows);
+    free(X);
+    free(y);
+    free(ys);
 }
 
 /* A batch of tells records the data (gp-ts also appends it to its factor): the
@@ -721,6 +772,7 @@ int main(void)
         cmocka_unit_test(finds_the_optimum_region),
         cmocka_unit_test(refresh_every_and_exhaustion),
         cmocka_unit_test(an_ask_rescales_beta_to_waiting_tells),
+        cmocka_unit_test(a_run_of_observes_is_the_exact_gp),
         cmocka_unit_test(batch_tells_wait_for_the_next_ask),
         cmocka_unit_test(sgp_ts_refreshes_by_growth_past_1024),
         cmocka_unit_test(bad_configurations_are_rejected),
