@@ -43,7 +43,9 @@
  * Costs (A candidates, n observations, m = |Z|, M features). Features are drawn once at
  * creation and Phi_A (A x M) is cached, so a sample costs O(A (M + m) + m M + m^2): no
  * O(A^3) or O(n^3) step. A model refresh costs O(n m^2 + m^3 + A m d + m M d) (leverage
- * scores, Titsias solve, K_AZ and Phi_Z), at the ask after each new observation by
+ * scores, Titsias solve, K_AZ and Phi_Z), in stages doubling the observations covered
+ * when the model covers fewer than half of them (grow_model: a warm start, and after a
+ * refit, which restarts the model from the prior), at the ask after each new observation by
  * default (`refresh_every` = 1; larger values amortize it, the model lagging by up to
  * refresh_every - 1 observations). Tells and observes only record the data: a batch of
  * them pays for one refresh at the next ask, where a refresh per item took 7 s for 200
@@ -179,14 +181,15 @@ static int predict(const kb_engine *e, const sgp_model *md, const double *U, siz
     return KB_OK;
 }
 
-/* Z: each observed point kept with probability min(1, q var / lambda) under the
- * current model, exact duplicates once. Fills md->Z, md->m. */
-static int choose_inducing(kb_engine *e, sgp_ts *st, sgp_model *md)
+/* Z: each of the first n observations kept with probability min(1, q var / lambda) under
+ * the model `from`, exact duplicates once. Fills md->Z, md->m. */
+static int choose_inducing(kb_engine *e, const sgp_ts *st, const sgp_model *from, size_t n,
+                           sgp_model *md)
 {
-    size_t n = e->n_obs, d = e->space->dim;
+    size_t d = e->space->dim;
     double *var = malloc((n ? n : 1) * sizeof *var);
     md->Z = malloc((n ? n : 1) * d * sizeof *md->Z);
-    if (!var || !md->Z || predict(e, &st->mod, e->obs_u, n, NULL, var)) {
+    if (!var || !md->Z || predict(e, from, e->obs_u, n, NULL, var)) {
         free(var);
         return KB_ENOMEM;
     }
@@ -206,10 +209,10 @@ static int choose_inducing(kb_engine *e, sgp_ts *st, sgp_model *md)
     return KB_OK;
 }
 
-/* Titsias' optimal q(u) for Z = md->Z on all observations: Luu, LB, beta. */
-static int fit_titsias(kb_engine *e, sgp_ts *st, sgp_model *md)
+/* Titsias' optimal q(u) for Z = md->Z on the first n observations: Luu, LB, beta. */
+static int fit_titsias(kb_engine *e, const sgp_ts *st, sgp_model *md, size_t n)
 {
-    size_t m = md->m, n = e->n_obs;
+    size_t m = md->m;
     double *K = malloc(m * m * sizeof *K), *Ax = malloc(m * n * sizeof *Ax);
     double *y = malloc(n * sizeof *y);
     md->beta = malloc(m * sizeof *md->beta);
@@ -327,6 +330,45 @@ static void redraw_pool(kb_engine *e, sgp_ts *st)
     st->since_pool = 0;
 }
 
+/* Rows of a first stage of grow_model (see there). */
+#define SGP_STAGE 256
+
+/* md = the sparse model of every observation: Z drawn under the current model, then
+ * q(u) fitted. When the current model covers fewer than half of the observations (a warm
+ * start, a batch of tells, and every refresh after a refit, whose model is the prior),
+ * in stages that double the observations covered from SGP_STAGE on, each stage's Z drawn
+ * under the previous stage's model: BKB's rule (seed 000) applied to the data in order,
+ * as its epochs would have met them. In one stage from the prior every point's variance
+ * is the prior's, so every point was kept: Z was all of them, O(n^3) (9.6 s at 5,000
+ * observations, 6-d box) and refused past KB_MAX_POINTS / (A + M) (about 22,000
+ * observations: a warm start of 25,000 failed every ask; docs/BENCHMARKS.md, fifty-fifth
+ * session). A refresh that covers more than half already is one stage, as before. */
+static int grow_model(kb_engine *e, sgp_ts *st, sgp_model *md)
+{
+    size_t n = e->n_obs, covered = st->mod.m ? st->n : 0;
+    const sgp_model *from = &st->mod;
+    sgp_model prev = {0};
+    int rc;
+    do {
+        size_t base = covered > SGP_STAGE ? covered : SGP_STAGE;
+        covered = n <= 2 * base ? n : 2 * base;
+        model_free(md);
+        rc = choose_inducing(e, st, from, covered, md);
+        if (!rc && md->m * (e->space->n + st->M) > KB_MAX_POINTS)
+            rc = KB_ERANGE;
+        if (!rc)
+            rc = fit_titsias(e, st, md, covered);
+        model_free(&prev);
+        if (covered < n && !rc) { /* the next stage draws under this one */
+            prev = *md;
+            *md = (sgp_model){0};
+            from = &prev;
+        }
+    } while (!rc && covered < n);
+    model_free(&prev);
+    return rc;
+}
+
 /* Brings the model up to date when refresh_due (refitting the hyperparameters first
  * when due). Leaves the engine (and its RNG) unchanged on a failure of the sparse model;
  * a refit stays. Past SGP_GROWTH_FROM observations a due pool does not wait for the
@@ -350,11 +392,7 @@ static int maybe_refresh(kb_engine *e, kb_error *err)
     }
     kb_rng saved = e->rng;
     sgp_model md = {0};
-    int rc = choose_inducing(e, st, &md);
-    if (!rc && md.m * (e->space->n + st->M) > KB_MAX_POINTS)
-        rc = KB_ERANGE;
-    if (!rc)
-        rc = fit_titsias(e, st, &md);
+    int rc = grow_model(e, st, &md);
     if (!rc)
         rc = embed_alloc(e, st, &md);
     if (rc) {

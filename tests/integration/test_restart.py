@@ -289,16 +289,17 @@ def check_restarts(daemons, a, sids, tmp_path):
     assert next_asks(snap.client(), sids[0]) == expected
 
 
-@pytest.mark.parametrize("engine", ["gp-ucb", "gp-bucb", "gp-ts"])
+@pytest.mark.parametrize("engine", ["gp-ucb", "gp-bucb", "gp-ts", "sgp-ts"])
 def test_warm_started_study_restarts_with_the_same_asks(daemons, tmp_path, engine):
     """The exact engines take a run of observes as blocks at the next operation (a warm
-    start of 300 here: two blocks; later 3 observes between trials: row by row). Two
+    start of 600 here: three blocks; later 3 observes between trials: row by row), sgp-ts
+    grows its sparse model over them in stages (256, 512, 600 observations). Two
     identical studies take the same calls, the second then asks; after a kill -9 (replay
     of the events) and after a SIGTERM (restore from the shutdown snapshot) the first hands
     out exactly what the second did."""
     rng = random.Random(3)
     warm = []
-    for _ in range(300):
+    for _ in range(600):
         p = {"a": rng.random(), "b": rng.uniform(-2, 2), "k": rng.randrange(5),
              "c": rng.choice("xyz")}
         warm.append({"params": p, "value": mixed_value(p) + 0.01 * rng.gauss(0, 1)})

@@ -342,6 +342,49 @@ static void sgp_ts_sparse_posterior_matches_titsias(void **state)
     kb_engine_free(e);
 }
 
+/* A warm start of 1,500 observations in one run: sgp-ts grows its model in stages (256,
+ * 512, 1,024, 1,500 observations, each Z drawn under the previous stage's model:
+ * sgp_ts.c, grow_model), where one stage from the prior kept every point (the prior
+ * variance over lambda = 0.05 makes every keep probability 1). The inducing set stays
+ * sparse, the model is Titsias' posterior for it on all 1,500 observations, and that is
+ * close to the exact GP. */
+static void a_warm_start_grows_the_sparse_model_in_stages(void **state)
+{
+    (void)state;
+    enum { N = 1500 };
+    const char *const opts[] = {"q", "B", "R", "alpha_scale", "features", NULL};
+    const double vals[] = {1, 0, 0, 1, 1000};
+    double *X = malloc(N * DIM * sizeof *X), *y = malloc(N * sizeof *y);
+    double U[NTEST * DIM], mean[NTEST], cov[NTEST * NTEST], emean[NTEST], evar[NTEST];
+    kb_error err;
+    kb_engine *e = warm_engine("sgp-ts", opts, vals, "none", "fixed", 0, X, y);
+    kb_rng rng;
+    kb_rng_seed(&rng, 23);
+    for (size_t i = 0; i < N; i++) {
+        X[i * DIM] = kb_rng_uniform(&rng);
+        X[i * DIM + 1] = kb_rng_uniform(&rng);
+        y[i] = sin(4 * X[i * DIM]) + cos(3 * X[i * DIM + 1]) + 0.2 * kb_rng_normal(&rng);
+        assert_int_equal(kb_engine_observe(e, X + i * DIM, y[i], &err), 0);
+    }
+    sync_model(e);
+    size_t m;
+    const double *Z = kb__sgp_ts_inducing(e, &m);
+    assert_true(m > 0 && m < N / 10);
+    test_points(U);
+    kb_kernel *k = engine_kernel(e);
+    assert_int_equal(tu_sparse_posterior(k, Z, m, X, y, N, 0.05, U, NTEST, mean, cov), 0);
+    check_sgp_ts(e, U, mean, cov, 1e-6, 1e-5); /* measured 2e-7 and 6e-7 */
+    assert_int_equal(tu_exact_posterior(k, X, y, N, 0.05, U, NTEST, emean, evar), 0);
+    for (size_t i = 0; i < NTEST; i++) { /* m = 34, measured: mean 0.02 sd off, sd 1.5% */
+        assert_true(fabs(mean[i] - emean[i]) <= 0.1 * sqrt(evar[i]));
+        assert_true(fabs(cov[i * NTEST + i] / evar[i] - 1.0) <= 0.1);
+    }
+    kb_kernel_free(k);
+    kb_engine_free(e);
+    free(X);
+    free(y);
+}
+
 /* Outputs standardized over distinct points (kb__output_stats): after a repeated
  * observe and more tells than candidates (so arms repeat), the posterior is the exact GP
  * on every observation with y standardized by tu_distinct_stats, and differs from the
@@ -767,6 +810,7 @@ int main(void)
         cmocka_unit_test(gp_ts_samples_have_exact_posterior),
         cmocka_unit_test(sgp_ts_samples_match_exact_posterior),
         cmocka_unit_test(sgp_ts_sparse_posterior_matches_titsias),
+        cmocka_unit_test(a_warm_start_grows_the_sparse_model_in_stages),
         cmocka_unit_test(outputs_standardized_over_distinct_points),
         cmocka_unit_test(deterministic_and_restorable),
         cmocka_unit_test(finds_the_optimum_region),
