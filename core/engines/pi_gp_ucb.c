@@ -949,9 +949,10 @@ static int update_at(kb_engine *e, const double *u, int dtold, int dpend, double
         /* The observation stands even when a split runs out of memory (split undoes
          * itself): the leaf stays whole, the rule applied again at its next observation.
          * Failing the op instead would leave the leaf counting an observation the base
-         * has undone. */
-        if (dtold)
-            split_while_needed(e, id);
+         * has undone. The cover is then not the one a run with memory builds: nomem
+         * fails the next ask and a restore (internal.h), which the daemon rebuilds. */
+        if (dtold && split_while_needed(e, id))
+            e->nomem = 1;
         if (st->splits != splits)
             assign_candidates(e);
     }

@@ -265,10 +265,14 @@ double kb__interior_coef(const kb_kernel *k, double noise, const kb_rows *rows, 
     if (q && g.n) {
         for (size_t i = 0; i < g.n; i++)
             b[i] = q[i] = kb__interior_basis(k, g.X + i * g.d);
+        /* the factor came from a dpotrf that worked: only a row-major transposed copy
+         * can fail here, for want of memory */
         if (LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)g.n, 1, g.L, (int)g.n, q, 1) == 0) {
             double bKr = cblas_ddot((int)g.n, b, 1, g.a, 1);
             double bKb = cblas_ddot((int)g.n, b, 1, q, 1);
             c = (bKr + c_now * bKb + KB_INTERIOR_C) / (bKb + 1.0);
+        } else {
+            *nomem = 1;
         }
     }
     free(b);

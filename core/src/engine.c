@@ -558,6 +558,7 @@ kb_engine *kb_engine_create(const kb_config *cfg, const kb_space *space, kb_erro
     if (kb__config_build_kernel(cfg, space->dim, &e->kernel, err) ||
         kernel_choices(e, err))
         goto fail;
+    e->kernel.nomem = &e->nomem;
     if (alloc_candidate_flags(e)) {
         kb__fail(err, KB_ENOMEM, NULL, "out of memory");
         goto fail;
@@ -677,9 +678,10 @@ static int ask_point(kb_engine *e, kb_point *pt, kb_ask_result *one, kb_error *e
         return KB_OK;
     }
     int rc = e->ops->ask_one(e, &index, one, err);
-    if (!rc && e->nomem) {
+    if (e->nomem) { /* this ask's, or an op's since the last ask */
         e->nomem = 0;
-        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+        if (!rc)
+            return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     }
     if (rc || one->status != KB_ASK_OK)
         return rc;
@@ -1678,7 +1680,7 @@ static size_t stall_start(const kb_engine *e, size_t top, double thr)
 
 /* The observation the next pool climbs from under the rule above, or n_obs for none.
  * The median (a sort) is needed only once the |best| test has passed. */
-static size_t climb_center(const kb_engine *e, size_t climb_after)
+static size_t climb_center(kb_engine *e, size_t climb_after)
 {
     size_t n = e->n_obs;
     if (!climb_after || n < 2 * climb_after || e->noise > CLIMB_NOISE ||
@@ -1689,8 +1691,10 @@ static size_t climb_center(const kb_engine *e, size_t climb_after)
     if (gain > 1e-3 * fabs(e->obs_y[top]))
         return n;
     ranked_obs *r = ranked_new(e);
-    if (!r)
+    if (!r) {
+        e->nomem = 1; /* not "no climb": the replay would draw another pool */
         return n;
+    }
     double thr = 1e-3 * fmin(fabs(e->obs_y[top]), e->obs_y[top] - r[n / 2].y);
     size_t c = gain > thr ? n : second_peak(e, r);
     free(r);

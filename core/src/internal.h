@@ -298,6 +298,10 @@ struct kb_kernel {
                             * base(r^2) + mix overlap), overlap the share of categorical
                             * coordinates on the same choice (kb__kernel_overlap) */
     double mix;            /* in [0, 1); read only when additive */
+    int *nomem;            /* set to 1 when kb_kernel_matrix could not allocate and fell
+                            * back to the pairwise formula, whose rounding differs: the
+                            * owning engine's flag (engine.c), NULL for none. A copy of
+                            * the struct reports to the same flag. */
 };
 
 /* Fills *k as kb_kernel_create does (variance 1, lengthscales 1, all ordered), for a
@@ -502,9 +506,11 @@ struct kb_engine {
 
     uint64_t n_pending, n_tells, n_abandons, n_observed;
     /* An allocation failed in a helper that cannot report it and would otherwise go on
-     * with a different result (a pool left unrefined, the interior prior's height kept):
-     * the ask fails with KB_ENOMEM instead (ask_point, engine.c), so that a replay under
-     * memory pressure never continues from a state the original run did not have. */
+     * with a different result (a pool left unrefined, the interior prior's height kept, a
+     * kernel matrix by its fallback, kb_kernel.nomem): the next ask fails with KB_ENOMEM
+     * (ask_point, engine.c), and so does a restore (kb_engine_restore), so that a replay
+     * under memory pressure never continues from a state the original run did not have
+     * (the daemon rebuilds a study whose ask ran out of memory). */
     int nomem;
     uint64_t n_adopted;         /* adopted trials (kb_trial) */
     uint64_t n_adopted_pending; /* those the caller still has pending */

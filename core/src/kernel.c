@@ -454,7 +454,10 @@ void kb_kernel_matrix(const kb_kernel *k, const double *X, size_t n, const doubl
     double *SY = kb__kernel_embed(k, Y, m, 1);
     double *nx = malloc(n * sizeof *nx), *ny = malloc(m * sizeof *ny);
     if (!SX || !SY || !nx || !ny) {
-        /* Allocation failed: fall back to the pairwise formula (no extra memory). */
+        /* Allocation failed: fall back to the pairwise formula (no extra memory), whose
+         * rounding differs; an engine's kernel reports it (kb_kernel.nomem). */
+        if (k->nomem)
+            *k->nomem = 1;
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < m; j++)
                 out[i * m + j] = kb_kernel_eval(k, X + i * k->dim, Y + j * k->dim);

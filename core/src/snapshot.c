@@ -420,6 +420,10 @@ kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_error *e
             goto corrupt;
     if (r.bad || r.pos != r.len)
         goto corrupt;
+    if (e->nomem) { /* a helper's allocation failed on the way (internal.h, nomem) */
+        inner.code = KB_ENOMEM;
+        goto corrupt;
+    }
     kb_config_free(cfg);
     kb_space_free(space);
     return e;
