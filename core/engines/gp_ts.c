@@ -293,7 +293,7 @@ static int refactor(kb_engine *e, gp_ts *st, size_t n)
  * of each instead of one per item: at d = 100, 200 tells in a row took 1.8 s when each
  * could redraw the pool (docs/BENCHMARKS.md, forty-ninth session). A tell followed by an
  * ask does the same work in the same order as when the tell did it all. */
-static int sync_rows(kb_engine *e, size_t upto, kb_error *err)
+static int sync_rows(kb_engine *e, size_t upto, int lazy, kb_error *err)
 {
     gp_ts *st = e->impl;
     if (upto - st->L.n < st->refresh_every)
@@ -306,10 +306,13 @@ static int sync_rows(kb_engine *e, size_t upto, kb_error *err)
     if (reserve(st, e->space->n, upto))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory for %zu observations", upto);
     /* Rows appended before a failure stay (they are earlier observations when
-     * refresh_every > 1): beta, and at the next ask W and mu, follow whatever L holds. */
-    int rc = append_rows(e, st, upto, err);
-    update_beta(e, st);
-    st->n_synced = st->L.n;
+     * refresh_every > 1): beta, and at the next ask W and mu, follow whatever L holds.
+     * lazy: the rows are left to the refactor of the refit catch_up is about to make
+     * (appended there if the refit fails), which would throw the appends away. */
+    int rc = lazy ? KB_OK : append_rows(e, st, upto, err);
+    if (!lazy)
+        update_beta(e, st);
+    st->n_synced = lazy ? upto : st->L.n;
     st->due = 1;
     if (rc)
         return rc;
@@ -320,14 +323,14 @@ static int sync_rows(kb_engine *e, size_t upto, kb_error *err)
 
 /* What the observes since the last op put off (gp_ts_observe): their rows up to the last
  * multiple of refresh_every they reached, those a sync_rows at each observe took. */
-static int sync_observes(kb_engine *e, kb_error *err)
+static int sync_observes(kb_engine *e, int lazy, kb_error *err)
 {
     gp_ts *st = e->impl;
     size_t upto = st->observed;
     if (upto == 0)
         return KB_OK;
     upto -= (upto - st->L.n) % st->refresh_every;
-    int rc = sync_rows(e, upto, err);
+    int rc = sync_rows(e, upto, lazy, err);
     if (!rc)
         st->observed = 0;
     return rc;
@@ -339,7 +342,7 @@ static int sync_observes(kb_engine *e, kb_error *err)
 static int catch_up(kb_engine *e, kb_error *err)
 {
     gp_ts *st = e->impl;
-    int rc = sync_observes(e, err);
+    int rc = sync_observes(e, kb__hyper_due(e), err);
     if (rc || !st->due)
         return rc;
     double t0 = kb__now();
@@ -550,11 +553,11 @@ static int gp_ts_create(kb_engine *e, kb_error *err)
 static int gp_ts_tell(kb_engine *e, uint64_t handle, kb_error *err)
 {
     gp_ts *st = e->impl;
-    int rc = sync_observes(e, err);
+    int rc = sync_observes(e, 0, err);
     if (rc)
         return rc;
     st->since_pool++;
-    rc = sync_rows(e, e->n_obs, err);
+    rc = sync_rows(e, e->n_obs, 0, err);
     if (rc)
         st->since_pool--;
     return rc;
@@ -573,7 +576,7 @@ static int gp_ts_posterior(kb_engine *e, const double *U, size_t m, double *mean
                            kb_error *err)
 {
     gp_ts *st = e->impl;
-    int rc = sync_observes(e, err);
+    int rc = sync_observes(e, 0, err);
     if (rc)
         return rc;
     size_t n = st->L.n;
@@ -602,7 +605,7 @@ static int gp_ts_posterior(kb_engine *e, const double *U, size_t m, double *mean
 int kb__gp_ts_draw(kb_engine *e, const double *U, size_t m, double *out, kb_error *err)
 {
     gp_ts *st = e->impl;
-    int rc = sync_observes(e, err);
+    int rc = sync_observes(e, 0, err);
     if (rc)
         return rc;
     size_t n = st->L.n;
