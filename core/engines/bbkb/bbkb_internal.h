@@ -239,8 +239,9 @@ int kb__bbkb_epoch_start_posterior(const kb_engine *e);
  * initialization with a large enough model, neither epoch_start = full nor the local
  * rule, which reads every variance)? */
 int kb__bbkb_bounds_apply(const kb_engine *e, const bbkb *st);
-/* mu exact and var_start >= sigma~^2_start for every candidate (vs_bound set). KB_ENOMEM,
- * KB_ENUMERIC: then nothing is promised and the caller runs the full product. */
+/* mu exact and var_start >= sigma~^2_start for every candidate (vs_bound set).
+ * KB_ENUMERIC: then nothing is promised and the caller runs the full product; KB_ENOMEM
+ * fails the epoch start (the full product's rounding differs: a replay would diverge). */
 int kb__bbkb_bound_start(const kb_engine *e);
 /* Exact var_start for the bounded candidate i and the next bounded ones by key, at most
  * KB__RESOLVE_BLOCK, listed in idx[0..*n). KB_ENOMEM (then *n = 0). */

@@ -58,13 +58,17 @@ static int start_matrix(const bbkb *st, double *M, double *scale)
 /* H (u x k, column-major) and sign with D = H diag(sign) H^T + a remainder R, from the
  * eigenpairs of D (u x u, row-major lower triangle; destroyed) with |eigenvalue| > tol.
  * *rest bounds ||R||_2: the dropped eigenvalues, and the decomposition's rounding
- * (u eps max |eigenvalue|). Returns 0 when LAPACK does not converge. */
+ * (u eps max |eigenvalue|). Returns 1, 0 when LAPACK does not converge, -1 out of
+ * memory (which must fail the epoch start, not choose the full product: its rounding
+ * differs, and a replay under memory pressure would go on differently). */
 static int eig_factor(double *D, size_t u, double tol, double *H, double *sign, size_t *k,
                       double *rest)
 {
     double *ev = malloc(u * sizeof *ev), big = 0.0;
-    int ok = ev && !LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'L', (lapack_int)u, D, (lapack_int)u,
-                                   ev);
+    int rc = ev ? kb__lapack_status(LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'L', (lapack_int)u,
+                                                   D, (lapack_int)u, ev))
+                : KB_ENOMEM;
+    int ok = rc == KB_OK;
     *k = 0;
     for (size_t j = 0; ok && j < u; j++) {
         big = fabs(ev[j]) > big ? fabs(ev[j]) : big;
@@ -76,22 +80,23 @@ static int eig_factor(double *D, size_t u, double tol, double *H, double *sign, 
     }
     *rest = 2.0 * tol + (double)u * DBL_EPSILON * big;
     free(ev);
-    return ok;
+    return rc == KB_ENOMEM ? -1 : ok;
 }
 
 /* eig_factor's result from the range of D Omega, Omega u x p fixed Gaussian (D has low
  * rank: see low_rank_start): Rayleigh-Ritz on an orthonormal basis Q of that range,
  * T = Q^T D Q = U diag(e) U^T, H = Q U |e|^{1/2} over |e| > tol. Not trusted but
  * checked: *rest = ||D - H diag(sign) H^T||_F, computed, and 0 is returned when it is
- * above 2 tol (a rank above p, or a range that Omega missed), for eig_factor to decide.
- * ~6 u^2 p flops against eig_factor's ~9 u^3. D is not modified. */
+ * above 2 tol (a rank above p, or a range that Omega missed), for eig_factor to decide;
+ * -1 out of memory (as eig_factor). ~6 u^2 p flops against eig_factor's ~9 u^3. D is
+ * not modified. */
 static int ritz_factor(const double *D, size_t u, size_t p, double tol, double *H,
                        double *sign, size_t *k, double *rest)
 {
     double *Q = malloc(u * p * sizeof *Q), *F = malloc(u * p * sizeof *F);
     double *T = malloc(p * p * sizeof *T), *ev = malloc(p * sizeof *ev);
     double *R = malloc(u * u * sizeof *R), *tau = malloc(p * sizeof *tau);
-    int ok = Q && F && T && ev && R && tau;
+    int ok = Q && F && T && ev && R && tau, nomem = !ok, rc;
     kb_rng g;
     kb_rng_seed(&g, 0x6b62616e6469ULL); /* fixed: the result is checked, not assumed */
     for (size_t i = 0; ok && i < u * p; i++)
@@ -100,17 +105,24 @@ static int ritz_factor(const double *D, size_t u, size_t p, double tol, double *
     if (ok) {
         cblas_dsymm(CblasColMajor, CblasLeft, CblasUpper, (int)u, (int)p, 1.0, D, (int)u, F,
                     (int)u, 0.0, Q, (int)u);
-        ok = !LAPACKE_dgeqrf(LAPACK_COL_MAJOR, (lapack_int)u, (lapack_int)p, Q, (lapack_int)u,
-                             tau) &&
-             !LAPACKE_dorgqr(LAPACK_COL_MAJOR, (lapack_int)u, (lapack_int)p, (lapack_int)p, Q,
-                             (lapack_int)u, tau);
+        rc = kb__lapack_status(LAPACKE_dgeqrf(LAPACK_COL_MAJOR, (lapack_int)u, (lapack_int)p,
+                                              Q, (lapack_int)u, tau));
+        if (!rc)
+            rc = kb__lapack_status(LAPACKE_dorgqr(LAPACK_COL_MAJOR, (lapack_int)u,
+                                                  (lapack_int)p, (lapack_int)p, Q,
+                                                  (lapack_int)u, tau));
+        ok = rc == KB_OK;
+        nomem = rc == KB_ENOMEM;
     }
     if (ok) {
         cblas_dsymm(CblasColMajor, CblasLeft, CblasUpper, (int)u, (int)p, 1.0, D, (int)u, Q,
                     (int)u, 0.0, F, (int)u);
         cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)p, (int)p, (int)u, 1.0, Q,
                     (int)u, F, (int)u, 0.0, T, (int)p);
-        ok = !LAPACKE_dsyev(LAPACK_COL_MAJOR, 'V', 'L', (lapack_int)p, T, (lapack_int)p, ev);
+        rc = kb__lapack_status(LAPACKE_dsyev(LAPACK_COL_MAJOR, 'V', 'L', (lapack_int)p, T,
+                                             (lapack_int)p, ev));
+        ok = rc == KB_OK;
+        nomem = rc == KB_ENOMEM;
     }
     *k = 0;
     for (size_t j = 0; ok && j < p; j++) {
@@ -133,7 +145,7 @@ static int ritz_factor(const double *D, size_t u, size_t p, double tol, double *
     free(ev);
     free(R);
     free(tau);
-    return ok;
+    return nomem ? -1 : ok;
 }
 
 /* The epoch-start variances by a low-rank update of the previous epoch's. With M as in
@@ -172,12 +184,15 @@ static int low_rank_start(bbkb *st, const double *M, double scale, int *done)
     double tol = (double)u * DBL_EPSILON * (scale + st->mstart_scale);
     size_t p = 2 * st->lr_rank + 8;
     /* no convergence: the full product decides instead */
-    int ok = !rc && ((4 * p < u && ritz_factor(D, u, p, tol, H, sign, &k, &rest)) ||
-                     eig_factor(D, u, tol, H, sign, &k, &rest));
+    int ok = !rc && 4 * p < u ? ritz_factor(D, u, p, tol, H, sign, &k, &rest) : 0;
+    if (!rc && ok == 0)
+        ok = eig_factor(D, u, tol, H, sign, &k, &rest);
+    if (ok < 0)
+        rc = KB_ENOMEM;
     /* ||k(x)||^2 over the u columns, by |k(x, s)|^2 <= k(x, x) k(s, s) */
     double knorm = (double)u * st->kdiag_max * fmax(st->kdiag_max, st->kdict_max);
     double err = st->start_err + knorm * rest;
-    if (ok && (k + 1) * u <= (r + 1) * m &&
+    if (ok > 0 && (k + 1) * u <= (r + 1) * m &&
         err <= START_ERR_LIMIT * st->kdiag_max / st->lambda) {
         memset(H + k * u, 0, u * sizeof *H);
         cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)r, 1.0, st->W, (int)r, st->w, 1,
@@ -207,7 +222,11 @@ int kb__bbkb_epoch_start_posterior(const kb_engine *e)
     size_t m = st->m;
     double *M = NULL, scale = 0.0;
     int rc = KB_OK, done = 0;
-    st->bounded = kb__bbkb_bounds_apply(e, st) && kb__bbkb_bound_start(e) == KB_OK;
+    /* out of memory fails the epoch start: the full product's rounding differs */
+    int brc = kb__bbkb_bounds_apply(e, st) ? kb__bbkb_bound_start(e) : KB_ENUMERIC;
+    if (brc == KB_ENOMEM)
+        return brc;
+    st->bounded = brc == KB_OK;
     if (st->bounded) {
         st->mstart_valid = 0;
         st->start_err = 0.0;
