@@ -663,7 +663,8 @@ static int hand_out(kb_engine *e, size_t index, kb_point *pt, kb_error *err)
     return KB_OK;
 }
 
-static int nothing_to_hand_out(const kb_engine *e); /* the pool section, below */
+static int nothing_to_hand_out(const kb_engine *e); /* the pool section, below; -1: out of
+                                                      * memory */
 
 /* The engine's choice of one point, handed out into *pt unless one->status says why
  * not; the log has room for its event. */
@@ -673,7 +674,10 @@ static int ask_point(kb_engine *e, kb_point *pt, kb_ask_result *one, kb_error *e
     *one = (kb_ask_result){0, KB_ASK_OK, 0};
     if (kb__log_reserve(e->log, e->space->dim))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    if (nothing_to_hand_out(e)) {
+    int none = nothing_to_hand_out(e);
+    if (none < 0)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    if (none) {
         one->status = KB_ASK_EXHAUSTED;
         return KB_OK;
     }
@@ -1799,7 +1803,7 @@ static size_t grid_index(const kb_space *s, const double *u, size_t points)
 /* A discrete box's grid as points + 1 flags (owned), set for the points the repeats
  * policy excludes, pending or (policy 2) told, as kb__pool_reset_flags judges them;
  * the last flag stands for every point off the grid. NULL when the grid holds more
- * than `limit` points (or memory ran out). */
+ * than `limit` points (*points = 0) or memory ran out (*points > 0). */
 static unsigned char *grid_excluded(const kb_engine *e, int policy, size_t limit,
                                     size_t *points)
 {
@@ -1807,8 +1811,10 @@ static unsigned char *grid_excluded(const kb_engine *e, int policy, size_t limit
     size_t d = s->dim;
     *points = 1;
     for (size_t j = 0; j < d; j++) {
-        if (s->levels[j] > limit / *points)
+        if (s->levels[j] > limit / *points) {
+            *points = 0;
             return NULL;
+        }
         *points *= s->levels[j];
     }
     unsigned char *seen = calloc(*points + 1, 1);
@@ -1826,8 +1832,8 @@ static int grid_spent(const kb_engine *e, int policy, size_t could)
 {
     size_t points, left;
     unsigned char *seen = grid_excluded(e, policy, could, &points);
-    if (!seen)
-        return 0; /* or out of memory: the engine's own search answers */
+    if (!seen) /* out of memory: not "not spent", the engine's search would go on */
+        return points ? -1 : 0;
     for (left = 0; left < points && seen[left]; left++)
         ;
     free(seen);
@@ -1852,6 +1858,8 @@ static int pool_from_grid(kb_engine *e)
     size_t limit = e->n_trials + e->n_observed + s->n;
     unsigned char *seen = grid_excluded(e, kb__repeats_policy(e),
                                         limit > GRID_FILL_MAX ? limit : GRID_FILL_MAX, &points);
+    if (!seen && points) /* out of memory: a pool left spent is not what a replay has */
+        e->nomem = 1;
     for (size_t g = 0; seen && g < points; g++)
         left += !seen[g];
     size_t rows = left < s->n ? left : s->n, row = 0;

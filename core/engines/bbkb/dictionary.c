@@ -387,8 +387,10 @@ static int fill_columns(kb_engine *e, const size_t *fresh, size_t n)
 
 /* Keeps the kernel column of candidate c, leaving the dictionary, in Kaway, evicting the
  * least recently stored when full. Capacity follows the dictionary size (memory stays
- * O(A m)); out of memory only loses the cache's help. */
-static void store_away(bbkb *st, size_t c, const double *col)
+ * O(A m)). KB_ENOMEM when it could not grow: a column the cache then loses is computed
+ * again later in a block of another shape, whose rounding differs (fill_columns), so a
+ * replay would go on differently. */
+static int store_away(bbkb *st, size_t c, const double *col)
 {
     size_t cap = st->cap_away, want = st->m > 32 ? st->m : 32, j = 0;
     if (cap < want) {
@@ -398,14 +400,12 @@ static void store_away(bbkb *st, size_t c, const double *col)
         st->Kaway = K ? K : st->Kaway;
         st->away_cand = ac ? ac : st->away_cand;
         st->away_used = au ? au : st->away_used;
-        if (au) {
-            for (size_t k = cap; k < want; k++)
-                st->away_cand[k] = NONE;
-            st->cap_away = cap = want;
-        }
+        if (!au)
+            return KB_ENOMEM;
+        for (size_t k = cap; k < want; k++)
+            st->away_cand[k] = NONE;
+        st->cap_away = cap = want;
     }
-    if (cap == 0)
-        return;
     for (size_t k = 1; k < cap && st->away_cand[j] != NONE; k++)
         if (st->away_cand[k] == NONE || st->away_used[k] < st->away_used[j])
             j = k;
@@ -415,6 +415,7 @@ static void store_away(bbkb *st, size_t c, const double *col)
     st->away_cand[j] = c;
     st->away_used[j] = ++st->away_clock;
     st->away_of[c] = j;
+    return KB_OK;
 }
 
 /* Copies candidate c's column back from Kaway into dst, if it is there. */
@@ -441,8 +442,9 @@ static int save_departures(bbkb *st, const unsigned char *claimed, size_t m)
     st->lr_ok = 1;
     for (size_t k = 0; k < st->m; k++) {
         gone += !claimed[k];
-        if (!claimed[k] && st->dcand[k] != NONE)
-            store_away(st, st->dcand[k], st->Kc + k * st->A);
+        if (!claimed[k] && st->dcand[k] != NONE && store_away(st, st->dcand[k],
+                                                              st->Kc + k * st->A))
+            return KB_ENOMEM;
     }
     st->lr_ok &= 2 * gone <= m; /* else the rank, >= 2 gone, makes it dearer */
     if (!st->lr_ok)

@@ -295,14 +295,19 @@ static int gram_pivots(const bbkb *st, const dataset *ds, int told, double *M)
 }
 
 /* Keeps z of data row j, a trial off the pool, for keep_row_variances. Rows beyond
- * KB__ZKEEP_MAX doubles, or without the memory, are left to the closing. */
-static void keep_z(bbkb *st, size_t j, const double *z)
+ * KB__ZKEEP_MAX doubles are left to the closing, which embeds them again (its rounding
+ * differs); without the memory, the same, and *nomem: a replay with memory would keep
+ * them (internal.h, nomem). */
+static void keep_z(bbkb *st, size_t j, const double *z, int *nomem)
 {
     size_t n = st->n_zkeep, r = st->r;
-    if ((n + 1) * r > KB__ZKEEP_MAX ||
-        kb__grow((void **)&st->zkeep, &st->cap_zkeep, (n + 1) * r, sizeof *st->zkeep) ||
-        kb__grow((void **)&st->zkeep_row, &st->cap_zkeep_row, n + 1, sizeof *st->zkeep_row))
+    if ((n + 1) * r > KB__ZKEEP_MAX)
         return;
+    if (kb__grow((void **)&st->zkeep, &st->cap_zkeep, (n + 1) * r, sizeof *st->zkeep) ||
+        kb__grow((void **)&st->zkeep_row, &st->cap_zkeep_row, n + 1, sizeof *st->zkeep_row)) {
+        *nomem = 1;
+        return;
+    }
     memcpy(st->zkeep + n * r, z, r * sizeof *z);
     st->zkeep_row[st->n_zkeep++] = j;
 }
@@ -327,7 +332,7 @@ static int embed_and_sum(kb_engine *e, const dataset *ds, int all_told, model *m
             cblas_daxpy((int)r, rows[j].ysum, R + j * r, 1, md->w, 1);
         for (size_t j = 0; !rc && r && j < nb; j++)
             if (rows[j].trial && rows[j].cand == NONE)
-                keep_z(st, j0 + j, R + j * r);
+                keep_z(st, j0 + j, R + j * r, &e->nomem);
     }
     for (int told = 0; !rc && r && told < 2 - all_told; told++)
         rc = gram_pivots(st, ds, told, told ? md->Vt : md->V);
@@ -365,7 +370,7 @@ static int solve_model(const bbkb *st, int all_told, model *md)
  * rows again at the closing (that second embedding, m kernel values and an m x r product
  * per row, was 40% of a long noisy study's resparsification time; kb-box-ask, twenty-sixth
  * session, docs/BENCHMARKS.md). A cache: without the memory for it the closing embeds
- * them. */
+ * them, and nomem is set, as in keep_z. */
 static void keep_row_variances(kb_engine *e, const dataset *ds)
 {
     bbkb *st = e->impl;
@@ -387,6 +392,8 @@ static void keep_row_variances(kb_engine *e, const dataset *ds)
     }
     st->n_row_var = rc == KB_OK ? nt : 0;
     st->row_var_ok = rc == KB_OK;
+    if (rc)
+        e->nomem = 1;
     free(U);
     free(v);
 }

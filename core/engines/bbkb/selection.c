@@ -139,12 +139,16 @@ static void readmit_allowed(kb_engine *e, bbkb *st)
 /* A bounded start variance at the heap's top (start_bound.c): it and the next bounded
  * candidates by key get their exact ones, which bound their current variances more
  * tightly (exactly while L is still Lstart); their keys only fall, so the heap is
- * rebuilt in place. 0 when that could not be done (then the caller re-evaluates i). */
-static int resolve_top(bbkb *st, size_t i)
+ * rebuilt in place. 0 when that could not be done for want of memory: then the caller
+ * re-evaluates i by another formula, whose rounding differs, so *nomem fails the ask
+ * (internal.h: a replay must not go on differently). */
+static int resolve_top(bbkb *st, size_t i, int *nomem)
 {
     size_t idx[KB__RESOLVE_BLOCK], n = 0;
-    if (kb__bbkb_resolve_next(st, i, idx, &n) != KB_OK)
+    if (kb__bbkb_resolve_next(st, i, idx, &n) != KB_OK) {
+        *nomem = 1;
         return 0;
+    }
     st->bound_resolved += n;
     for (size_t k = 0; k < n; k++) {
         size_t j = idx[k];
@@ -173,7 +177,7 @@ static int lazy_pick(kb_engine *e, size_t *index)
             sift_down(st, 0);
             continue;
         }
-        if (st->stamp[i] != st->vstamp && st->vs_bound[i] && resolve_top(st, i))
+        if (st->stamp[i] != st->vstamp && st->vs_bound[i] && resolve_top(st, i, &e->nomem))
             continue;
         if (st->stamp[i] != st->vstamp) {
             const double *z = kb__bbkb_zrow(st, i);
