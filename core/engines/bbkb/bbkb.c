@@ -442,11 +442,12 @@ static int bbkb_handed(kb_engine *e, uint64_t h, kb_error *err)
     st->pending_max = e->n_pending > st->pending_max ? e->n_pending : st->pending_max;
     st->epoch_asks++;
     /* Out of memory in the local rule closes the epoch: conservative, and the hand-out
-     * itself is already consistent. */
+     * itself is already consistent; but a run with memory would not have closed it, so
+     * nomem fails the next ask and a restore (internal.h). */
     if (st->local_rule && st->rsum_valid && kb__bbkb_add_local_term(e, i))
         st->rsum_valid = 0;
     if (kb__bbkb_update_closed(e))
-        st->closed = 1;
+        st->closed = e->nomem = 1;
     st->sec_ask += kb__now() - t0;
     return KB_OK;
 }
@@ -531,8 +532,8 @@ static int bbkb_abandon(kb_engine *e, uint64_t h, kb_error *err)
         st->epoch_h[at] = st->epoch_h[--st->n_epoch];
         st->epoch_sum -= st->trial_var[h - 1];
         st->rsum_valid = 0;
-        if (kb__bbkb_update_closed(e))
-            st->closed = 1; /* conservative when the local sums cannot be rebuilt */
+        if (kb__bbkb_update_closed(e)) /* conservative when the local sums cannot be */
+            st->closed = e->nomem = 1;  /* rebuilt; nomem as in bbkb_handed */
     }
     st->sec_tell += kb__now() - t0;
     return KB_OK;
