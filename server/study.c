@@ -606,6 +606,8 @@ static int observe_locked(study *s, const double *xs, const double *values, size
             char field[API_FIELD_MAX];
             snprintf(field, sizeof field, "observations[%zu]", i);
             study_abort_txn(s, err); /* undoes the observations applied so far */
+            if (kerr.code != KB_EINVAL && kerr.code != KB_ERANGE) /* not the input's fault: */
+                return api_fail_kb(err, &kerr, NULL);             /* out of memory, numbers */
             return api_fail(err, API_INVALID, field, "%s", kerr.message);
         }
     }

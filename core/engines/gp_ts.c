@@ -293,23 +293,32 @@ static int refactor(kb_engine *e, gp_ts *st, size_t n)
  * of each instead of one per item: at d = 100, 200 tells in a row took 1.8 s when each
  * could redraw the pool (docs/BENCHMARKS.md, forty-ninth session). A tell followed by an
  * ask does the same work in the same order as when the tell did it all. */
+/* W holds observations x candidates values: refused past KB_MAX_POINTS (KB_ERANGE). */
+static int within_cap(const kb_engine *e, size_t n, kb_error *err)
+{
+    if (n <= KB_MAX_POINTS / e->space->n)
+        return KB_OK;
+    return kb__fail(err, KB_ERANGE, "engine",
+                    "gp-ts caches observations x candidates values, above the limit of %zu "
+                    "at %zu observations; use sgp-ts", KB_MAX_POINTS, n);
+}
+
 static int sync_rows(kb_engine *e, size_t upto, int lazy, kb_error *err)
 {
     gp_ts *st = e->impl;
     if (upto - st->L.n < st->refresh_every)
         return KB_OK;
     double t0 = kb__now();
-    if (upto > KB_MAX_POINTS / e->space->n)
-        return kb__fail(err, KB_ERANGE, "engine",
-                        "gp-ts caches observations x candidates values, above the limit of "
-                        "%zu at %zu observations; use sgp-ts", KB_MAX_POINTS, upto);
+    int rc = within_cap(e, upto, err);
+    if (rc)
+        return rc;
     if (reserve(st, e->space->n, upto))
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory for %zu observations", upto);
     /* Rows appended before a failure stay (they are earlier observations when
      * refresh_every > 1): beta, and at the next ask W and mu, follow whatever L holds.
      * lazy: the rows are left to the refactor of the refit catch_up is about to make
      * (appended there if the refit fails), which would throw the appends away. */
-    int rc = lazy ? KB_OK : append_rows(e, st, upto, err);
+    rc = lazy ? KB_OK : append_rows(e, st, upto, err);
     if (!lazy)
         update_beta(e, st);
     st->n_synced = lazy ? upto : st->L.n;
@@ -563,13 +572,15 @@ static int gp_ts_tell(kb_engine *e, uint64_t handle, kb_error *err)
     return rc;
 }
 
-/* An observe only records: the next op syncs (sync_observes), so that a run of observes
- * (a warm start) is appended as one block. */
+/* An observe only records (past the cache's limit it is refused, as a sync would): the
+ * next op syncs (sync_observes), so that a run of observes (a warm start) is appended in
+ * blocks. */
 static int gp_ts_observe(kb_engine *e, kb_error *err)
 {
-    (void)err;
-    ((gp_ts *)e->impl)->observed = e->n_obs;
-    return KB_OK;
+    int rc = within_cap(e, e->n_obs, err); /* refused now, not at every later ask */
+    if (!rc)
+        ((gp_ts *)e->impl)->observed = e->n_obs;
+    return rc;
 }
 
 static int gp_ts_posterior(kb_engine *e, const double *U, size_t m, double *mean, double *sd,

@@ -638,6 +638,39 @@ static void a_run_of_observes_is_the_exact_gp(void **state)
     free(ys);
 }
 
+/* gp-ts caches observations x candidates values up to KB_MAX_POINTS: on 2^18
+ * candidates, 256 observations. An observe past that is refused at once with KB_ERANGE
+ * (field "engine") and not kept, though observes only record their point: accepted, it
+ * would have failed every later ask of the study. */
+static void gp_ts_refuses_an_observe_past_its_cache(void **state)
+{
+    (void)state;
+    enum { A = 1 << 18 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 29);
+    kb_error err;
+    double *cand = tu_uniform_matrix(&rng, A, DIM, 0, 1);
+    kb_space *sp = kb_space_new_finite(cand, A, DIM, &err);
+    kb_config *cfg = kb_config_new("gp-ts", &err);
+    assert_non_null(sp);
+    assert_non_null(cfg);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    size_t cap = KB_MAX_POINTS / A;
+    for (size_t i = 0; i <= cap; i++) {
+        int rc = kb_engine_observe(e, cand + i * DIM, (double)i, &err);
+        assert_int_equal(rc, i < cap ? KB_OK : KB_ERANGE);
+    }
+    assert_string_equal(err.field, "engine");
+    kb_stats st = {.size = sizeof st};
+    kb_engine_stats(e, &st, NULL);
+    assert_int_equal(st.observed, cap);
+    kb_engine_free(e);
+    kb_config_free(cfg);
+    kb_space_free(sp);
+    free(cand);
+}
+
 /* A batch of tells records the data (gp-ts also appends it to its factor): the
  * hyperparameter refit and the box pool's redraw they make due, and sgp-ts's whole
  * refresh, come once, at the next ask. */
@@ -817,6 +850,7 @@ int main(void)
         cmocka_unit_test(refresh_every_and_exhaustion),
         cmocka_unit_test(an_ask_rescales_beta_to_waiting_tells),
         cmocka_unit_test(a_run_of_observes_is_the_exact_gp),
+        cmocka_unit_test(gp_ts_refuses_an_observe_past_its_cache),
         cmocka_unit_test(batch_tells_wait_for_the_next_ask),
         cmocka_unit_test(sgp_ts_refreshes_by_growth_past_1024),
         cmocka_unit_test(bad_configurations_are_rejected),
