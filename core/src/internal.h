@@ -435,7 +435,10 @@ typedef struct kb_engine_ops {
     int (*handed)(kb_engine *e, uint64_t handle, kb_error *err);
     int (*tell)(kb_engine *e, uint64_t handle, kb_error *err);
     int (*abandon)(kb_engine *e, uint64_t handle, kb_error *err);
-    /* The new observation is the last row of obs_u / obs_y. */
+    /* The new observation is the last row of obs_u / obs_y. It may only record that and
+     * leave the work to the next op, so that a run of observes (a warm start) is taken
+     * as one block (gp_ucb.c, gp_ts.c); a failure of that work fails the op doing it.
+     * What the op would refuse (a cache limit: gp_ts.c) it refuses here. */
     int (*observe)(kb_engine *e, kb_error *err);
     /* U is n x dim in internal coordinates. May be NULL (no posterior). */
     int (*posterior)(kb_engine *e, const double *U, size_t n, double *mean, double *sd,
