@@ -66,6 +66,17 @@ void kb__chol_free(kb_chol *f)
     f->n = f->cap = 0;
 }
 
+/* The lower triangle of f's factor into L (f's order, leading dimension cap): row i
+ * (row-major) or column i (column-major) from its start (row-major) or its diagonal
+ * (column-major). */
+static void copy_lower(const kb_chol *f, double *L, size_t cap)
+{
+    for (size_t i = 0; i < f->n; i++) {
+        size_t from = f->colmajor ? i : 0, len = f->colmajor ? f->n - i : i + 1;
+        memcpy(L + i * cap + from, f->L + i * f->cap + from, len * sizeof *L);
+    }
+}
+
 int kb__chol_reserve(kb_chol *f, size_t need)
 {
     if (need <= f->cap)
@@ -73,12 +84,7 @@ int kb__chol_reserve(kb_chol *f, size_t need)
     double *p = calloc(need * need, sizeof *p);
     if (!p)
         return KB_ENOMEM;
-    /* the lower triangle: row i (row-major) or column i (column-major) from its start
-     * (row-major) or its diagonal (column-major) */
-    for (size_t i = 0; i < f->n; i++) {
-        size_t from = f->colmajor ? i : 0, len = f->colmajor ? f->n - i : i + 1;
-        memcpy(p + i * need + from, f->L + i * f->cap + from, len * sizeof *p);
-    }
+    copy_lower(f, p, need);
     free(f->L);
     f->L = p;
     f->cap = need;
@@ -92,11 +98,9 @@ int kb__chol_copy(kb_chol *dst, const kb_chol *src)
     kb__chol_truncate(dst, 0);
     if (kb__chol_reserve(dst, src->n))
         return KB_ENOMEM;
-    /* row-major LAPACKE may allocate transposed copies, and then fail without memory */
-    if (LAPACKE_dlacpy(src->colmajor ? LAPACK_COL_MAJOR : LAPACK_ROW_MAJOR, 'L',
-                       (lapack_int)src->n, (lapack_int)src->n, src->L, (lapack_int)src->cap,
-                       dst->L, (lapack_int)dst->cap) != 0)
-        return KB_ENOMEM;
+    /* not LAPACKE's row-major dlacpy: it transposes both matrices through copies it
+     * allocates (8% of gp-bucb's first ask after 5,000 observations) */
+    copy_lower(src, dst->L, dst->cap);
     dst->n = src->n;
     dst->jitter = src->jitter;
     return KB_OK;
