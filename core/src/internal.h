@@ -81,8 +81,9 @@ int kb__chol_append(kb_chol *f, double *a, double ann, double *schur);
  * new rows of the symmetric matrix, [A21 | A22], A22's lower triangle read. L21 =
  * A21 L11^{-T} (dtrsm), L22 = chol(A22 - L21 L21^T) (dsyrk, dpotrf), the jitter rule on
  * the new rows (their mean diagonal as scale): level-3 work where k appends made k
- * level-2 solves (a warm start of 5,000 observations took 18 s in gp-ucb; docs/
- * BENCHMARKS.md, fifty-fifth session). Equal to k appends up to rounding, not bit for bit.
+ * level-2 solves (a warm start of 5,000 observations took 18 s in gp-ucb;
+ * docs/BENCHMARKS.md, fifty-fifth session). Equal to k appends up to rounding, not bit
+ * for bit.
  * Grows the capacity to at least n + k, doubling. KB_ENOMEM, KB_ENUMERIC leave the factor
  * as it was (A untouched). */
 int kb__chol_append_rows(kb_chol *f, const double *A, size_t k, size_t lda);
