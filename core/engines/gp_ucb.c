@@ -268,21 +268,30 @@ static int rows_are_observations(const kb_engine *e, const gp_state *s)
     return 1;
 }
 
+/* F = chol(K(P, P) + lambda I) over the n points P, from scratch. The n x n matrix is
+ * the call's own: kept in the scratch it held 200 MB for the study's life at 5,000
+ * observations (a third of gp-ucb's memory; docs/BENCHMARKS.md, fifty-fifth session). */
+static int factor_points(kb_engine *e, gp_state *s, kb_chol *F, const double *P, size_t n)
+{
+    double *K = malloc((n ? n : 1) * n * sizeof *K);
+    if (!K)
+        return KB_ENOMEM;
+    kb_kernel_matrix(&e->kernel, P, n, P, n, K);
+    for (size_t i = 0; i < n; i++)
+        K[i * n + i] += s->lambda;
+    int rc = kb__chol_factor(F, K, n, n);
+    free(K);
+    return rc;
+}
+
 /* L = chol(K(X, X) + lambda I): LT's copy when that is the same matrix (a sequential
  * study, or one waiting for no result: the factor is then the same bit for bit, and a
  * dpotrf of 5,000 rows is 1.4 s), else factored. */
 static int factor_rows(kb_engine *e, gp_state *s)
 {
-    size_t n = s->n;
     if (rows_are_observations(e, s))
         return kb__chol_copy(&s->L, &s->LT);
-    double *K = work(s, n * n);
-    if (!K)
-        return KB_ENOMEM;
-    kb_kernel_matrix(&e->kernel, s->X, n, s->X, n, K);
-    for (size_t i = 0; i < n; i++)
-        K[i * n + i] += s->lambda;
-    return kb__chol_factor(&s->L, K, n, n);
+    return factor_points(e, s, &s->L, s->X, s->n);
 }
 
 /* Rebuilds L from X, then Kc and var for the current candidates. Everything it rebuilds
@@ -361,13 +370,7 @@ static int rebuild_told(kb_engine *e, gp_state *s, size_t m)
 {
     s->told_broken = 1;
     s->alpha_stale = 1;
-    double *K = work(s, m * m + 1);
-    if (!K)
-        return KB_ENOMEM;
-    kb_kernel_matrix(&e->kernel, e->obs_u, m, e->obs_u, m, K);
-    for (size_t i = 0; i < m; i++)
-        K[i * m + i] += s->lambda;
-    int rc = kb__chol_factor(&s->LT, K, m, m);
+    int rc = factor_points(e, s, &s->LT, e->obs_u, m);
     s->told_broken = rc != KB_OK;
     s->told_whole = rc == KB_OK;
     return rc;
@@ -760,9 +763,11 @@ static int gp_abandon(kb_engine *e, uint64_t h, kb_error *err)
         s->n = r;
         return KB_OK;
     }
-    /* The rebuild's scratch first, so that past this point the abandon cannot fail (the
-     * base's contract); a numerical failure of the rebuild leaves `broken` set. */
-    if (!work(s, s->n * (s->n > BLK ? s->n : BLK)))
+    /* The rebuild's scratch for the candidates' variances first (recompute_var), so that
+     * short of memory the abandon fails before it changes anything; past this point it
+     * cannot fail (the base's contract), and a rebuild that does (out of memory for its
+     * factor, or numerically) leaves `broken` set for the next op. */
+    if (!work(s, s->n * BLK))
         return fail_rc(err, KB_ENOMEM);
     memmove(s->X + r * d, s->X + (r + 1) * d, (s->n - r - 1) * d * sizeof *s->X);
     memmove(s->handle + r, s->handle + r + 1, (s->n - r - 1) * sizeof *s->handle);
