@@ -9,6 +9,7 @@
  * with err filled and nothing left allocated.
  */
 #include "proto.h"
+#include "numfmt.h"
 
 /* Paths are truncated on purpose when longer than API_FIELD_MAX. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -21,6 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The largest magnitude of a new int parameter's bounds: 2^53 - 1, below which every
+ * integer is a double exactly (JavaScript's MAX_SAFE_INTEGER). An int's bounds and values
+ * live as doubles in the engines and the store: past it the stored bound would be another
+ * number, even one below low. */
+#define PROTO_INT_LIMIT 9007199254740991.0
 
 /* ------------------------------------------------------------- errors */
 
@@ -302,6 +309,16 @@ json_t *proto_parse_object(const char *body, size_t len, api_error *err)
 }
 
 /* ------------------------------------------------------------ studies */
+
+/* The error of a value outside p's range, its bounds written exactly. */
+static int out_of_range(const param_spec *p, const char *path, api_error *err)
+{
+    char lo[KB_DOUBLE_BUF], hi[KB_DOUBLE_BUF];
+    if (p->type == PARAM_INT) /* integral doubles; new studies' within +-2^53 */
+        return api_fail(err, API_INVALID, path, "must be in [%.0f, %.0f]", p->low, p->high);
+    return api_fail(err, API_INVALID, path, "must be in [%s, %s]", kb_format_double(lo, p->low),
+                    kb_format_double(hi, p->high));
+}
 
 static int parse_param(json_t *p, const char *path, param_spec *out, api_error *err)
 {
@@ -586,9 +603,24 @@ static size_t first_repeat(const json_t *choices, int *oom)
     return rep;
 }
 
+/* A new int parameter's bounds within +-PROTO_INT_LIMIT (stored studies keep theirs). A
+ * JSON integer past the limit reads as a double beyond it, so the doubles tell. */
+static int int_bounds_check(const param_spec *p, size_t i, api_error *err)
+{
+    int lo_bad = fabs(p->low) > PROTO_INT_LIMIT;
+    if (p->type != PARAM_INT || (!lo_bad && fabs(p->high) <= PROTO_INT_LIMIT))
+        return 0;
+    char fp[API_FIELD_MAX];
+    snprintf(fp, sizeof fp, "space.params[%zu].%s", i, lo_bad ? "low" : "high");
+    return api_fail(err, API_INVALID, fp, "must be an integer in [%.0f, %.0f]", -PROTO_INT_LIMIT,
+                    PROTO_INT_LIMIT);
+}
+
 int proto_study_spec_check_new(const study_spec *s, api_error *err)
 {
     for (size_t i = 0; i < s->n_params; i++) {
+        if (int_bounds_check(&s->params[i], i, err))
+            return -1;
         if (s->params[i].type != PARAM_CATEGORICAL)
             continue;
         int oom;
@@ -973,10 +1005,10 @@ int proto_params_to_x(const study_spec *s, json_t *params, const char *path, dou
         double d;
         if (number_of(v, fp, &d, err))
             return -1;
-        if (p->type == PARAM_INT && (!json_is_integer(v)))
+        if (p->type == PARAM_INT && !json_is_integer(v))
             return api_fail(err, API_INVALID, fp, "must be an integer");
         if (d < p->low || d > p->high)
-            return api_fail(err, API_INVALID, fp, "must be in [%g, %g]", p->low, p->high);
+            return out_of_range(p, fp, err);
         x[i] = unit_of(p, d);
     }
     return 0;

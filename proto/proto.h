@@ -79,7 +79,8 @@ json_t *proto_parse_object(const char *body, size_t len, api_error *err);
 
 /* A study document: POST /v1/studies, or a stored configuration. */
 int proto_study_spec_parse(json_t *doc, study_spec *out, api_error *err);
-/* The rules only a new study must pass (categorical choices are distinct; field
+/* The rules only a new study must pass (int bounds within +-(2^53 - 1), field
+ * space.params[i].low / high; categorical choices are distinct, field
  * space.params[i].choices[j], the first repeat). A stored study is loaded under the
  * rules it was created with, so a database written before a rule was added still opens. */
 int proto_study_spec_check_new(const study_spec *s, api_error *err);

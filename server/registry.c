@@ -147,14 +147,15 @@ study **reg_all(size_t *n, counter_totals *retired)
 }
 
 /* Fast path of the name check; the UNIQUE constraint in the store is the real guard. */
-int reg_name_taken(const char *name)
+int64_t reg_name_owner(const char *name)
 {
-    int taken = 0;
+    int64_t id = 0;
     pthread_rwlock_rdlock(&registry.lock);
-    for (size_t i = 0; i < registry.n && !taken; i++)
-        taken = strcmp(registry.v[i]->spec.name, name) == 0;
+    for (size_t i = 0; i < registry.n && !id; i++)
+        if (strcmp(registry.v[i]->spec.name, name) == 0)
+            id = registry.v[i]->id;
     pthread_rwlock_unlock(&registry.lock);
-    return taken;
+    return id;
 }
 
 void reg_put_all(study **v, size_t n)

@@ -45,6 +45,18 @@ static int draw_seed(study_spec *spec, api_error *err)
  * nothing else takes it. */
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* The 409 of a name in use, with the study's id: a study whose stored config no longer
+ * loads is not listed, and its id is what DELETE needs. */
+static void name_taken(const char *name, api_error *err)
+{
+    int64_t id = reg_name_owner(name);
+    if (id)
+        api_fail(err, API_CONFLICT, "name", "a study named '%s' exists (id %lld)", name,
+                 (long long)id);
+    else /* deleted meanwhile */
+        api_fail(err, API_CONFLICT, "name", "a study named '%s' exists", name);
+}
+
 study *study_create(study_spec *spec, api_error *err)
 {
     if (atomic_load(&registry.closing)) {
@@ -58,8 +70,8 @@ study *study_create(study_spec *spec, api_error *err)
     int64_t id = 0, created = now_ms();
     study *s = NULL;
     int locked = 0;
-    if (reg_name_taken(spec->name)) {
-        api_fail(err, API_CONFLICT, "name", "a study named '%s' exists", spec->name);
+    if (reg_name_owner(spec->name)) {
+        name_taken(spec->name, err);
         goto fail;
     }
     if (draw_seed(spec, err) || study_load_candidates(spec, err) ||
@@ -89,7 +101,7 @@ study *study_create(study_spec *spec, api_error *err)
     if (rc) {
         store_rollback(registry.cfg.db);
         if (rc == STORE_CONFLICT)
-            api_fail(err, API_CONFLICT, "name", "a study named '%s' exists", spec->name);
+            name_taken(spec->name, err);
         else
             api_fail(err, API_INTERNAL, NULL, "database error");
         goto fail;

@@ -139,7 +139,7 @@ void reg_remove(study *s);
 study **reg_all(size_t *n, counter_totals *retired);
 void reg_put_all(study **v, size_t n);
 /* Fast path of the name check; the UNIQUE constraint in the store is the real guard. */
-int reg_name_taken(const char *name);
+int64_t reg_name_owner(const char *name); /* its study id, 0: none */
 void study_free(study *s);
 /* Feedback arrived (s->mu held): bumps the version, then wakes long-polls. */
 void study_wake(study *s);

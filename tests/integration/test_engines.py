@@ -422,6 +422,63 @@ def test_stored_repeated_choices_still_load(daemons, tmp_path):
     assert r.status_code == 400 and error_of(r)["field"] == "space.params[0].choices[1]", r.text
 
 
+def test_int_bounds_past_2_53_are_refused_new_and_kept_stored(daemons):
+    """Int bounds live as doubles: a new study's must lie within +-(2^53 - 1), kept
+    exactly (a high of 2^63 - 1 used to be stored as -2^63, below low, and the study
+    failed at the next start); a study stored with a wider bound still loads."""
+    d = daemons()
+    api = d.client()
+    safe = 2 ** 53 - 1
+    space = {"type": "box", "params": [{"name": "k", "type": "int", "low": -safe, "high": safe}]}
+    sid = create_study(api, "wide", space=space)["id"]
+    assert api.get(f"/v1/studies/{sid}").json()["space"]["params"][0]["high"] == safe
+    r = api.post(f"/v1/studies/{sid}/observations",
+                 json={"observations": [{"params": {"k": safe}, "value": 1.0}]})
+    assert r.status_code == 200, r.text
+    r = api.post(f"/v1/studies/{sid}/observations",
+                 json={"observations": [{"params": {"k": safe + 1}, "value": 1.0}]})
+    assert r.status_code == 400, r.text
+    assert error_of(r)["message"] == f"must be in [{-safe}, {safe}]", r.text
+    old = create_study(api, "old", space={"type": "box", "params": [
+        {"name": "k", "type": "int", "low": 0, "high": 1000}]})["id"]
+    assert d.stop() == 0
+    con = sqlite3.connect(d.db)
+    with con:
+        config = json.loads(con.execute("SELECT config FROM studies WHERE id = ?", (old,)).fetchone()[0])
+        config["space"]["params"][0]["high"] = 2 ** 60
+        con.execute("UPDATE studies SET config = ? WHERE id = ?", (json.dumps(config), old))
+    con.close()
+    d.start()
+    api = d.client()
+    assert api.get(f"/v1/studies/{sid}").json()["space"]["params"][0]["low"] == -safe
+    assert api.get(f"/v1/studies/{old}").json()["space"]["params"][0]["high"] == 2 ** 60
+    k = ask(api, old)["trials"][0]["params"]["k"]
+    assert isinstance(k, int) and 0 <= k <= 2 ** 60
+
+
+def test_a_study_whose_config_no_longer_loads_is_named_by_its_conflict(daemons):
+    """A stored config that no longer parses leaves a study that is not listed (nothing
+    but its name to show) and answers 500; creating its name again says which id holds
+    it, and deleting that id frees the name."""
+    d = daemons()
+    api = d.client()
+    sid = create_study(api, "broken")["id"]
+    assert d.stop() == 0
+    con = sqlite3.connect(d.db)
+    with con:
+        con.execute("UPDATE studies SET config = '{\"name\": 1}' WHERE id = ?", (sid,))
+    con.close()
+    d.start()
+    api = d.client()
+    assert api.get(f"/v1/studies/{sid}").status_code == 500
+    assert api.get("/v1/studies", params={"name": "broken"}).json()["studies"] == []
+    r = api.post("/v1/studies", json={"name": "broken", "space": {"type": "candidates",
+                                                                  "candidates": grid(5, 2)}})
+    assert r.status_code == 409 and f"(id {sid})" in error_of(r)["message"], r.text
+    assert api.delete(f"/v1/studies/{sid}").status_code == 204
+    create_study(api, "broken")
+
+
 def sequential_until_empty(api, sid, objective, limit):
     """ask(1)/tell one trial at a time until an ask hands out nothing; returns the points
     handed out (as tuples) and that last answer."""
