@@ -261,6 +261,12 @@ static int listen_on(const char *spec, int *port, int *loopback, const char **wh
     *why = "expected HOST:PORT";
     if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof host)
         return -1;
+    /* getaddrinfo takes 99999 as 99999 mod 2^16 */
+    size_t digits = strspn(colon + 1, "0123456789");
+    if (!digits || colon[1 + digits] || digits > 5 || atol(colon + 1) > 65535) {
+        *why = "the port must be a number from 0 to 65535";
+        return -1;
+    }
     memcpy(host, spec, (size_t)(colon - spec));
     host[colon - spec] = 0;
     char *h = host;

@@ -66,6 +66,15 @@ def test_listen_errors_carry_errno(daemons):
     assert "cannot listen" in err and "Address already in use" in err, err
 
 
+def test_listen_port_out_of_range_is_refused(daemons):
+    """getaddrinfo reads a port of 99999 as 34463 (mod 2^16) and 65536 as 0 (any free
+    port): a port outside 0-65535 stops the start-up instead."""
+    for spec in ("127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1:abc", "127.0.0.1:-1",
+                 "127.0.0.1:"):
+        err = start_fails(daemons, listen=spec)
+        assert "cannot listen" in err and "from 0 to 65535" in err, (spec, err)
+
+
 def test_http_start_failure_says_why(daemons):
     """"cannot start the HTTP daemon" said nothing more. The daemon binds its socket
     itself ("cannot listen" above carries the errno), so what fails there is a thread
