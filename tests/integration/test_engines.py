@@ -422,6 +422,20 @@ def test_stored_repeated_choices_still_load(daemons, tmp_path):
     assert r.status_code == 400 and error_of(r)["field"] == "space.params[0].choices[1]", r.text
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_shortest_lengthscale_allowed_serves(api, engine):
+    """lengthscale 1e-12 (the least an option may set) keeps every posterior finite: a
+    study set to 1e-160, accepted before, answered 500 to every ask after its first tell."""
+    for space in ({"type": "candidates", "candidates": grid(20, 2)},
+                  {"type": "box", "params": [{"name": "a", "type": "float", "low": 0, "high": 1},
+                                             {"name": "b", "type": "float", "low": 0, "high": 1}]}):
+        sid = create_study(api, f"short-{space['type']}", space=space, engine=engine,
+                           settings={"lengthscale": 1e-12})["id"]
+        for i in range(6):
+            (t,) = ask(api, sid)["trials"]
+            tell(api, sid, t["id"], toy(t["x"]) + 0.01 * i)
+
+
 def test_int_bounds_past_2_53_are_refused_new_and_kept_stored(daemons):
     """Int bounds live as doubles: a new study's must lie within +-(2^53 - 1), kept
     exactly (a high of 2^63 - 1 used to be stored as -2^63, below low, and the study
