@@ -471,6 +471,12 @@ static int set_option(kb_config *cfg, const char *key, json_t *v, api_error *err
         double d;
         if (number_of(v, p, &d, err))
             return -1;
+        /* 2^53 + 1 would read as 2^53 and pass a maximum of 2^53 (the seed's) */
+        json_int_t iv = json_integer_value(v);
+        if (json_is_integer(v) && (iv > ((json_int_t)1 << 53) || iv < -((json_int_t)1 << 53)))
+            return api_fail(err, API_INVALID, p,
+                            "must be an integer from -2^53 to 2^53 (a double holds no other "
+                            "exactly)");
         rc = kb_config_set_number(cfg, key, d, &kerr);
     } else if (json_is_string(v)) {
         rc = kb_config_set_string(cfg, key, json_string_value(v), &kerr);

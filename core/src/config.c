@@ -208,17 +208,27 @@ static int find_typed(const kb_config *cfg, const char *name, kb_option_type typ
     return KB_OK;
 }
 
+/* A bound as the catalogue gives it: integers whole (the seed's 9007199254740992, not
+ * 9.0072e+15), others at %g. */
+static const char *bound_text(char buf[32], double v)
+{
+    snprintf(buf, 32, v == floor(v) && fabs(v) < 1e17 ? "%.0f" : "%g", v);
+    return buf;
+}
+
 static int check_range(const kb_option_spec *s, double v, kb_error *err)
 {
+    char b[32];
     if (!isfinite(v))
         return kb__fail(err, KB_EINVAL, s->name, "'%s' must be a finite number", s->name);
     if (s->type == KB_OPT_INTEGER && v != floor(v))
         return kb__fail(err, KB_EINVAL, s->name, "'%s' must be an integer", s->name);
     if (s->min_exclusive ? v <= s->min : v < s->min)
-        return kb__fail(err, KB_ERANGE, s->name, "'%s' must be %s %g", s->name,
-                        s->min_exclusive ? ">" : ">=", s->min);
+        return kb__fail(err, KB_ERANGE, s->name, "'%s' must be %s %s", s->name,
+                        s->min_exclusive ? ">" : ">=", bound_text(b, s->min));
     if (v > s->max)
-        return kb__fail(err, KB_ERANGE, s->name, "'%s' must be <= %g", s->name, s->max);
+        return kb__fail(err, KB_ERANGE, s->name, "'%s' must be <= %s", s->name,
+                        bound_text(b, s->max));
     return KB_OK;
 }
 

@@ -436,6 +436,21 @@ def test_the_shortest_lengthscale_allowed_serves(api, engine):
             tell(api, sid, t["id"], toy(t["x"]) + 0.01 * i)
 
 
+def test_integer_options_are_exact_up_to_2_53(api):
+    """The seed's maximum, 2^53, is taken and shown exactly; 2^53 + 1, which reads as
+    2^53 in a double, is refused; range messages print integer bounds whole."""
+    sid = create_study(api, "seed-max", settings={"seed": 2 ** 53})["id"]
+    assert api.get(f"/v1/studies/{sid}").json()["engine"]["settings"]["seed"] == 2 ** 53
+    r = api.post("/v1/studies", json={"name": "s", "space": {"type": "candidates",
+                 "candidates": grid(5, 2)}, "engine": {"name": "random",
+                 "settings": {"seed": 2 ** 53 + 1}}})
+    assert r.status_code == 400 and "2^53" in error_of(r)["message"], r.text
+    r = api.post("/v1/studies", json={"name": "s", "space": {"type": "candidates",
+                 "candidates": grid(5, 2)}, "engine": {"name": "random",
+                 "settings": {"pool_size": 2000000}}})
+    assert r.status_code == 400 and error_of(r)["message"].endswith("must be <= 1000000"), r.text
+
+
 def test_int_bounds_past_2_53_are_refused_new_and_kept_stored(daemons):
     """Int bounds live as doubles: a new study's must lie within +-(2^53 - 1), kept
     exactly (a high of 2^63 - 1 used to be stored as -2^63, below low, and the study
