@@ -975,6 +975,22 @@ json_t *proto_params_from_x(const study_spec *s, const double *x)
     return o;
 }
 
+/* The position of v among choices, or their count: the first equal one (json_equal),
+ * else the first of equal value (choice_value_cmp: 1.0 for a choice 1), as a new study's
+ * choices are told apart. Exact matches first: a study stored before repeats were
+ * refused keeps the choice it matched. */
+static size_t choice_index(const json_t *choices, const json_t *v)
+{
+    size_t k = json_array_size(choices), j = 0;
+    while (j < k && !json_equal(json_array_get(choices, j), v))
+        j++;
+    if (j < k || !(json_is_string(v) || json_is_number(v) || json_is_boolean(v)))
+        return j;
+    for (j = 0; j < k && choice_value_cmp(json_array_get(choices, j), v); j++)
+        ;
+    return j;
+}
+
 int proto_params_to_x(const study_spec *s, json_t *params, const char *path, double *x,
                       api_error *err)
 {
@@ -1000,9 +1016,7 @@ int proto_params_to_x(const study_spec *s, json_t *params, const char *path, dou
         if (!v)
             return api_fail(err, API_INVALID, fp, "is required");
         if (p->type == PARAM_CATEGORICAL) {
-            size_t k = json_array_size(p->choices), j = 0;
-            while (j < k && !json_equal(json_array_get(p->choices, j), v))
-                j++;
+            size_t k = json_array_size(p->choices), j = choice_index(p->choices, v);
             if (j == k)
                 return api_fail(err, API_INVALID, fp, "is not one of the choices");
             x[i] = ((double)j + 0.5) / (double)k;

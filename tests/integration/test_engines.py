@@ -436,6 +436,25 @@ def test_the_shortest_lengthscale_allowed_serves(api, engine):
             tell(api, sid, t["id"], toy(t["x"]) + 0.01 * i)
 
 
+def test_numeric_choices_match_by_value(api):
+    """Choices 1.0 and 3 are told by value, as a new study's repeats are (1 and 1.0 are
+    one choice): an observation naming 1 or 3.0 is taken as that choice (it was "not one
+    of the choices"); a string or a boolean is not a number's choice."""
+    space = {"type": "box", "params": [{"name": "c", "type": "categorical", "choices": [1.0, 2.5, 3]},
+                                       {"name": "u", "type": "float", "low": 0, "high": 1}]}
+    sid = create_study(api, "by-value", space=space)["id"]
+    r = api.post(f"/v1/studies/{sid}/observations", json={"observations": [
+        {"params": {"c": 1, "u": 0.5}, "value": 1.0}, {"params": {"c": 3.0, "u": 0.5}, "value": 2.0},
+        {"params": {"c": 2.5, "u": 0.5}, "value": 3.0}]})
+    assert r.status_code == 200, r.text
+    obs = api.get(f"/v1/studies/{sid}/export").json()["observations"]
+    assert [o["params"]["c"] for o in obs] == [1.0, 3, 2.5]
+    for bad in ("1", True, 2):
+        r = api.post(f"/v1/studies/{sid}/observations",
+                     json={"observations": [{"params": {"c": bad, "u": 0.5}, "value": 1.0}]})
+        assert r.status_code == 400 and error_of(r)["field"] == "observations[0].params.c", r.text
+
+
 def test_integer_options_are_exact_up_to_2_53(api):
     """The seed's maximum, 2^53, is taken and shown exactly; 2^53 + 1, which reads as
     2^53 in a double, is refused; range messages print integer bounds whole."""
