@@ -269,7 +269,9 @@ int proto_candidates_csv_parse(const char *text, size_t len, double **rows, size
             goto fail;
         double first;
         if (!d && !*names && csv_number(rec.fs[0], rec.fe[0], &first) != 0) {
-            if (!(*names = header_names(&rec, err)))
+            char line[32];
+            snprintf(line, sizeof line, "line %zu: ", rec.line);
+            if (!(*names = header_names(&rec, err)) || proto_names_distinct(*names, line, err))
                 goto fail;
         } else if (append_row(&rec, rec.k, &m, &cap, nr, err)) {
             goto fail;

@@ -875,6 +875,44 @@ fail:
 
 /* ----------------------------------------------------- candidate sets */
 
+typedef struct name_ref {
+    const char *s;
+    size_t len, i;
+} name_ref;
+
+/* By bytes, then by position: a repeat sorts right after the earlier equal names. */
+static int name_cmp(const void *pa, const void *pb)
+{
+    const name_ref *a = pa, *b = pb;
+    int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
+    if (!c)
+        c = (a->len > b->len) - (a->len < b->len);
+    return c ? c : (a->i > b->i) - (a->i < b->i);
+}
+
+int proto_names_distinct(const json_t *names, const char *context, api_error *err)
+{
+    size_t n = json_array_size(names), rep = SIZE_MAX;
+    name_ref *r = malloc((n ? n : 1) * sizeof *r);
+    if (!r)
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(names, i);
+        r[i] = (name_ref){json_string_value(v), json_string_length(v), i};
+    }
+    qsort(r, n, sizeof *r, name_cmp); /* O(n log n) for the 10,000 columns a CSV may have */
+    for (size_t i = 1; i < n; i++)
+        if (r[i].len == r[i - 1].len && memcmp(r[i].s, r[i - 1].s, r[i].len) == 0 && r[i].i < rep)
+            rep = r[i].i;
+    free(r);
+    if (rep == SIZE_MAX)
+        return 0;
+    char p[API_FIELD_MAX];
+    path_index(p, sizeof p, "names", rep);
+    return api_fail(err, API_INVALID, p, "%s'%s' repeats an earlier column's name", context,
+                    json_string_value(json_array_get(names, rep)));
+}
+
 static int check_names(json_t *names, size_t dim, api_error *err)
 {
     if (!json_is_array(names) || json_array_size(names) != dim)
@@ -888,7 +926,7 @@ static int check_names(json_t *names, size_t dim, api_error *err)
             return api_fail(err, API_INVALID, p, "must be a string of 1 to 200 characters");
         }
     }
-    return 0;
+    return proto_names_distinct(names, "", err);
 }
 
 int proto_candidates_json_parse(json_t *doc, double **rows, size_t *n, size_t *dim,

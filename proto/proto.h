@@ -122,6 +122,9 @@ int proto_study_patch_parse(json_t *doc, study_state *state, api_error *err);
 int proto_observations_parse(json_t *doc, const study_spec *spec, double **xs,
                              double **values, size_t *n, api_error *err);
 
+/* 0 when the strings of names (an array of strings) differ, else -1 with err: field
+ * names[j] of the first repeat, the message after context (e.g. "line 1: "). */
+int proto_names_distinct(const json_t *names, const char *context, api_error *err);
 /* Candidate sets: JSON {"rows": [[...]], "names": [...]?} or RFC 4180 CSV text (csv.c:
  * quoted fields, an optional header of names). *names is a new JSON array or NULL; *rows
  * owned by the caller (free()). CSV errors name the line ("line 3: ..."). */
