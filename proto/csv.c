@@ -173,7 +173,8 @@ static json_t *header_name(const csv_record *rec, size_t j, api_error *err)
     size_t len = (size_t)(rec->fe[j] - s);
     char fp[API_FIELD_MAX];
     snprintf(fp, sizeof fp, "names[%zu]", j);
-    const char *problem = len == 0 || len > 200 ? "must have 1 to 200 characters" /* as JSON */
+    size_t chars = proto_utf8_chars(s, len);
+    const char *problem = chars == 0 || chars > 200 ? "must have 1 to 200 characters" /* as JSON */
                           : memchr(s, 0, len)   ? "must not contain NUL"
                                                 : NULL;
     if (problem) {

@@ -179,6 +179,14 @@ static int get_int(json_t *obj, const char *key, const char *base, int required,
 }
 
 /* String member of 1..maxlen bytes, copied into *out; NULL when absent and optional. */
+size_t proto_utf8_chars(const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += ((unsigned char)s[i] & 0xC0) != 0x80; /* not a continuation byte */
+    return n;
+}
+
 static int get_string(json_t *obj, const char *key, const char *base, int required,
                       size_t maxlen, char **out, api_error *err)
 {
@@ -191,8 +199,8 @@ static int get_string(json_t *obj, const char *key, const char *base, int requir
     }
     if (!json_is_string(v))
         return api_fail(err, API_INVALID, p, "must be a string");
-    size_t len = json_string_length(v);
-    if (len < 1 || len > maxlen)
+    size_t len = json_string_length(v), chars = proto_utf8_chars(json_string_value(v), len);
+    if (chars < 1 || chars > maxlen)
         return api_fail(err, API_INVALID, p, "must have 1 to %zu characters", maxlen);
     if (memchr(json_string_value(v), 0, len))
         return api_fail(err, API_INVALID, p, "must not contain NUL");
@@ -920,7 +928,8 @@ static int check_names(json_t *names, size_t dim, api_error *err)
     size_t i;
     json_t *v;
     json_array_foreach(names, i, v) {
-        if (!json_is_string(v) || json_string_length(v) < 1 || json_string_length(v) > 200) {
+        size_t chars = proto_utf8_chars(json_string_value(v), json_string_length(v));
+        if (!json_is_string(v) || chars < 1 || chars > 200) {
             char p[API_FIELD_MAX];
             path_index(p, sizeof p, "names", i);
             return api_fail(err, API_INVALID, p, "must be a string of 1 to 200 characters");

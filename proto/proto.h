@@ -122,6 +122,9 @@ int proto_study_patch_parse(json_t *doc, study_state *state, api_error *err);
 int proto_observations_parse(json_t *doc, const study_spec *spec, double **xs,
                              double **values, size_t *n, api_error *err);
 
+/* The characters (code points) of UTF-8 text: what the API's length limits count, as
+ * JSON Schema's maxLength does (200 characters may take up to 800 bytes). */
+size_t proto_utf8_chars(const char *s, size_t len);
 /* 0 when the strings of names (an array of strings) differ, else -1 with err: field
  * names[j] of the first repeat, the message after context (e.g. "line 1: "). */
 int proto_names_distinct(const json_t *names, const char *context, api_error *err);

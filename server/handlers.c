@@ -241,7 +241,7 @@ static int query_study_state(request *rq, int *state)
     return 0;
 }
 
-/* ?name=: a study name as POST /v1/studies accepts it (1 to 200 bytes), so that a
+/* ?name=: a study name as POST /v1/studies accepts it (1 to 200 characters), so that a
  * mistyped filter is told apart from "no such study"; ?state= likewise. */
 static int h_study_list(request *rq)
 {
@@ -252,7 +252,7 @@ static int h_study_list(request *rq)
         query_int(rq, "cursor", 0, INT64_MAX, 0, &cursor) || query_arg(rq, "name", &name) ||
         query_study_state(rq, &state))
         return MHD_YES;
-    if (name && (!*name || strlen(name) > 200)) {
+    if (name && (!*name || proto_utf8_chars(name, strlen(name)) > 200)) {
         api_error err;
         api_fail(&err, API_INVALID, "name", "must have 1 to 200 characters");
         return reply_error(rq, &err);

@@ -2,7 +2,7 @@
 that finds a study by its exact name (issue 14 item 3; worker.py used to page through
 every study for it). The ?state= filter is tested with the states, in test_study_state.py.
 """
-from conftest import create_study, error_of
+from conftest import ask, create_study, error_of
 
 
 def names_of(page):
@@ -52,6 +52,25 @@ def test_bad_name_is_400(api):
         assert r.status_code == 400, r.text
         err = error_of(r)
         assert (err["code"], err["field"]) == ("invalid", "name")
+
+
+def test_length_limits_count_characters(api):
+    """Length limits count characters, as openapi's maxLength does: 200 CJK characters
+    (600 bytes) make a name, a worker and a candidate column, in JSON, CSV and ?name=;
+    201 do not (67 of them, 201 bytes, used to be refused as over 200 characters)."""
+    name = "日" * 200
+    sid = create_study(api, name)["id"]
+    assert names_of(list_studies(api, name=name)) == [name]
+    assert ask(api, sid, worker=name)["trials"][0]["worker"] == name
+    r = api.post("/v1/candidate-sets", data=(",".join([name, "b"]) + "\n1,2\n").encode(),
+                 headers={"Content-Type": "text/csv"})
+    assert r.status_code == 201 and r.json()["names"] == [name, "b"], r.text
+    too_long = "日" * 201
+    assert api.get("/v1/studies", params={"name": too_long}).status_code == 400
+    r = api.post(f"/v1/studies/{sid}/ask", json={"worker": too_long})
+    assert r.status_code == 400 and error_of(r)["field"] == "worker", r.text
+    r = api.post("/v1/candidate-sets", json={"rows": [[1]], "names": [too_long]})
+    assert r.status_code == 400 and error_of(r)["field"] == "names[0]", r.text
 
 
 def test_pages_end_with_a_null_cursor(api):
