@@ -91,6 +91,25 @@ def test_openapi_schemas_are_json_schema_2020_12(spec):
     assert not bad, bad
 
 
+def test_openapi_examples_fit_their_schemas(spec):
+    """Each example of a component schema and of a response validates against its own
+    schema (the Study example lacked progress.hyperparameters, which Progress requires)."""
+    bad, checked = [], 0
+    for name, schema in spec.doc["components"]["schemas"].items():
+        if "example" in schema:
+            checked += 1
+            v = spec.validator(f"#/components/schemas/{name}")
+            bad += [f"{name}: {e.message}" for e in v.iter_errors(schema["example"])]
+    for name, resp in spec.doc["components"].get("responses", {}).items():
+        for media, m in (resp.get("content") or {}).items():
+            if "example" in m and "schema" in m:
+                checked += 1
+                v = spec.validator(f"#/components/responses/{name}/content/"
+                                   f"{media.replace('/', '~1')}/schema")
+                bad += [f"{name} {media}: {e.message}" for e in v.iter_errors(m["example"])]
+    assert checked >= 5 and not bad, (checked, bad)
+
+
 def test_openapi_documents_error_statuses(spec):
     """Every body route documents 400 and 415, every /v1 route 401 (the suite exercises
     them all; the hook would fail on an undocumented status anyway, this says it early)."""
