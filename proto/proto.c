@@ -1002,6 +1002,16 @@ void proto_box_levels(const study_spec *s, size_t *levels, unsigned char *catego
     }
 }
 
+size_t proto_log_int_positions(const param_spec *p, double *pos)
+{
+    double n = p->high - p->low + 1.0;
+    if (p->type != PARAM_INT || !p->log || n < 2.0 || n > KB_MAX_PLACED_LEVELS)
+        return 0;
+    for (size_t l = 0; l < (size_t)n; l++)
+        pos[l] = unit_of(p, p->low + (double)l); /* where an observation of it lands */
+    return (size_t)n;
+}
+
 json_t *proto_params_from_x(const study_spec *s, const double *x)
 {
     json_t *o = json_object();

@@ -144,6 +144,10 @@ json_t *proto_params_from_x(const study_spec *s, const double *x);
  * each): a categorical's choices (unordered), an integer's values on a linear scale (the
  * bins of unit_of); 0 for floats, log-scale integers and ranges beyond 1e15 values. */
 void proto_box_levels(const study_spec *s, size_t *levels, unsigned char *categorical);
+/* A log-scale integer's values' positions in [0, 1] (unit_of), for kb_space_place_levels:
+ * their count, into pos (room for KB_MAX_PLACED_LEVELS); 0 for other parameters and for
+ * more values than that (such an integer is a continuum, rounded). */
+size_t proto_log_int_positions(const param_spec *p, double *pos);
 /* Maps a params object to unit-cube coordinates (dim entries); field prefix in errors. */
 int proto_params_to_x(const study_spec *s, json_t *params, const char *path, double *x,
                       api_error *err);

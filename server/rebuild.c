@@ -37,20 +37,27 @@ static int fail_engine(api_error *err, const kb_error *kerr)
     return api_fail_kb(err, kerr, prefix);
 }
 
-/* Integer and categorical parameters: pool points on their values, choices unordered. */
+/* Integer and categorical parameters: pool points on their values, choices unordered;
+ * a log-scale integer's values at their own positions (a continuum rounded handed out
+ * one value again and again where its values lie far apart). */
 static int set_levels(const study_spec *sp, kb_space *space, kb_error *kerr)
 {
     size_t *levels = malloc(sp->dim * sizeof *levels);
     unsigned char *cat = malloc(sp->dim);
+    double *pos = malloc(KB_MAX_PLACED_LEVELS * sizeof *pos);
     int rc = KB_ENOMEM;
-    if (levels && cat) {
+    if (levels && cat && pos) {
         proto_box_levels(sp, levels, cat);
         rc = kb_space_set_levels(space, levels, cat, kerr);
+        for (size_t j = 0, n; rc == KB_OK && j < sp->dim; j++)
+            if ((n = proto_log_int_positions(&sp->params[j], pos)))
+                rc = kb_space_place_levels(space, j, pos, n, kerr);
     } else {
         *kerr = (kb_error){.code = KB_ENOMEM, .message = "out of memory"};
     }
     free(levels);
     free(cat);
+    free(pos);
     return rc;
 }
 

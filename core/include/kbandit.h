@@ -154,6 +154,8 @@ KB_API int kb_scaling_parse(const char *name, kb_scaling *out);
 #define KB_MAX_CHOICES 10000
 /* Values of one integer coordinate: (i + 1/2) / L stays distinct in a double. */
 #define KB_MAX_LEVELS ((size_t)1 << 53)
+/* Most levels a coordinate may have at positions of its own (kb_space_place_levels). */
+#define KB_MAX_PLACED_LEVELS 10000
 
 /* A finite candidate set: n rows of dim numbers (row-major, copied). Rejects n == 0,
  * dim == 0, dim > KB_MAX_DIM, n * dim > KB_MAX_POINTS and non-finite entries (field
@@ -178,6 +180,15 @@ KB_API kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
  * finite set. */
 KB_API int kb_space_set_levels(kb_space *space, const size_t *levels, const unsigned char *categorical,
                         kb_error *err);
+/* Box only: coordinate j takes the n levels at positions pos[0] < ... < pos[n-1] in
+ * [0, 1] (e.g. an integer on a log scale: its values' positions are not equally
+ * spaced), ordered, 2 <= n <= KB_MAX_PLACED_LEVELS. A point between two positions
+ * belongs to the nearer one (ties to the lower). Call after kb_space_set_levels, which
+ * clears every placement. Copies pos and redraws the pool. KB_EINVAL (field "levels[j]")
+ * for positions not increasing within [0, 1] or a bad n, KB_EUNSUPPORTED for a finite
+ * set. */
+KB_API int kb_space_place_levels(kb_space *space, size_t j, const double *pos, size_t n,
+                                 kb_error *err);
 
 KB_API void kb_space_free(kb_space *space);
 KB_API size_t kb_space_dim(const kb_space *space);
@@ -422,7 +433,7 @@ KB_API kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_e
 /* The format version of snapshot bytes (1 to KB_SNAPSHOT_VERSION), 0 when they do not
  * start like a snapshot. Formats below 3 do not record the asks' points: a caller that
  * keeps its own history (the daemon's events and trials) may prefer replaying it. */
-#define KB_SNAPSHOT_VERSION 3u
+#define KB_SNAPSHOT_VERSION 4u
 KB_API uint32_t kb_snapshot_version(const unsigned char *bytes, size_t len);
 
 #ifdef __cplusplus

@@ -1792,10 +1792,10 @@ static size_t grid_index(const kb_space *s, const double *u, size_t points)
 {
     size_t at = 0;
     for (size_t j = 0; j < s->dim; j++) {
-        size_t L = s->levels[j], l = kb__category(u[j], L);
-        if (u[j] != ((double)l + 0.5) / (double)L)
+        size_t l = kb__space_level(s, j, u[j]);
+        if (u[j] != kb__space_level_pos(s, j, l))
             return points;
-        at = at * L + l;
+        at = at * s->levels[j] + l;
     }
     return at;
 }
@@ -1867,7 +1867,7 @@ static int pool_from_grid(kb_engine *e)
         if (seen[g] || k++ != row * left / rows) /* the row-th of `rows` spaced picks */
             continue;
         for (size_t j = d, at = g; j-- > 0; at /= s->levels[j])
-            s->rows[row * d + j] = ((double)(at % s->levels[j]) + 0.5) / (double)s->levels[j];
+            s->rows[row * d + j] = kb__space_level_pos(s, j, at % s->levels[j]);
         memcpy(s->u + row * d, s->rows + row * d, d * sizeof(double));
         row++;
     }

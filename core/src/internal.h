@@ -155,6 +155,9 @@ struct kb_space {
     double *norm, *shift, *scale; /* dim each (owned); identity for boxes */
     size_t *levels;        /* box: NULL, or dim entries (kb_space_set_levels; owned) */
     unsigned char *categorical; /* box: NULL, or dim flags (owned) */
+    /* box: NULL, or dim entries: coordinate j's levels[j] increasing positions
+     * (kb_space_place_levels), NULL for the centres of equal bins (owned, each entry) */
+    double **placed;
 };
 
 kb_space *kb__space_copy(const kb_space *s);
@@ -171,6 +174,9 @@ void kb__space_refresh_pool(kb_space *s, kb_rng *rng, const double *best, size_t
                             const double *lengthscales, int all_local);
 /* Moves each of the n rows (internal coordinates) onto the box's levels (no-op without). */
 void kb__space_snap(const kb_space *s, double *rows, size_t n);
+/* Coordinate j's level nearest to u (levels[j] > 0), and level l's position. */
+size_t kb__space_level(const kb_space *s, size_t j, double u);
+double kb__space_level_pos(const kb_space *s, size_t j, size_t l);
 
 /* ---------------------------------------------- hyperparameters (hyper.c) */
 

@@ -20,11 +20,12 @@
  * the told values with other points whenever the engine changed since.
  *
  * Format (all integers little-endian, doubles IEEE-754 binary64 little-endian):
- *   "KBSNAP01"  u32 version(3; 1 and 2 are read too)
+ *   "KBSNAP01"  u32 version(4; 1 to 3 are read too)
  *   str engine; u32 n_options; n_options x (str name, u8 type, value)
  *     value: NUMBER/INTEGER f64 | STRING str | VECTOR u32 n, n x f64
  *   u8 finite; u64 n; u64 dim; finite: n*dim x f64 rows (input coordinates)
- *     box (version 2): u8 has_levels; has_levels: dim x (u64 levels, u8 categorical)
+ *     box (version 2): u8 has_levels; has_levels: dim x (u64 levels, u8 categorical,
+ *       version 4: u8 placed; placed: levels x f64 positions, kb_space_place_levels)
  *   u64 n_events; events: u8 kind, then
  *     ASK: version 3: dim x f64 x (input coordinates handed out), earlier: - |
  *     TELL: u64 handle, f64 y |
@@ -197,8 +198,12 @@ int kb_engine_snapshot(const kb_engine *e, unsigned char **bytes, size_t *len, k
     else
         put_u8(&b, s->levels != NULL);
     for (size_t j = 0; !s->finite && s->levels && j < s->dim; j++) {
+        const double *placed = s->placed ? s->placed[j] : NULL;
         put_u64(&b, s->levels[j]);
         put_u8(&b, s->categorical[j]);
+        put_u8(&b, placed != NULL);
+        if (placed)
+            put(&b, placed, s->levels[j] * sizeof *placed);
     }
     put_u64(&b, e->log->n_events);
     put(&b, e->log->b.p, e->log->b.len);
@@ -307,8 +312,21 @@ static kb_config *read_config(reader *r, kb_error *err)
     return cfg;
 }
 
-/* A box's levels (version 2), applied to s; -1 when malformed. */
-static int read_levels(reader *r, kb_space *s, kb_error *err)
+/* Coordinate j's placed positions (version 4), applied to s after its levels; -1 when
+ * malformed. */
+static int read_placed(reader *r, kb_space *s, size_t j, size_t n, kb_error *err)
+{
+    if (n < 2 || n > KB_MAX_PLACED_LEVELS || n > (r->len - r->pos) / 8)
+        return -1;
+    double *pos = checked(r, malloc(n * sizeof *pos)); /* bytes may be misaligned */
+    int rc = pos && !get(r, pos, n * sizeof *pos) ? kb_space_place_levels(s, j, pos, n, err) : -1;
+    free(pos);
+    return rc ? -1 : 0;
+}
+
+/* A box's levels (version 2; placed positions from version 4), applied to s; -1 when
+ * malformed. */
+static int read_levels(reader *r, uint32_t version, kb_space *s, kb_error *err)
 {
     if (!get_u8(r))
         return r->bad ? -1 : 0;
@@ -317,15 +335,28 @@ static int read_levels(reader *r, kb_space *s, kb_error *err)
         return -1;
     size_t *lv = checked(r, malloc(d * sizeof *lv));
     unsigned char *cat = checked(r, malloc(d));
-    int rc = lv && cat ? 0 : -1;
-    for (size_t j = 0; rc == 0 && j < d; j++) {
+    size_t *at = checked(r, calloc(d, sizeof *at)); /* reader offsets of placed positions */
+    int rc = lv && cat && at ? 0 : -1;
+    for (size_t j = 0; rc == 0 && j < d && !r->bad; j++) {
         lv[j] = (size_t)get_u64(r);
         cat[j] = get_u8(r);
+        if (version >= 4 && get_u8(r)) { /* skipped now, read once the levels are set */
+            at[j] = r->pos;
+            rc = lv[j] <= (r->len - r->pos) / 8 ? 0 : -1;
+            r->pos += rc ? 0 : lv[j] * 8;
+        }
     }
     if (rc == 0 && (r->bad || kb_space_set_levels(s, lv, cat, err)))
         rc = -1;
+    size_t end = r->pos;
+    for (size_t j = 0; rc == 0 && j < d; j++) {
+        r->pos = at[j];
+        rc = at[j] ? read_placed(r, s, j, lv[j], err) : 0;
+    }
+    r->pos = end;
     free(lv);
     free(cat);
+    free(at);
     return rc;
 }
 
@@ -337,7 +368,7 @@ static kb_space *read_space(reader *r, uint32_t version, kb_error *err)
         return NULL;
     if (!finite) {
         kb_space *s = kb_space_new_box(dim, n, err);
-        if (s && version >= 2 && read_levels(r, s, err)) {
+        if (s && version >= 2 && read_levels(r, version, s, err)) {
             kb_space_free(s);
             return NULL;
         }

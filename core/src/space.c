@@ -119,6 +119,14 @@ kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err)
     return s;
 }
 
+static void free_placed(kb_space *s)
+{
+    for (size_t j = 0; s->placed && j < s->dim; j++)
+        free(s->placed[j]);
+    free(s->placed);
+    s->placed = NULL;
+}
+
 void kb_space_free(kb_space *s)
 {
     if (!s)
@@ -130,6 +138,7 @@ void kb_space_free(kb_space *s)
     free(s->scale);
     free(s->levels);
     free(s->categorical);
+    free_placed(s);
     free(s);
 }
 
@@ -159,7 +168,29 @@ kb_space *kb__space_copy(const kb_space *src)
         memcpy(s->levels, src->levels, src->dim * sizeof *s->levels);
         memcpy(s->categorical, src->categorical, src->dim);
     }
+    if (src->placed && !(s->placed = calloc(src->dim, sizeof *s->placed))) {
+        kb_space_free(s);
+        return NULL;
+    }
+    for (size_t j = 0; src->placed && j < src->dim; j++) {
+        size_t bytes = src->levels[j] * sizeof(double);
+        if (src->placed[j] && !(s->placed[j] = malloc(bytes))) {
+            kb_space_free(s);
+            return NULL;
+        }
+        if (src->placed[j])
+            memcpy(s->placed[j], src->placed[j], bytes);
+    }
     return s;
+}
+
+/* A new pool on the levels just set, as a new space's (seed 0, generation 0). */
+static void redraw_on_levels(kb_space *s)
+{
+    kb_rng rng;
+    kb_rng_seed(&rng, 0);
+    kb__space_refresh_pool(s, &rng, NULL, 0, NULL, 0);
+    s->generation = 0;
 }
 
 int kb_space_set_levels(kb_space *s, const size_t *levels, const unsigned char *categorical,
@@ -191,21 +222,75 @@ int kb_space_set_levels(kb_space *s, const size_t *levels, const unsigned char *
     }
     free(s->levels);
     free(s->categorical);
+    free_placed(s);
     s->levels = lv;
     s->categorical = cat;
-    kb_rng rng;
-    kb_rng_seed(&rng, 0);
-    kb__space_refresh_pool(s, &rng, NULL, 0, NULL, 0);
-    s->generation = 0;
+    redraw_on_levels(s);
     return KB_OK;
+}
+
+static int placement_bad(const double *pos, size_t n)
+{
+    if (n < 2 || n > KB_MAX_PLACED_LEVELS || !(pos[0] >= 0.0) || !(pos[n - 1] <= 1.0))
+        return 1;
+    for (size_t l = 1; l < n; l++)
+        if (!(pos[l] > pos[l - 1]))
+            return 1;
+    return 0;
+}
+
+int kb_space_place_levels(kb_space *s, size_t j, const double *pos, size_t n, kb_error *err)
+{
+    char field[KB_ERROR_FIELD_MAX];
+    snprintf(field, sizeof field, "levels[%zu]", j);
+    if (s->finite)
+        return kb__fail(err, KB_EUNSUPPORTED, "levels", "levels are for boxes");
+    if (j >= s->dim || placement_bad(pos, n))
+        return kb__fail(err, KB_EINVAL, field,
+                        "placed levels: 2 to %d increasing positions in [0, 1] of a coordinate",
+                        KB_MAX_PLACED_LEVELS);
+    double *copy = malloc(n * sizeof *copy);
+    if (!copy || (!s->levels && kb_space_set_levels(s, NULL, NULL, err) != KB_OK) ||
+        (!s->placed && !(s->placed = calloc(s->dim, sizeof *s->placed)))) {
+        free(copy);
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    }
+    memcpy(copy, pos, n * sizeof *copy);
+    free(s->placed[j]);
+    s->placed[j] = copy;
+    s->levels[j] = n;
+    s->categorical[j] = 0;
+    redraw_on_levels(s);
+    return KB_OK;
+}
+
+size_t kb__space_level(const kb_space *s, size_t j, double u)
+{
+    const double *p = s->placed ? s->placed[j] : NULL;
+    if (!p)
+        return kb__category(u, s->levels[j]);
+    size_t lo = 0, hi = s->levels[j] - 1; /* the level lies in [lo, hi] */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (u > p[mid] + (p[mid + 1] - p[mid]) / 2) /* past the midpoint to the next */
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+double kb__space_level_pos(const kb_space *s, size_t j, size_t l)
+{
+    const double *p = s->placed ? s->placed[j] : NULL;
+    return p ? p[l] : ((double)l + 0.5) / (double)s->levels[j];
 }
 
 void kb__space_snap(const kb_space *s, double *rows, size_t n)
 {
     for (size_t j = 0; s->levels && j < s->dim; j++) {
-        size_t L = s->levels[j];
-        for (size_t i = 0; L && i < n; i++)
-            rows[i * s->dim + j] = ((double)kb__category(rows[i * s->dim + j], L) + 0.5) / (double)L;
+        for (size_t i = 0; s->levels[j] && i < n; i++)
+            rows[i * s->dim + j] = kb__space_level_pos(s, j, kb__space_level(s, j, rows[i * s->dim + j]));
     }
 }
 

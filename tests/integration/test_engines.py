@@ -585,6 +585,40 @@ def test_discrete_box_hands_out_each_point_once(api, engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_log_scale_ints_are_points_of_their_own(daemons, engine):
+    """A log-scale int is a discrete coordinate too (its values at their log positions):
+    a box of a log int 1..20 and a categorical (40 points) hands out each point once, then
+    answers "exhausted" (the int was a continuum rounded: g = 1, 2, 30 of 1..1000 came
+    again and again); its params are ints in range, and a restart from the kill replays
+    to the same next point."""
+    d = daemons()
+    api = d.client()
+    sp = {"type": "box", "params": [
+        {"name": "g", "type": "int", "low": 1, "high": 20, "log": True},
+        {"name": "c", "type": "categorical", "choices": ["u", "v"]}]}
+    sid = try_create_engine_study(api, f"logint-{engine}", engine, sp, {"seed": 5})["id"]
+
+    def objective(t):
+        return -(math.log(t["params"]["g"]) - 1.5) ** 2 + 0.1 * (t["params"]["c"] == "v")
+
+    for _ in range(15):
+        (t,) = ask(api, sid, worker="seq")["trials"]
+        tell(api, sid, t["id"], objective(t))
+    (nxt,) = ask(api, sid, worker="seq")["trials"]
+    d.kill9()
+    d.start()
+    api = d.client()
+    r = api.get(f"/v1/studies/{sid}/trials/{nxt['id']}").json()
+    assert r["params"] == nxt["params"] and r["x"] == nxt["x"], (r, nxt)
+    tell(api, sid, nxt["id"], objective(nxt))
+    points, res = sequential_until_empty(api, sid, objective, 200)
+    trials = api.get(f"/v1/studies/{sid}/trials", params={"limit": 1000}).json()["trials"]
+    params = [(t["params"]["g"], t["params"]["c"]) for t in trials]
+    assert res["status"] == "exhausted" and len(params) == 40 and len(set(params)) == 40, params
+    assert all(isinstance(g, int) and 1 <= g <= 20 for g, _ in params), params
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_discrete_box_larger_than_its_pool(api, engine):
     """A grid of 80 points searched through a pool of 32: every point is handed out
     once before the first "exhausted" (pools drawn near the end missed the last points,

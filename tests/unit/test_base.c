@@ -2183,33 +2183,40 @@ static void deterministic_values_stop_repeats(void **state)
     kb_engine_free(e);
 }
 
-/* A box of int and categorical parameters holds finitely many points, and its pool of
- * 2,048 rows repeats each of them: repeats apply to points, not rows. Every engine on
- * 4 x 3 x 2 = 24 points (a categorical among them), repeats unset (never on a box), two
- * trials kept pending, a deterministic objective: no point is handed out twice, every
- * point is handed out, then asks answer "exhausted" (they handed out the same points for
- * ever, across pool redraws, before). The engine restored half-way goes on as the
- * original. */
-static void discrete_box_points_are_handed_out_once(void **state)
+/* The level of coordinate value x among the L positions pos (exactly one of them), or
+ * fails. */
+static int level_at(const double *pos, size_t L, double x, const char *eng)
 {
-    (void)state;
-    enum { POINTS = 24, PENDING = 2 };
+    for (size_t l = 0; l < L; l++)
+        if (x == pos[l])
+            return (int)l;
+    fail_msg("%s: coordinate %.17g is on no level", eng, x);
+    return -1;
+}
+
+/* Every engine on a discrete 3-d box (set up by `levels`, coordinate j's L[j] levels at
+ * pos[j]), repeats unset (never on a box), two trials kept pending, a deterministic
+ * objective: no point is handed out twice, every point is handed out, then asks answer
+ * "exhausted". The engine restored half-way goes on as the original. */
+static void check_each_point_once(int (*levels)(kb_space *, kb_error *), const size_t L[3],
+                                  const double *const pos[3])
+{
+    enum { PENDING = 2, MAXL = 16 };
     kb_error err;
-    const size_t levels[3] = {4, 3, 2};
-    const unsigned char cat[3] = {0, 0, 1};
+    int points = (int)(L[0] * L[1] * L[2]);
     for (const char *const *eng = kb_engine_names(); *eng; eng++) {
         kb_space *box = kb_space_new_box(3, 2048, &err);
-        assert_int_equal(kb_space_set_levels(box, levels, cat, &err), KB_OK);
+        assert_int_equal(levels(box, &err), KB_OK);
         kb_config *cfg = kb_config_new(*eng, &err);
         assert_int_equal(kb_config_set_number(cfg, "seed", 4, &err), KB_OK);
         kb_engine *e = kb_engine_create(cfg, box, &err), *r = NULL;
         if (!e)
             fail_msg("%s: %s", *eng, err.message);
-        int seen[4][3][2] = {{{0}}}, handed = 0;
+        int seen[MAXL][MAXL][MAXL] = {{{0}}}, handed = 0;
         uint64_t out[PENDING];
         size_t n = 0;
-        for (int step = 0; step < 200; step++) {
-            if (!r && handed == POINTS / 2)
+        for (int step = 0; step < 400; step++) {
+            if (!r && handed == points / 2)
                 r = tu_restored(e);
             kb_point p, q;
             kb_ask_result res, res_r;
@@ -2221,8 +2228,8 @@ static void discrete_box_points_are_handed_out_once(void **state)
                     fail_msg("%s: the restored engine parted at step %d", *eng, step);
             }
             if (res.n) {
-                /* a box's points are unit-cube coordinates, level l of L at (l + 0.5) / L */
-                int a = (int)(p.x[0] * 4), b = (int)(p.x[1] * 3), c = (int)(p.x[2] * 2);
+                int a = level_at(pos[0], L[0], p.x[0], *eng), b = level_at(pos[1], L[1], p.x[1], *eng),
+                    c = level_at(pos[2], L[2], p.x[2], *eng);
                 if (seen[a][b][c]++)
                     fail_msg("%s: point (%d, %d, %d) handed out twice", *eng, a, b, c);
                 out[n++] = p.handle;
@@ -2235,19 +2242,103 @@ static void discrete_box_points_are_handed_out_once(void **state)
                 continue;
             kb_trial_state ts;
             assert_int_equal(kb_engine_trial(e, out[0], &p, &ts), KB_OK);
-            double y = -pow(p.x[0] * 4 - 2.5, 2) - pow(p.x[1] * 3 - 1.5, 2) + p.x[2];
+            double y = -pow(p.x[0] - 0.6, 2) - pow(p.x[1] - 0.4, 2) + p.x[2];
             assert_int_equal(kb_engine_tell(e, out[0], y, &err), KB_OK);
             if (r)
                 assert_int_equal(kb_engine_tell(r, out[0], y, &err), KB_OK);
             memmove(out, out + 1, --n * sizeof *out);
         }
-        if (handed != POINTS)
-            fail_msg("%s: %d of %d points handed out", *eng, handed, POINTS);
+        if (handed != points)
+            fail_msg("%s: %d of %d points handed out", *eng, handed, points);
         kb_engine_free(e);
         kb_engine_free(r);
         kb_config_free(cfg);
         kb_space_free(box);
     }
+}
+
+static int int_int_categorical(kb_space *box, kb_error *err)
+{
+    const size_t levels[3] = {4, 3, 2};
+    const unsigned char cat[3] = {0, 0, 1};
+    return kb_space_set_levels(box, levels, cat, err);
+}
+
+/* A box of int and categorical parameters holds finitely many points (4 x 3 x 2 = 24 here,
+ * at the centres (l + 0.5) / L of equal bins), and its pool of 2,048 rows repeats each of
+ * them: repeats apply to points, not rows (they handed out the same points for ever,
+ * across pool redraws, before). */
+static void discrete_box_points_are_handed_out_once(void **state)
+{
+    (void)state;
+    const double a[4] = {0.125, 0.375, 0.625, 0.875}, b[3] = {1.0 / 6, 0.5, 5.0 / 6},
+                 c[2] = {0.25, 0.75};
+    check_each_point_once(int_int_categorical, (const size_t[3]){4, 3, 2},
+                          (const double *const[3]){a, b, c});
+}
+
+/* Integers 1 to 12 on a log scale: their positions log(k) / log(12), far apart at 1, 2, 3
+ * and close at 11, 12. */
+static double log12[12];
+
+static int log_int_int_categorical(kb_space *box, kb_error *err)
+{
+    const size_t levels[3] = {0, 3, 2};
+    const unsigned char cat[3] = {0, 0, 1};
+    for (int k = 0; k < 12; k++)
+        log12[k] = log(k + 1.0) / log(12.0);
+    int rc = kb_space_set_levels(box, levels, cat, err);
+    return rc ? rc : kb_space_place_levels(box, 0, log12, 12, err);
+}
+
+/* Placed levels (a log-scale integer: 12 x 3 x 2 = 72 points) are points of their own
+ * too: each is handed out once, the box is exhausted after the last. Without placements a
+ * log-scale integer was a continuum rounded, and engines handed out 1, 2 and 30 of 1..1000
+ * again and again. */
+static void placed_levels_points_are_handed_out_once(void **state)
+{
+    (void)state;
+    const double b[3] = {1.0 / 6, 0.5, 5.0 / 6}, c[2] = {0.25, 0.75};
+    check_each_point_once(log_int_int_categorical, (const size_t[3]){12, 3, 2},
+                          (const double *const[3]){log12, b, c});
+}
+
+/* kb_space_place_levels: positions strictly increasing within [0, 1], 2 to
+ * KB_MAX_PLACED_LEVELS of them, refused otherwise with the levels as they were; a point
+ * belongs to the nearer position (the lower at a tie), which snapping and the pool
+ * follow; kb_space_set_levels clears placements. */
+static void placed_levels_are_checked_and_nearest(void **state)
+{
+    (void)state;
+    kb_error err;
+    const double rows[2] = {0.0, 1.0};
+    kb_space *box = kb_space_new_box(2, 512, &err), *fin = kb_space_new_finite(rows, 2, 1, &err);
+    const double pos[3] = {0.0, 0.1, 1.0}, desc[3] = {0.0, 0.5, 0.4}, out[2] = {0.5, 1.5};
+    expect_error(kb_space_place_levels(box, 1, desc, 3, &err), &err, KB_EINVAL, "levels[1]");
+    expect_error(kb_space_place_levels(box, 1, out, 2, &err), &err, KB_EINVAL, "levels[1]");
+    expect_error(kb_space_place_levels(box, 1, pos, 1, &err), &err, KB_EINVAL, "levels[1]");
+    expect_error(kb_space_place_levels(box, 2, pos, 3, &err), &err, KB_EINVAL, "levels[2]");
+    assert_int_equal(kb_space_place_levels(fin, 0, pos, 3, &err), KB_EUNSUPPORTED);
+    assert_int_equal(kb_space_place_levels(box, 1, pos, 3, &err), KB_OK);
+    const kb_space *s = box;
+    double u[6] = {0.3, 0.05, 0.7, 0.0501, 0.2, 0.56};
+    kb__space_snap(s, u, 3);
+    assert_true(u[0] == 0.3 && u[2] == 0.7 && u[4] == 0.2); /* coordinate 0 continuous */
+    assert_true(u[1] == 0.0 && u[3] == 0.1 && u[5] == 1.0); /* 0.05 ties to 0.0 */
+    int on[3] = {0};
+    for (size_t i = 0; i < kb_space_size(box); i++) {
+        double v = s->u[i * 2 + 1];
+        assert_true(v == 0.0 || v == 0.1 || v == 1.0);
+        on[v == 0.0 ? 0 : v == 0.1 ? 1 : 2] = 1;
+    }
+    assert_true(on[0] && on[1] && on[2]);
+    kb_space *copy = kb__space_copy(box);
+    assert_int_equal(kb_space_set_levels(box, NULL, NULL, &err), KB_OK);
+    assert_null(box->placed);
+    assert_true(copy->placed && copy->placed[1] && copy->placed[1][1] == 0.1);
+    kb_space_free(copy);
+    kb_space_free(box);
+    kb_space_free(fin);
 }
 
 /* The objective of the exhaustion tests below: unit-cube coordinates of a 3-d point. */
@@ -2908,6 +2999,8 @@ int main(void)
         cmocka_unit_test(repeats_policy_is_enforced),
         cmocka_unit_test(deterministic_values_stop_repeats),
         cmocka_unit_test(discrete_box_points_are_handed_out_once),
+        cmocka_unit_test(placed_levels_points_are_handed_out_once),
+        cmocka_unit_test(placed_levels_are_checked_and_nearest),
         cmocka_unit_test(exhausted_asks_change_nothing),
         cmocka_unit_test(discrete_box_larger_than_its_pool),
         cmocka_unit_test(restore_anywhere_continues_identically),
