@@ -215,9 +215,11 @@ static int number_row(json_t *row, const char *path, double *out, size_t *dim,
     if (!json_is_array(row))
         return api_fail(err, API_INVALID, path, "must be an array of numbers");
     size_t n = json_array_size(row);
+    if (n == 0 && !*dim)
+        return api_fail(err, API_INVALID, path, "must have at least one number");
     if (n == 0 || (*dim && n != *dim))
-        return api_fail(err, API_INVALID, path, "must have %zu numbers, has %zu",
-                        *dim ? *dim : 1, n);
+        return api_fail(err, API_INVALID, path, "must have %zu number%s, has %zu", *dim,
+                        *dim == 1 ? "" : "s", n);
     for (size_t j = 0; j < n; j++) {
         char p[API_FIELD_MAX];
         double d;

@@ -106,7 +106,7 @@ json_t *proto_ask_json(const ask_answer *a, int64_t study_id, const study_spec *
     return json_pack("{s:o,s:s,s:I,s:o}", "trials", trials_json(a->trials, a->n, study_id, s),
                      "status", a->status, "awaiting", (json_int_t)a->awaiting,
                      "retry_after_ms",
-                     a->n > 0 ? json_null() : json_integer(a->retry_after_ms));
+                     a->retry_after_ms ? json_integer(a->retry_after_ms) : json_null());
 }
 
 void proto_tell_outcomes_free(tell_outcome *v, size_t n)

@@ -154,10 +154,13 @@ static int parse_options(int argc, char **argv, options *o)
         }
     }
     log_level lvl;
-    if (optind < argc || log_level_parse(o->log_level, &lvl)) {
+    if (optind < argc) {
         usage(stderr);
         return -1;
     }
+    if (log_level_parse(o->log_level, &lvl))
+        return fatal("invalid --log-level / KB_LOG_LEVEL (debug, info, warn or error)",
+                     o->log_level), -1;
     log_set_level(lvl);
     if (env_insecure_bad)
         return fatal("invalid KB_INSECURE (0, 1, false or true)", getenv("KB_INSECURE")), -1;

@@ -390,15 +390,16 @@ int study_ask(study *s, const ask_req *req, ask_answer *out, int *can_wait,
     }
     /* Feedback can change an empty answer only when the engine waits for it, when
      * pending trials may expire or fail and free excluded candidates, or when a paused
-     * study may be resumed (study_change_state wakes its long-polls). */
-    *can_wait = n == 0 && req->wait_ms > 0 &&
-                (strcmp(status, "study_paused") == 0 ||
-                 ((res.status == KB_ASK_AWAIT_FEEDBACK ||
-                   (res.status == KB_ASK_EXHAUSTED && s->counts[TRIAL_PENDING])) &&
-                  strcmp(status, "max_trials_reached") != 0));
+     * study may be resumed (study_change_state wakes its long-polls). Any other empty
+     * answer is final: no retry is suggested. */
+    int may_change = n == 0 && (strcmp(status, "study_paused") == 0 ||
+                                ((res.status == KB_ASK_AWAIT_FEEDBACK ||
+                                  (res.status == KB_ASK_EXHAUSTED && s->counts[TRIAL_PENDING])) &&
+                                 strcmp(status, "max_trials_reached") != 0));
+    *can_wait = may_change && req->wait_ms > 0;
     out->status = status;
     out->awaiting = res.awaiting;
-    out->retry_after_ms = n > 0 ? 0 : 1000;
+    out->retry_after_ms = may_change ? 1000 : 0;
     int rc = trials_copy(s, &s->trials[first], (size_t)n, &out->trials, err);
     if (rc == 0)
         out->n = (size_t)n;

@@ -86,7 +86,8 @@ int study_list(int64_t after, size_t limit, const char *name, int state, study_p
 /* The study's document with its progress (study_doc_clear; out->spec borrows s's). */
 int study_describe(study *s, study_doc *out, api_error *err);
 /* One ask attempt, never blocking: out->trials are the trials handed out
- * (proto_ask_answer_clear); out->retry_after_ms > 0 when none was. *can_wait = 1 when
+ * (proto_ask_answer_clear); out->retry_after_ms > 0 when none was and feedback may still
+ * change that (0 when the empty answer is final). *can_wait = 1 when
  * feedback could change that empty answer, and *version is the study's feedback version
  * the answer was computed at (for long-polls, see http.c). */
 int study_ask(study *s, const ask_req *req, ask_answer *out, int *can_wait,

@@ -75,6 +75,12 @@ def test_listen_port_out_of_range_is_refused(daemons):
         assert "cannot listen" in err and "from 0 to 65535" in err, (spec, err)
 
 
+def test_bad_log_level_is_named(daemons):
+    """--log-level verbose printed the usage text alone, naming nothing."""
+    err = start_fails(daemons, args=["--log-level", "verbose"])
+    assert "invalid --log-level" in err and "verbose" in err, err
+
+
 def test_http_start_failure_says_why(daemons):
     """"cannot start the HTTP daemon" said nothing more. The daemon binds its socket
     itself ("cannot listen" above carries the errno), so what fails there is a thread

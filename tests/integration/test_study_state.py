@@ -72,6 +72,30 @@ def test_transitions_and_the_final_completed(api):
     assert set_state(api, other, "completed").json()["state"] == "completed"
 
 
+def test_final_empty_answers_suggest_no_retry(api):
+    """An empty ask that no feedback can change (completed, max_trials reached, exhausted
+    with nothing pending) has retry_after_ms null and no Retry-After (they said "retry in
+    1 s"); exhausted while a trial is pending still suggests one."""
+    done = create_study(api, "done")["id"]
+    set_state(api, done, "completed")
+    capped = create_study(api, "capped", max_trials=1)["id"]
+    tell(api, capped, ask(api, capped)["trials"][0]["id"], 1.0)
+    tiny = create_study(api, "tiny", space={"type": "candidates", "candidates": [[0.0], [1.0]]},
+                        settings={"repeats": "never"})["id"]
+    first, second = ask(api, tiny, count=2)["trials"]
+    r = api.post(f"/v1/studies/{tiny}/ask", json={"worker": "w"})
+    assert r.json()["status"] == "exhausted" and r.json()["retry_after_ms"] == 1000, r.text
+    assert r.headers["Retry-After"] == "1"
+    tell(api, tiny, first["id"], 1.0)
+    tell(api, tiny, second["id"], 2.0)
+    for sid, status in ((done, "study_completed"), (capped, "max_trials_reached"),
+                        (tiny, "exhausted")):
+        r = api.post(f"/v1/studies/{sid}/ask", json={"worker": "w", "wait_ms": 200})
+        assert r.status_code == 200 and "Retry-After" not in r.headers, r.headers
+        assert r.json() == {"trials": [], "status": status, "awaiting": 0,
+                            "retry_after_ms": None}, r.text
+
+
 def test_paused_hands_out_nothing_but_takes_feedback(api):
     sid = create_study(api, "paused")["id"]
     first, second, third = ask(api, sid, count=3)["trials"]
