@@ -46,6 +46,8 @@ typedef struct study_spec {
     double *candidates;
     size_t rows, dim;
     int64_t candidate_set;
+    struct json_t *column_names; /* candidate_set > 0: the set's column names (owned array
+                                  * of dim strings), NULL when it has none */
     param_spec *params;  /* box: n_params == dim */
     size_t n_params;
     char *engine;

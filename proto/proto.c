@@ -663,6 +663,7 @@ void proto_study_spec_clear(study_spec *s)
     free(s->params);
     free(s->engine);
     json_decref(s->settings);
+    json_decref(s->column_names);
     kb_config_free(s->cfg);
     memset(s, 0, sizeof *s);
 }

@@ -177,16 +177,20 @@ static void csv_put(FILE *f, json_t *v)
     }
 }
 
+/* Columns after id, state, worker, value: the box's param names, a named candidate set's
+ * column names, else x0, x1, ... */
 static void csv_header(FILE *f, const study_spec *sp)
 {
+    const json_t *names = json_array_size(sp->column_names) == sp->dim ? sp->column_names : NULL;
     fputs("id,state,worker,value", f);
     for (size_t j = 0; j < sp->dim; j++) {
-        if (sp->space == SPACE_BOX) {
-            fputc(',', f);
+        fputc(',', f);
+        if (sp->space == SPACE_BOX)
             csv_put_string(f, sp->params[j].name);
-        } else {
-            fprintf(f, ",x%zu", j);
-        }
+        else if (names)
+            csv_put_string(f, json_string_value(json_array_get(names, j)));
+        else
+            fprintf(f, "x%zu", j);
     }
     fputc('\n', f);
 }

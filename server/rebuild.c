@@ -92,10 +92,14 @@ int study_load_candidates(study_spec *sp, api_error *err)
     char *names = NULL;
     int rc = store_candidate_set_get(registry.cfg.db, sp->candidate_set, &sp->candidates, &sp->rows,
                                      &sp->dim, &names);
+    /* the store holds them as written by json_dumps: a failed load is memory's */
+    int oom = rc == 0 && names && !(sp->column_names = json_loads(names, 0, NULL));
     free(names);
     if (rc == STORE_NOTFOUND)
         return api_fail(err, API_INVALID, "space.candidate_set", "no candidate set %lld",
                         (long long)sp->candidate_set);
+    if (oom)
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
     return rc ? api_fail(err, API_INTERNAL, NULL, "database error") : 0;
 }
 

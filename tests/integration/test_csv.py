@@ -81,3 +81,29 @@ def test_export_quotes_what_needs_it(api):
         p = told[int(row[0])]
         assert row[1:4] == ["completed", worker, "0.25"]
         assert float(row[4]) == p["lr,initial"] and row[5] == p['opt "kind"']
+
+
+def test_export_of_a_named_set_has_its_column_names(daemons):
+    """A study over a candidate set with a header exports its columns under those names
+    (quoted as needed), after a restart too; a set without names keeps x0, x1, ..."""
+    d = daemons()
+    api = d.client()
+    named = upload(api, 'depth,"lr, init"\n1,0.5\n2,0.25\n3,0.125\n')
+    plain = upload(api, "1,0.5\n2,0.25\n")
+    sids = []
+    for cs in (named, plain):
+        sid = create_study(api, f"set-{cs['id']}", space={"type": "candidates",
+                                                         "candidate_set": cs["id"]})["id"]
+        t = ask(api, sid)["trials"][0]
+        tell(api, sid, t["id"], 1.0)
+        sids.append(sid)
+    for restarted in (False, True):
+        if restarted:
+            assert d.stop() == 0
+            d.start()
+            api = d.client()
+        headers = [next(csv.reader(io.StringIO(api.get(f"/v1/studies/{sid}/export",
+                                                       params={"format": "csv"}).text)))
+                   for sid in sids]
+        assert headers == [["id", "state", "worker", "value", "depth", "lr, init"],
+                           ["id", "state", "worker", "value", "x0", "x1"]], headers
