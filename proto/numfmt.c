@@ -4,7 +4,7 @@
  * jansson prints every real with one fixed precision (17 digits by default), so 0.93
  * comes out as 0.93000000000000005. Precision 17 always reads back; 15 or 16 digits
  * often do and are what a user typed. We keep the first of %.15g, %.16g, %.17g that
- * strtod maps back to the same bits. JSON documents are dumped by jansson and then each
+ * strtod maps back to the same bits (a subnormal: the first of %.1g ... %.17g). JSON documents are dumped by jansson and then each
  * real token (outside strings) is re-rendered into a new buffer (%g may switch between
  * fixed and exponent form, so a token can grow: 19676895245913128.0 ->
  * 1.967689524591313e+16).
@@ -20,6 +20,7 @@
  */
 #include "numfmt.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,13 +199,20 @@ static const char *by_printf(char buf[KB_DOUBLE_BUF], double v, int prec)
     return buf;
 }
 
+/* The precision printf starts from for v: 15, or 1 for a subnormal, whose fewer bits
+ * often read back from fewer digits (5e-324 came out as 4.94065645841247e-324). */
+static int first_prec(double v)
+{
+    return v != 0.0 && fabs(v) < DBL_MIN ? 1 : 15;
+}
+
 /* kb_format_double given v's %.17g digits g17. */
 static const char *shortest(char buf[KB_DOUBLE_BUF], double v, const char *g17)
 {
     decimal x, r;
     int moved, ok;
-    if (!isfinite(v) || !read_decimal(g17, &x))
-        return by_printf(buf, v, 15);
+    if (!isfinite(v) || first_prec(v) < 15 || !read_decimal(g17, &x))
+        return by_printf(buf, v, first_prec(v));
     for (int prec = 15; prec < 17; prec++) {
         if (!round_decimal(&x, prec, &r, &moved))
             return by_printf(buf, v, prec);
@@ -220,7 +228,7 @@ static const char *shortest(char buf[KB_DOUBLE_BUF], double v, const char *g17)
 
 const char *kb_format_double_printf(char buf[KB_DOUBLE_BUF], double v)
 {
-    return by_printf(buf, v, 15);
+    return by_printf(buf, v, first_prec(v));
 }
 
 const char *kb_format_double(char buf[KB_DOUBLE_BUF], double v)

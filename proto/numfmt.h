@@ -3,7 +3,7 @@
  * double, in JSON documents and CSV fields.
  *
  * Invariant: for every finite v, strtod(kb_format_double(v)) == v bit for bit, and no
- * shorter %.Ng rendering (N = 15, 16) would read back; JSON reals stay reals (a '.' or
+ * shorter %.Ng rendering (N = 15, 16; for a subnormal v any N >= 1) would read back; JSON reals stay reals (a '.' or
  * an exponent is kept, "2.0" not "2") so a reader's types do not change.
  */
 #ifndef KB_NUMFMT_H
