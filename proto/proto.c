@@ -978,6 +978,17 @@ static double unit_of(const param_spec *p, double v)
     return clamp01((v / 2 - p->low / 2) / (p->high / 2 - p->low / 2));
 }
 
+/* v to 15 significant digits: a float param as a user would write it. Mapped to the unit
+ * cube and back, an observation's 0.001 on a log scale came out as 0.0010000000000000002;
+ * the change is below 1e-15 of v, which no objective tells apart, and x (what the engine
+ * holds and the store replays) is untouched. */
+static double round15(double v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.15g", v);
+    return strtod(buf, NULL);
+}
+
 static double value_of(const param_spec *p, double u)
 {
     u = clamp01(u);
@@ -990,6 +1001,8 @@ static double value_of(const param_spec *p, double u)
         v = p->low * (1 - u) + p->high * u;
     if (p->type == PARAM_INT && p->log)
         v = round(v);
+    else if (p->type == PARAM_FLOAT)
+        v = round15(v);
     return fmin(p->high, fmax(p->low, v));
 }
 

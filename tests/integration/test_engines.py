@@ -436,6 +436,27 @@ def test_the_shortest_lengthscale_allowed_serves(api, engine):
             tell(api, sid, t["id"], toy(t["x"]) + 0.01 * i)
 
 
+def test_float_params_read_back_as_written(api):
+    """A warm start's 0.001 on a log scale (and 0.3 on a linear one) comes back as 0.001
+    (it was 0.0010000000000000002: mapped to the unit cube and back); handed-out floats
+    have at most 15 significant digits and stay in range."""
+    space = {"type": "box", "params": [
+        {"name": "lr", "type": "float", "low": 1e-5, "high": 1.0, "log": True},
+        {"name": "p", "type": "float", "low": 0.1, "high": 0.7}]}
+    sid = create_study(api, "as-written", space=space, engine="gp-ucb")["id"]
+    r = api.post(f"/v1/studies/{sid}/observations", json={"observations": [
+        {"params": {"lr": 0.001, "p": 0.3}, "value": 1.0}, {"params": {"lr": 1.0, "p": 0.7}, "value": 0.0}]})
+    assert r.status_code == 200, r.text
+    obs = api.get(f"/v1/studies/{sid}/export").json()["observations"]
+    assert [o["params"] for o in obs] == [{"lr": 0.001, "p": 0.3}, {"lr": 1.0, "p": 0.7}]
+    for _ in range(10):
+        (t,) = ask(api, sid)["trials"]
+        for name, v in t["params"].items():
+            assert float(f"{v:.15g}") == v, (name, v)
+        assert 1e-5 <= t["params"]["lr"] <= 1.0 and 0.1 <= t["params"]["p"] <= 0.7, t
+        tell(api, sid, t["id"], -abs(math.log10(t["params"]["lr"]) + 3) - t["params"]["p"])
+
+
 def test_numeric_choices_match_by_value(api):
     """Choices 1.0 and 3 are told by value, as a new study's repeats are (1 and 1.0 are
     one choice): an observation naming 1 or 3.0 is taken as that choice (it was "not one
