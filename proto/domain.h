@@ -55,6 +55,7 @@ typedef struct study_spec {
     kb_config *cfg;      /* engine + settings: NULL until proto_study_spec_config */
     int64_t lease_seconds;
     int64_t max_trials;  /* 0 = unlimited */
+    int rules;           /* the rules it was created under: PROTO_RULES when new (proto.h) */
 } study_spec;
 
 typedef enum trial_state {

@@ -178,7 +178,6 @@ static int get_int(json_t *obj, const char *key, const char *base, int required,
     return 0;
 }
 
-/* String member of 1..maxlen bytes, copied into *out; NULL when absent and optional. */
 size_t proto_utf8_chars(const char *s, size_t len)
 {
     size_t n = 0;
@@ -187,6 +186,7 @@ size_t proto_utf8_chars(const char *s, size_t len)
     return n;
 }
 
+/* String member of 1..maxlen characters, copied into *out; NULL when absent and optional. */
 static int get_string(json_t *obj, const char *key, const char *base, int required,
                       size_t maxlen, char **out, api_error *err)
 {
@@ -481,12 +481,6 @@ static int set_option(kb_config *cfg, const char *key, json_t *v, api_error *err
         double d;
         if (number_of(v, p, &d, err))
             return -1;
-        /* 2^53 + 1 would read as 2^53 and pass a maximum of 2^53 (the seed's) */
-        json_int_t iv = json_integer_value(v);
-        if (json_is_integer(v) && (iv > ((json_int_t)1 << 53) || iv < -((json_int_t)1 << 53)))
-            return api_fail(err, API_INVALID, p,
-                            "must be an integer from -2^53 to 2^53 (a double holds no other "
-                            "exactly)");
         rc = kb_config_set_number(cfg, key, d, &kerr);
     } else if (json_is_string(v)) {
         rc = kb_config_set_string(cfg, key, json_string_value(v), &kerr);
@@ -542,6 +536,7 @@ int proto_study_spec_parse(json_t *doc, study_spec *out, api_error *err)
     static const char *const keys[] = {"name", "direction", "space", "engine",
                                        "lease_seconds", "max_trials", NULL};
     memset(out, 0, sizeof *out);
+    out->rules = PROTO_RULES;
     if (want_object(doc, "", err) || check_keys(doc, keys, "", err) ||
         get_string(doc, "name", "", 1, 200, &out->name, err))
         goto fail;
@@ -567,10 +562,53 @@ fail:
     return -1;
 }
 
+int proto_study_spec_parse_stored(json_t *doc, study_spec *out, api_error *err)
+{
+    json_t *r = json_object_get(doc, "rules");
+    json_int_t rules = r ? json_integer_value(r) : 1;
+    if (r && (!json_is_integer(r) || rules < 1 || rules > PROTO_RULES)) {
+        memset(out, 0, sizeof *out);
+        return api_fail(err, API_INVALID, "rules", "must be an integer from 1 to %d", PROTO_RULES);
+    }
+    json_object_del(doc, "rules");
+    if (proto_study_spec_parse(doc, out, err))
+        return -1;
+    out->rules = (int)rules;
+    return 0;
+}
+
 typedef struct choice_ref {
     const json_t *v;
     size_t i;
 } choice_ref;
+
+/* An integer against a real by exact value: a double equal to (double)i may still differ
+ * from i past 2^53 (9007199254740993 is not 9007199254740992.0). */
+static int int_real_cmp(json_int_t i, double d)
+{
+    double di = (double)i;
+    if (di != d)
+        return (di > d) - (di < d);
+    if (d >= 9223372036854775808.0) /* 2^63: above every int64 */
+        return -1;
+    json_int_t j = (json_int_t)d; /* d is integral here, within int64 */
+    return (i > j) - (i < j);
+}
+
+/* JSON numbers by exact value (integers past 2^53 too). */
+static int number_cmp(const json_t *a, const json_t *b)
+{
+    if (json_is_integer(a) && json_is_integer(b)) {
+        json_int_t x = json_integer_value(a), y = json_integer_value(b);
+        return (x > y) - (x < y);
+    }
+    if (json_is_integer(a))
+        return int_real_cmp(json_integer_value(a), json_real_value(b));
+    if (json_is_integer(b))
+        return -int_real_cmp(json_integer_value(b), json_real_value(a));
+    double x = json_real_value(a), y = json_real_value(b);
+    return (x > y) - (x < y);
+}
 
 /* A total order on categorical choices in which 0 means the same choice: booleans, then
  * numbers by value (1 and 1.0 are one choice, as for JSON Schema's uniqueItems), then
@@ -583,10 +621,8 @@ static int choice_value_cmp(const json_t *a, const json_t *b)
         return (ra > rb) - (ra < rb);
     if (ra == 0)
         return json_is_true(a) - json_is_true(b);
-    if (ra == 1) {
-        double x = json_number_value(a), y = json_number_value(b);
-        return (x > y) - (x < y);
-    }
+    if (ra == 1)
+        return number_cmp(a, b);
     size_t la = json_string_length(a), lb = json_string_length(b);
     int c = memcmp(json_string_value(a), json_string_value(b), la < lb ? la : lb);
     return c ? c : (la > lb) - (la < lb);
@@ -632,8 +668,53 @@ static int int_bounds_check(const param_spec *p, size_t i, api_error *err)
                     PROTO_INT_LIMIT);
 }
 
+/* Engine option `name`'s spec (the engine's own first, as kb_config), or NULL. */
+static const kb_option_spec *option_spec(const char *engine, const char *name)
+{
+    const kb_option_spec *lists[2] = {kb_engine_options(engine), kb_common_options()};
+    for (int k = 0; k < 2; k++)
+        for (const kb_option_spec *o = lists[k]; o && o->name; o++)
+            if (strcmp(o->name, name) == 0)
+                return o;
+    return NULL;
+}
+
+/* The shortest lengthscale a new study may set: inputs divided by it are squared in the
+ * kernel's distances (kernel.c), and below ~1e-154 a unit coordinate's square overflows,
+ * every posterior NaN (a study set to 1e-160 failed every ask after its first tell). No
+ * unit-cube problem needs one below 1e-12, and inputs up to 1e142 stay finite with it. */
+#define PROTO_LENGTHSCALE_MIN 1e-12
+
+/* A new study's engine settings: an integer option's JSON integer within +-2^53 (the seed
+ * 2^53 + 1 read as 2^53 and passed its maximum), lengthscales >= PROTO_LENGTHSCALE_MIN. */
+static int settings_check_new(const study_spec *s, api_error *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(s->settings, key, v) {
+        char p[API_FIELD_MAX];
+        path_key(p, sizeof p, "engine.settings", key);
+        const kb_option_spec *o = option_spec(s->engine, key);
+        json_int_t iv = json_integer_value(v);
+        if (o && o->type == KB_OPT_INTEGER && json_is_integer(v) &&
+            (iv > ((json_int_t)1 << 53) || iv < -((json_int_t)1 << 53)))
+            return api_fail(err, API_INVALID, p,
+                            "must be an integer from -2^53 to 2^53 (a double holds no other "
+                            "exactly)");
+        int one = strcmp(key, "lengthscale") == 0, many = strcmp(key, "lengthscales") == 0;
+        for (size_t i = 0; (one && i < 1) || (many && i < json_array_size(v)); i++) {
+            json_t *l = one ? v : json_array_get(v, i);
+            if (json_is_number(l) && json_number_value(l) < PROTO_LENGTHSCALE_MIN)
+                return api_fail(err, API_INVALID, p, "'%s' must be >= 1e-12", key);
+        }
+    }
+    return 0;
+}
+
 int proto_study_spec_check_new(const study_spec *s, api_error *err)
 {
+    if (settings_check_new(s, err))
+        return -1;
     for (size_t i = 0; i < s->n_params; i++) {
         if (int_bounds_check(&s->params[i], i, err))
             return -1;
@@ -724,6 +805,8 @@ json_t *proto_study_spec_json(const study_spec *s, int with_candidates)
         json_object_set_new(o, "space", json_pack("{s:s,s:I}", "type", "candidates",
                                                   "candidate_set",
                                                   (json_int_t)s->candidate_set));
+    if (with_candidates) /* stored form */
+        json_object_set_new(o, "rules", json_integer(s->rules));
     return o;
 }
 
@@ -970,8 +1053,8 @@ static double unit_of(const param_spec *p, double v)
 {
     if (p->high == p->low) /* a one-value range: its value is the centre */
         return 0.5;
-    if (p->log)
-        return clamp01((log(v) - log(p->low)) / (log(p->high) - log(p->low)));
+    if (p->log) /* the core's own map: a log int's values fall on its levels bit for bit */
+        return kb_log_level_pos(p->low, p->high, v);
     /* Halved operands: high - low may overflow a double (low = -1e308, high = 1e308). */
     if (p->type == PARAM_INT) /* centre of the value's bin */
         return clamp01((v / 2 - p->low / 2 + 0.25) / (p->high / 2 - p->low / 2 + 0.5));
@@ -1018,14 +1101,15 @@ void proto_box_levels(const study_spec *s, size_t *levels, unsigned char *catego
     }
 }
 
-size_t proto_log_int_positions(const param_spec *p, double *pos)
+double proto_log_int_low(const param_spec *p)
 {
     double n = p->high - p->low + 1.0;
-    if (p->type != PARAM_INT || !p->log || n < 2.0 || n > KB_MAX_PLACED_LEVELS)
-        return 0;
-    for (size_t l = 0; l < (size_t)n; l++)
-        pos[l] = unit_of(p, p->low + (double)l); /* where an observation of it lands */
-    return (size_t)n;
+    if (p->type != PARAM_INT || !p->log || n < 2.0 || n > KB_MAX_LOG_LEVELS)
+        return 0.0;
+    for (double v = p->low; v <= p->high; v++) /* each value is found again from its place */
+        if (value_of(p, unit_of(p, v)) != v)
+            return 0.0;
+    return p->low;
 }
 
 json_t *proto_params_from_x(const study_spec *s, const double *x)

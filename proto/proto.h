@@ -22,6 +22,13 @@
 /* The engine of a study whose request names none. */
 #define PROTO_DEFAULT_ENGINE "bbkb"
 
+/* The rules a new study is created under, stored with it ("rules" in its stored config;
+ * absent: 1) so that a stored study keeps the behaviour it was created with:
+ *   1  log-scale int parameters are a continuum, rounded;
+ *   2  (this version) a log-scale int's values are levels of their own
+ *      (proto_log_int_low). */
+#define PROTO_RULES 2
+
 /* ------------------------------------------------------------- errors */
 
 typedef enum api_code {
@@ -77,11 +84,15 @@ void proto_json_alloc_put_back(int failed);
  * only those jansson reports as such). Returns a new reference or NULL. */
 json_t *proto_parse_object(const char *body, size_t len, api_error *err);
 
-/* A study document: POST /v1/studies, or a stored configuration. */
+/* A study document: POST /v1/studies (rules PROTO_RULES). */
 int proto_study_spec_parse(json_t *doc, study_spec *out, api_error *err);
+/* A stored configuration (proto_study_spec_json's stored form): the same, with the
+ * "rules" it was stored with (1 when absent); doc loses that member. */
+int proto_study_spec_parse_stored(json_t *doc, study_spec *out, api_error *err);
 /* The rules only a new study must pass (int bounds within +-(2^53 - 1), field
  * space.params[i].low / high; categorical choices are distinct, field
- * space.params[i].choices[j], the first repeat). A stored study is loaded under the
+ * space.params[i].choices[j], the first repeat; integer engine options within +-2^53 and
+ * lengthscales >= 1e-12, field engine.settings.<option>). A stored study is loaded under the
  * rules it was created with, so a database written before a rule was added still opens. */
 int proto_study_spec_check_new(const study_spec *s, api_error *err);
 /* Builds spec->cfg from engine name and settings: unknown engine -> field engine.name,
@@ -144,10 +155,10 @@ json_t *proto_params_from_x(const study_spec *s, const double *x);
  * each): a categorical's choices (unordered), an integer's values on a linear scale (the
  * bins of unit_of); 0 for floats, log-scale integers and ranges beyond 1e15 values. */
 void proto_box_levels(const study_spec *s, size_t *levels, unsigned char *categorical);
-/* A log-scale integer's values' positions in [0, 1] (unit_of), for kb_space_place_levels:
- * their count, into pos (room for KB_MAX_PLACED_LEVELS); 0 for other parameters and for
- * more values than that (such an integer is a continuum, rounded). */
-size_t proto_log_int_positions(const param_spec *p, double *pos);
+/* A log-scale integer's low, for kb_space_set_log_levels (its values at their log
+ * positions, where unit_of puts them), when it has 2 to KB_MAX_LOG_LEVELS values that each
+ * map back to themselves; 0 for other parameters and beyond (a continuum, rounded). */
+double proto_log_int_low(const param_spec *p);
 /* Maps a params object to unit-cube coordinates (dim entries); field prefix in errors. */
 int proto_params_to_x(const study_spec *s, json_t *params, const char *path, double *x,
                       api_error *err);

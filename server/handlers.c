@@ -252,7 +252,8 @@ static int h_study_list(request *rq)
         query_int(rq, "cursor", 0, INT64_MAX, 0, &cursor) || query_arg(rq, "name", &name) ||
         query_study_state(rq, &state))
         return MHD_YES;
-    if (name && (!*name || proto_utf8_chars(name, strlen(name)) > 200)) {
+    size_t chars = name ? proto_utf8_chars(name, strlen(name)) : 0;
+    if (name && (chars < 1 || chars > 200)) {
         api_error err;
         api_fail(&err, API_INVALID, "name", "must have 1 to 200 characters");
         return reply_error(rq, &err);

@@ -38,26 +38,30 @@ static int fail_engine(api_error *err, const kb_error *kerr)
 }
 
 /* Integer and categorical parameters: pool points on their values, choices unordered;
- * a log-scale integer's values at their own positions (a continuum rounded handed out
- * one value again and again where its values lie far apart). */
+ * under rules 2 a log-scale integer's values at their own log positions (a continuum
+ * rounded handed out one value again and again where its values lie far apart). */
 static int set_levels(const study_spec *sp, kb_space *space, kb_error *kerr)
 {
     size_t *levels = malloc(sp->dim * sizeof *levels);
     unsigned char *cat = malloc(sp->dim);
-    double *pos = malloc(KB_MAX_PLACED_LEVELS * sizeof *pos);
-    int rc = KB_ENOMEM;
-    if (levels && cat && pos) {
+    double *low = calloc(sp->dim, sizeof *low);
+    int rc = KB_ENOMEM, logs = 0;
+    if (levels && cat && low) {
         proto_box_levels(sp, levels, cat);
+        for (size_t j = 0; sp->rules >= 2 && j < sp->dim; j++)
+            if ((low[j] = proto_log_int_low(&sp->params[j])) > 0) {
+                levels[j] = (size_t)(sp->params[j].high - sp->params[j].low) + 1;
+                logs = 1;
+            }
         rc = kb_space_set_levels(space, levels, cat, kerr);
-        for (size_t j = 0, n; rc == KB_OK && j < sp->dim; j++)
-            if ((n = proto_log_int_positions(&sp->params[j], pos)))
-                rc = kb_space_place_levels(space, j, pos, n, kerr);
+        if (rc == KB_OK && logs)
+            rc = kb_space_set_log_levels(space, low, kerr);
     } else {
         *kerr = (kb_error){.code = KB_ENOMEM, .message = "out of memory"};
     }
     free(levels);
     free(cat);
-    free(pos);
+    free(low);
     return rc;
 }
 
@@ -198,7 +202,7 @@ static int spec_load(int64_t id, const char *config, study_spec *spec, api_error
      * The flag is put back as found for the request this restore may run in. */
     int before = proto_json_alloc_take();
     json_t *doc = proto_parse_object(config, strlen(config), err);
-    int rc = !doc || proto_study_spec_parse(doc, spec, err);
+    int rc = !doc || proto_study_spec_parse_stored(doc, spec, err);
     if (!rc && proto_json_alloc_take()) {
         proto_study_spec_clear(spec);
         rc = api_fail(err, API_INTERNAL, NULL, "out of memory");

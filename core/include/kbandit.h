@@ -154,8 +154,8 @@ KB_API int kb_scaling_parse(const char *name, kb_scaling *out);
 #define KB_MAX_CHOICES 10000
 /* Values of one integer coordinate: (i + 1/2) / L stays distinct in a double. */
 #define KB_MAX_LEVELS ((size_t)1 << 53)
-/* Most levels a coordinate may have at positions of its own (kb_space_place_levels). */
-#define KB_MAX_PLACED_LEVELS 10000
+/* Most values a log-scale integer coordinate may take (kb_space_set_log_levels). */
+#define KB_MAX_LOG_LEVELS 100000
 
 /* A finite candidate set: n rows of dim numbers (row-major, copied). Rejects n == 0,
  * dim == 0, dim > KB_MAX_DIM, n * dim > KB_MAX_POINTS and non-finite entries (field
@@ -180,15 +180,22 @@ KB_API kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
  * finite set. */
 KB_API int kb_space_set_levels(kb_space *space, const size_t *levels, const unsigned char *categorical,
                         kb_error *err);
-/* Box only: coordinate j takes the n levels at positions pos[0] < ... < pos[n-1] in
- * [0, 1] (e.g. an integer on a log scale: its values' positions are not equally
- * spaced), ordered, 2 <= n <= KB_MAX_PLACED_LEVELS. A point between two positions
- * belongs to the nearer one (ties to the lower). Call after kb_space_set_levels, which
- * clears every placement. Copies pos and redraws the pool. KB_EINVAL (field "levels[j]")
- * for positions not increasing within [0, 1] or a bad n, KB_EUNSUPPORTED for a finite
- * set. */
-KB_API int kb_space_place_levels(kb_space *space, size_t j, const double *pos, size_t n,
-                                 kb_error *err);
+/* The position in [0, 1] of a log-scale value v in [low, high] (low > 0): (log v - log
+ * low) / (log high - log low), clamped; 0.5 when low == high. What a caller mapping a
+ * log-scale integer parameter to the unit cube must use, so that its values fall on the
+ * levels of kb_space_set_log_levels bit for bit. */
+KB_API double kb_log_level_pos(double low, double high, double v);
+
+/* Box only: coordinates that are log-scale integers. For each j with low[j] > 0 (an
+ * integer >= 1), coordinate j, which kb_space_set_levels gave levels[j] = n >= 2
+ * (2 <= n <= KB_MAX_LOG_LEVELS) and not categorical, takes the n integers low[j] ...
+ * low[j] + n - 1 at their positions kb_log_level_pos(low[j], low[j] + n - 1, v) instead
+ * of n equal bins' centres; a point between two positions belongs to the nearer (the
+ * lower at a tie). low[j] = 0, or low NULL: equal bins. Redraws the pool.
+ * kb_space_set_levels clears these. KB_EINVAL (field "levels[j]") when a double cannot
+ * tell the positions apart (values past about 1e13) or the coordinate has no such
+ * levels, KB_EUNSUPPORTED for a finite set. */
+KB_API int kb_space_set_log_levels(kb_space *space, const double *low, kb_error *err);
 
 KB_API void kb_space_free(kb_space *space);
 KB_API size_t kb_space_dim(const kb_space *space);

@@ -27,23 +27,17 @@ static const char *const hyper_choices[] = {"fit", "fixed", NULL};
 static const char *const categorical_choices[] = {"joint", "additive", NULL};
 static const char *const prior_mean_choices[] = {"auto", "constant", NULL};
 
-/* The shortest lengthscale an option may set. Inputs divided by a lengthscale are squared
- * in the kernel's distances (kernel.c): below ~1e-154 a unit coordinate's square
- * overflows and every posterior is NaN (a study set to 1e-160 failed every ask after its
- * first tell). No unit-cube problem needs one below 1e-12, and inputs up to 1e142 stay
- * finite with it. */
-#define KB_LENGTHSCALE_MIN 1e-12
-
 static const kb_option_spec common_options[] = {
     {"seed", KB_OPT_INTEGER, 0, 9007199254740992.0, 0, 0, NULL, NULL,
      "seed of the engine's random number generator (the daemon draws one for a study "
      "created without it and stores it with the study)"},
     {"kernel", KB_OPT_STRING, 0, 0, 0, 0, "rbf", kernel_choices, "covariance function"},
-    {"lengthscale", KB_OPT_NUMBER, KB_LENGTHSCALE_MIN, INFINITY, 0, 1.0, NULL, NULL,
+    {"lengthscale", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
      "kernel lengthscale (bandwidth), the same in every dimension; not set, the GP "
      "engines fit one per dimension (hyperparameters = fit), and this default applies "
-     "only with hyperparameters = fixed"},
-    {"lengthscales", KB_OPT_VECTOR, KB_LENGTHSCALE_MIN, INFINITY, 0, 0, NULL, NULL,
+     "only with hyperparameters = fixed (the daemon refuses below 1e-12 for a new study: "
+     "below ~1e-154 the kernel's squared distances overflow)"},
+    {"lengthscales", KB_OPT_VECTOR, 0, INFINITY, 1, 0, NULL, NULL,
      "one lengthscale per dimension; overrides lengthscale (set: held fixed, not fitted)"},
     {"kernel_variance", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,
      "kernel amplitude k(x, x); not set, fitted (hyperparameters = fit)"},

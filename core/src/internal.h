@@ -155,9 +155,10 @@ struct kb_space {
     double *norm, *shift, *scale; /* dim each (owned); identity for boxes */
     size_t *levels;        /* box: NULL, or dim entries (kb_space_set_levels; owned) */
     unsigned char *categorical; /* box: NULL, or dim flags (owned) */
-    /* box: NULL, or dim entries: coordinate j's levels[j] increasing positions
-     * (kb_space_place_levels), NULL for the centres of equal bins (owned, each entry) */
-    double **placed;
+    /* box: NULL, or dim entries: log_low[j] > 0 when coordinate j's levels are the
+     * integers log_low[j] + l (l < levels[j]) at their log positions
+     * (kb_space_set_log_levels), 0 for equal bins (owned) */
+    double *log_low;
 };
 
 kb_space *kb__space_copy(const kb_space *s);

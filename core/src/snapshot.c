@@ -25,9 +25,9 @@
  *     value: NUMBER/INTEGER f64 | STRING str | VECTOR u32 n, n x f64
  *   u8 finite; u64 n; u64 dim; finite: n*dim x f64 rows (input coordinates)
  *     box (version 2): u8 has_levels; has_levels: dim x (u64 levels, u8 categorical,
- *       version 4: u8 placed; placed: levels x f64 positions, kb_space_place_levels)
+ *       version 4: f64 log_low, kb_space_set_log_levels, 0 for none)
  *   u64 n_events; events: u8 kind, then
- *     ASK: version 3: dim x f64 x (input coordinates handed out), earlier: - |
+ *     ASK: version 3 on: dim x f64 x (input coordinates handed out), earlier: - |
  *     TELL: u64 handle, f64 y |
  *     ABANDON: u64 handle | OBSERVE: dim x f64 x, f64 y
  *   str := u32 length, bytes (no terminator)
@@ -198,12 +198,9 @@ int kb_engine_snapshot(const kb_engine *e, unsigned char **bytes, size_t *len, k
     else
         put_u8(&b, s->levels != NULL);
     for (size_t j = 0; !s->finite && s->levels && j < s->dim; j++) {
-        const double *placed = s->placed ? s->placed[j] : NULL;
         put_u64(&b, s->levels[j]);
         put_u8(&b, s->categorical[j]);
-        put_u8(&b, placed != NULL);
-        if (placed)
-            put(&b, placed, s->levels[j] * sizeof *placed);
+        put_f64(&b, s->log_low ? s->log_low[j] : 0.0);
     }
     put_u64(&b, e->log->n_events);
     put(&b, e->log->b.p, e->log->b.len);
@@ -312,51 +309,31 @@ static kb_config *read_config(reader *r, kb_error *err)
     return cfg;
 }
 
-/* Coordinate j's placed positions (version 4), applied to s after its levels; -1 when
- * malformed. */
-static int read_placed(reader *r, kb_space *s, size_t j, size_t n, kb_error *err)
-{
-    if (n < 2 || n > KB_MAX_PLACED_LEVELS || n > (r->len - r->pos) / 8)
-        return -1;
-    double *pos = checked(r, malloc(n * sizeof *pos)); /* bytes may be misaligned */
-    int rc = pos && !get(r, pos, n * sizeof *pos) ? kb_space_place_levels(s, j, pos, n, err) : -1;
-    free(pos);
-    return rc ? -1 : 0;
-}
-
-/* A box's levels (version 2; placed positions from version 4), applied to s; -1 when
- * malformed. */
+/* A box's levels (version 2; log-scale integers' lows from version 4), applied to s; -1
+ * when malformed. */
 static int read_levels(reader *r, uint32_t version, kb_space *s, kb_error *err)
 {
     if (!get_u8(r))
         return r->bad ? -1 : 0;
-    size_t d = s->dim;
-    if (d > (r->len - r->pos) / 9)
+    size_t d = s->dim, each = version >= 4 ? 17 : 9;
+    if (d > (r->len - r->pos) / each)
         return -1;
     size_t *lv = checked(r, malloc(d * sizeof *lv));
     unsigned char *cat = checked(r, malloc(d));
-    size_t *at = checked(r, calloc(d, sizeof *at)); /* reader offsets of placed positions */
-    int rc = lv && cat && at ? 0 : -1;
-    for (size_t j = 0; rc == 0 && j < d && !r->bad; j++) {
+    double *low = checked(r, calloc(d, sizeof *low));
+    int rc = lv && cat && low ? 0 : -1, logs = 0;
+    for (size_t j = 0; rc == 0 && j < d; j++) {
         lv[j] = (size_t)get_u64(r);
         cat[j] = get_u8(r);
-        if (version >= 4 && get_u8(r)) { /* skipped now, read once the levels are set */
-            at[j] = r->pos;
-            rc = lv[j] <= (r->len - r->pos) / 8 ? 0 : -1;
-            r->pos += rc ? 0 : lv[j] * 8;
-        }
+        low[j] = version >= 4 ? get_f64(r) : 0.0;
+        logs |= low[j] != 0.0;
     }
-    if (rc == 0 && (r->bad || kb_space_set_levels(s, lv, cat, err)))
+    if (rc == 0 && (r->bad || kb_space_set_levels(s, lv, cat, err) ||
+                    (logs && kb_space_set_log_levels(s, low, err))))
         rc = -1;
-    size_t end = r->pos;
-    for (size_t j = 0; rc == 0 && j < d; j++) {
-        r->pos = at[j];
-        rc = at[j] ? read_placed(r, s, j, lv[j], err) : 0;
-    }
-    r->pos = end;
     free(lv);
     free(cat);
-    free(at);
+    free(low);
     return rc;
 }
 

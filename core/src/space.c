@@ -7,8 +7,10 @@
  * sets `u` is the column-wise affine map of kb_scaling; for boxes both are the pool,
  * already in [0,1]^dim. The pool is refreshed by kb__space_refresh_pool, which bumps
  * `generation` so trials can tell which pool their index refers to. A box's coordinates
- * may take only the centres of a few equal bins (`levels`: integer parameters, and
- * categorical ones, whose values are unordered); every pool point lies on them.
+ * may take only a few values (`levels`): the centres of equal bins (integer parameters,
+ * and categorical ones, whose values are unordered), or a log-scale integer's values at
+ * their log positions (`log_low`, kb_space_set_log_levels); every pool point lies on
+ * them, and a point belongs to the nearest (kb__space_level).
  */
 #include "internal.h"
 
@@ -119,14 +121,6 @@ kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err)
     return s;
 }
 
-static void free_placed(kb_space *s)
-{
-    for (size_t j = 0; s->placed && j < s->dim; j++)
-        free(s->placed[j]);
-    free(s->placed);
-    s->placed = NULL;
-}
-
 void kb_space_free(kb_space *s)
 {
     if (!s)
@@ -138,7 +132,7 @@ void kb_space_free(kb_space *s)
     free(s->scale);
     free(s->levels);
     free(s->categorical);
-    free_placed(s);
+    free(s->log_low);
     free(s);
 }
 
@@ -168,19 +162,12 @@ kb_space *kb__space_copy(const kb_space *src)
         memcpy(s->levels, src->levels, src->dim * sizeof *s->levels);
         memcpy(s->categorical, src->categorical, src->dim);
     }
-    if (src->placed && !(s->placed = calloc(src->dim, sizeof *s->placed))) {
+    if (src->log_low && !(s->log_low = malloc(src->dim * sizeof *s->log_low))) {
         kb_space_free(s);
         return NULL;
     }
-    for (size_t j = 0; src->placed && j < src->dim; j++) {
-        size_t bytes = src->levels[j] * sizeof(double);
-        if (src->placed[j] && !(s->placed[j] = malloc(bytes))) {
-            kb_space_free(s);
-            return NULL;
-        }
-        if (src->placed[j])
-            memcpy(s->placed[j], src->placed[j], bytes);
-    }
+    if (src->log_low)
+        memcpy(s->log_low, src->log_low, src->dim * sizeof *s->log_low);
     return s;
 }
 
@@ -222,68 +209,104 @@ int kb_space_set_levels(kb_space *s, const size_t *levels, const unsigned char *
     }
     free(s->levels);
     free(s->categorical);
-    free_placed(s);
+    free(s->log_low);
+    s->log_low = NULL;
     s->levels = lv;
     s->categorical = cat;
     redraw_on_levels(s);
     return KB_OK;
 }
 
-static int placement_bad(const double *pos, size_t n)
+double kb_log_level_pos(double low, double high, double v)
 {
-    if (n < 2 || n > KB_MAX_PLACED_LEVELS || !(pos[0] >= 0.0) || !(pos[n - 1] <= 1.0))
-        return 1;
-    for (size_t l = 1; l < n; l++)
-        if (!(pos[l] > pos[l - 1]))
-            return 1;
-    return 0;
+    if (high == low)
+        return 0.5;
+    double u = (log(v) - log(low)) / (log(high) - log(low));
+    return u < 0 ? 0 : u > 1 ? 1 : u;
 }
 
-int kb_space_place_levels(kb_space *s, size_t j, const double *pos, size_t n, kb_error *err)
+/* Coordinate j's highest log-scale integer (log_low[j] > 0). */
+static double log_high(const kb_space *s, size_t j)
 {
-    char field[KB_ERROR_FIELD_MAX];
-    snprintf(field, sizeof field, "levels[%zu]", j);
-    if (s->finite)
-        return kb__fail(err, KB_EUNSUPPORTED, "levels", "levels are for boxes");
-    if (j >= s->dim || placement_bad(pos, n))
-        return kb__fail(err, KB_EINVAL, field,
-                        "placed levels: 2 to %d increasing positions in [0, 1] of a coordinate",
-                        KB_MAX_PLACED_LEVELS);
-    double *copy = malloc(n * sizeof *copy);
-    if (!copy || (!s->levels && kb_space_set_levels(s, NULL, NULL, err) != KB_OK) ||
-        (!s->placed && !(s->placed = calloc(s->dim, sizeof *s->placed)))) {
-        free(copy);
-        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
-    }
-    memcpy(copy, pos, n * sizeof *copy);
-    free(s->placed[j]);
-    s->placed[j] = copy;
-    s->levels[j] = n;
-    s->categorical[j] = 0;
-    redraw_on_levels(s);
-    return KB_OK;
+    return s->log_low[j] + (double)(s->levels[j] - 1);
+}
+
+static double log_pos(const kb_space *s, size_t j, size_t l)
+{
+    return kb_log_level_pos(s->log_low[j], log_high(s, j), s->log_low[j] + (double)l);
+}
+
+/* The level of a log-scale coordinate nearest to u (the lower at a tie): the integer the
+ * inverse map rounds to, then the nearer neighbour while one is (the distance to the
+ * increasing positions has one minimum). */
+static size_t log_level(const kb_space *s, size_t j, double u)
+{
+    double lo = s->log_low[j], n = (double)s->levels[j];
+    double v = exp(log(lo) + u * (log(log_high(s, j)) - log(lo))) - lo;
+    size_t l = v <= 0 ? 0 : v >= n - 1 ? (size_t)n - 1 : (size_t)round(v);
+    while (l > 0 && fabs(u - log_pos(s, j, l - 1)) <= fabs(u - log_pos(s, j, l)))
+        l--;
+    while ((double)l + 1 < n && fabs(u - log_pos(s, j, l + 1)) < fabs(u - log_pos(s, j, l)))
+        l++;
+    return l;
 }
 
 size_t kb__space_level(const kb_space *s, size_t j, double u)
 {
-    const double *p = s->placed ? s->placed[j] : NULL;
-    if (!p)
-        return kb__category(u, s->levels[j]);
-    size_t lo = 0, hi = s->levels[j] - 1; /* the level lies in [lo, hi] */
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (u > p[mid] + (p[mid + 1] - p[mid]) / 2) /* past the midpoint to the next */
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return s->log_low && s->log_low[j] > 0 ? log_level(s, j, u) : kb__category(u, s->levels[j]);
 }
 
 double kb__space_level_pos(const kb_space *s, size_t j, size_t l)
 {
-    const double *p = s->placed ? s->placed[j] : NULL;
-    return p ? p[l] : ((double)l + 0.5) / (double)s->levels[j];
+    return s->log_low && s->log_low[j] > 0 ? log_pos(s, j, l)
+                                           : ((double)l + 0.5) / (double)s->levels[j];
+}
+
+/* Whether coordinate j (levels set, not categorical) can take the integers from low at
+ * log positions a double tells apart: increasing, each found again from its position. */
+static int log_levels_ok(kb_space *s, size_t j, double low)
+{
+    size_t n = s->levels ? s->levels[j] : 0;
+    if (!(low >= 1.0 && low == floor(low) && low + (double)n <= 9007199254740992.0) || n < 2 ||
+        n > KB_MAX_LOG_LEVELS || s->categorical[j])
+        return 0;
+    double keep = s->log_low[j];
+    s->log_low[j] = low;
+    int ok = 1;
+    for (size_t l = 0; ok && l < n; l++)
+        ok = (l == 0 || log_pos(s, j, l) > log_pos(s, j, l - 1)) &&
+             log_level(s, j, log_pos(s, j, l)) == l;
+    s->log_low[j] = keep;
+    return ok;
+}
+
+int kb_space_set_log_levels(kb_space *s, const double *low, kb_error *err)
+{
+    if (s->finite)
+        return kb__fail(err, KB_EUNSUPPORTED, "levels", "levels are for boxes");
+    double *lows = calloc(s->dim, sizeof *lows);
+    if (!lows)
+        return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
+    double *keep = s->log_low;
+    s->log_low = lows; /* log_levels_ok reads positions through it */
+    for (size_t j = 0; low && j < s->dim; j++) {
+        if (low[j] == 0.0)
+            continue;
+        if (!log_levels_ok(s, j, low[j])) {
+            s->log_low = keep;
+            free(lows);
+            char field[KB_ERROR_FIELD_MAX];
+            snprintf(field, sizeof field, "levels[%zu]", j);
+            return kb__fail(err, KB_EINVAL, field,
+                            "log levels need an ordered coordinate of 2 to %d levels from an "
+                            "integer >= 1 whose positions a double tells apart",
+                            KB_MAX_LOG_LEVELS);
+        }
+        lows[j] = low[j];
+    }
+    free(keep);
+    redraw_on_levels(s);
+    return KB_OK;
 }
 
 void kb__space_snap(const kb_space *s, double *rows, size_t n)

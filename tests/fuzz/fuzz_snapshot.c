@@ -9,7 +9,7 @@
  * 3 input's adopted asks are adopted again (kb_engine_ask_recorded), so a restore never
  * depends on how often the study was restored before. Only running out of memory may
  * break the chain. The corpus in tests/fuzz/corpus/fuzz_snapshot/ holds valid snapshots
- * (formats 2 and 3) as seeds.
+ * (formats 2 to 4; format 4 with a log-scale integer coordinate) as seeds.
  */
 #include "kbandit.h"
 

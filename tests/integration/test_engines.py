@@ -470,6 +470,12 @@ def test_numeric_choices_match_by_value(api):
     assert r.status_code == 200, r.text
     obs = api.get(f"/v1/studies/{sid}/export").json()["observations"]
     assert [o["params"]["c"] for o in obs] == [1.0, 3, 2.5]
+    big = create_study(api, "by-value-big", space={"type": "box", "params": [
+        {"name": "c", "type": "categorical", "choices": [2 ** 53, 2 ** 53 + 1]}]})["id"]
+    r = api.post(f"/v1/studies/{big}/observations", json={"observations": [
+        {"params": {"c": 2 ** 53 + 1}, "value": 1.0}]})
+    assert r.status_code == 200, r.text
+    assert api.get(f"/v1/studies/{big}/export").json()["observations"][0]["params"]["c"] == 2 ** 53 + 1
     for bad in ("1", True, 2):
         r = api.post(f"/v1/studies/{sid}/observations",
                      json={"observations": [{"params": {"c": bad, "u": 0.5}, "value": 1.0}]})
@@ -632,11 +638,71 @@ def test_log_scale_ints_are_points_of_their_own(daemons, engine):
     r = api.get(f"/v1/studies/{sid}/trials/{nxt['id']}").json()
     assert r["params"] == nxt["params"] and r["x"] == nxt["x"], (r, nxt)
     tell(api, sid, nxt["id"], objective(nxt))
+    # the replay chose what the engine had handed out: nothing adopted
+    assert metrics(api)[("kbandit_replay_adopted_asks_total", ())] == 0
     points, res = sequential_until_empty(api, sid, objective, 200)
     trials = api.get(f"/v1/studies/{sid}/trials", params={"limit": 1000}).json()["trials"]
     params = [(t["params"]["g"], t["params"]["c"]) for t in trials]
     assert res["status"] == "exhausted" and len(params) == 40 and len(set(params)) == 40, params
     assert all(isinstance(g, int) and 1 <= g <= 20 for g, _ in params), params
+
+
+def test_stored_log_ints_keep_their_continuum(daemons):
+    """A study stored before log-scale ints became levels (its config has no "rules")
+    keeps its continuum however the daemon stopped, and a new study's config says
+    "rules": 2. An int too large for its log positions to be told apart (2e14 ..
+    2e14 + 100) is a continuum, accepted."""
+    d = daemons()
+    api = d.client()
+    sp = {"type": "box", "params": [{"name": "g", "type": "int", "low": 1, "high": 6, "log": True}]}
+    old = create_study(api, "old-log", space=sp, engine="random", settings={"seed": 3})["id"]
+    new = create_study(api, "new-log", space=sp, engine="random", settings={"seed": 3})["id"]
+    big = create_study(api, "big-log", engine="random", space={"type": "box", "params": [
+        {"name": "g", "type": "int", "low": 2 * 10 ** 14, "high": 2 * 10 ** 14 + 100, "log": True}]})["id"]
+    assert ask(api, big)["trials"][0]["params"]["g"] >= 2 * 10 ** 14
+    assert d.stop() == 0
+    con = sqlite3.connect(d.db)
+    with con:
+        config = json.loads(con.execute("SELECT config FROM studies WHERE id = ?", (new,)).fetchone()[0])
+        assert config["rules"] == 2, config
+        del config["rules"]
+        con.execute("UPDATE studies SET config = ? WHERE id = ?", (json.dumps(config), old))
+    con.close()
+    d.start()
+    api = d.client()
+    # the levels: six points, then exhausted
+    assert len({ask(api, new)["trials"][0]["params"]["g"] for _ in range(6)}) == 6
+    assert ask(api, new)["status"] == "exhausted"
+    for stop in ("kill9", "sigterm", None):
+        # the continuum: points anywhere, 12 distinct after each kind of stop
+        assert len({ask(api, old)["trials"][0]["x"][0] for _ in range(12)}) == 12, stop
+        if stop:
+            d.kill9() if stop == "kill9" else d.stop()
+            d.start()
+            api = d.client()
+
+
+def test_stored_options_past_the_new_limits_still_load(daemons):
+    """lengthscale 1e-13 and seed 2^53 + 1, accepted by earlier versions, are refused for
+    new studies only: a study stored with them still serves."""
+    d = daemons()
+    api = d.client()
+    sid = create_study(api, "old-opts", engine="gp-ucb")["id"]
+    assert d.stop() == 0
+    con = sqlite3.connect(d.db)
+    with con:
+        config = json.loads(con.execute("SELECT config FROM studies WHERE id = ?", (sid,)).fetchone()[0])
+        config["engine"]["settings"].update({"lengthscale": 1e-13, "seed": 2 ** 53 + 1})
+        con.execute("UPDATE studies SET config = ? WHERE id = ?", (json.dumps(config), sid))
+    con.close()
+    d.start()
+    api = d.client()
+    for i in range(4):
+        (t,) = ask(api, sid)["trials"]
+        tell(api, sid, t["id"], float(i))
+    body = {"name": "new-opts", "space": {"type": "candidates", "candidates": grid(5, 2)},
+            "engine": {"name": "gp-ucb", "settings": {"lengthscale": 1e-13}}}
+    assert api.post("/v1/studies", json=body).status_code == 400
 
 
 @pytest.mark.parametrize("engine", ENGINES)

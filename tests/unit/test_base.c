@@ -2283,19 +2283,20 @@ static double log12[12];
 
 static int log_int_int_categorical(kb_space *box, kb_error *err)
 {
-    const size_t levels[3] = {0, 3, 2};
+    const size_t levels[3] = {12, 3, 2};
     const unsigned char cat[3] = {0, 0, 1};
+    const double low[3] = {1, 0, 0};
     for (int k = 0; k < 12; k++)
         log12[k] = log(k + 1.0) / log(12.0);
     int rc = kb_space_set_levels(box, levels, cat, err);
-    return rc ? rc : kb_space_place_levels(box, 0, log12, 12, err);
+    return rc ? rc : kb_space_set_log_levels(box, low, err);
 }
 
-/* Placed levels (a log-scale integer: 12 x 3 x 2 = 72 points) are points of their own
- * too: each is handed out once, the box is exhausted after the last. Without placements a
- * log-scale integer was a continuum rounded, and engines handed out 1, 2 and 30 of 1..1000
- * again and again. */
-static void placed_levels_points_are_handed_out_once(void **state)
+/* Log-scale integer levels (12 x 3 x 2 = 72 points) are points of their own too: each is
+ * handed out once, the box is exhausted after the last. Without them a log-scale integer
+ * was a continuum rounded, and engines handed out 1, 2 and 30 of 1..1000 again and
+ * again. */
+static void log_levels_points_are_handed_out_once(void **state)
 {
     (void)state;
     const double b[3] = {1.0 / 6, 0.5, 5.0 / 6}, c[2] = {0.25, 0.75};
@@ -2303,39 +2304,50 @@ static void placed_levels_points_are_handed_out_once(void **state)
                           (const double *const[3]){log12, b, c});
 }
 
-/* kb_space_place_levels: positions strictly increasing within [0, 1], 2 to
- * KB_MAX_PLACED_LEVELS of them, refused otherwise with the levels as they were; a point
- * belongs to the nearer position (the lower at a tie), which snapping and the pool
- * follow; kb_space_set_levels clears placements. */
-static void placed_levels_are_checked_and_nearest(void **state)
+/* kb_space_set_log_levels: positions kb_log_level_pos (what a caller mapping values must
+ * use), refused with the levels as they were for a non-integer or categorical
+ * coordinate, fewer than 2 or more than KB_MAX_LOG_LEVELS values, or values a double
+ * cannot place apart; a point belongs to the nearer position, which snapping and the pool
+ * follow; copies keep them, kb_space_set_levels clears them. */
+static void log_levels_are_checked_and_nearest(void **state)
 {
     (void)state;
     kb_error err;
     const double rows[2] = {0.0, 1.0};
-    kb_space *box = kb_space_new_box(2, 512, &err), *fin = kb_space_new_finite(rows, 2, 1, &err);
-    const double pos[3] = {0.0, 0.1, 1.0}, desc[3] = {0.0, 0.5, 0.4}, out[2] = {0.5, 1.5};
-    expect_error(kb_space_place_levels(box, 1, desc, 3, &err), &err, KB_EINVAL, "levels[1]");
-    expect_error(kb_space_place_levels(box, 1, out, 2, &err), &err, KB_EINVAL, "levels[1]");
-    expect_error(kb_space_place_levels(box, 1, pos, 1, &err), &err, KB_EINVAL, "levels[1]");
-    expect_error(kb_space_place_levels(box, 2, pos, 3, &err), &err, KB_EINVAL, "levels[2]");
-    assert_int_equal(kb_space_place_levels(fin, 0, pos, 3, &err), KB_EUNSUPPORTED);
-    assert_int_equal(kb_space_place_levels(box, 1, pos, 3, &err), KB_OK);
+    kb_space *box = kb_space_new_box(3, 512, &err), *fin = kb_space_new_finite(rows, 2, 1, &err);
+    const size_t levels[3] = {0, 100, 4};
+    const unsigned char cat[3] = {0, 0, 1};
+    assert_int_equal(kb_space_set_levels(box, levels, cat, &err), KB_OK);
+    const double half[3] = {0, 0.5, 0}, on_cat[3] = {0, 0, 1}, on_float[3] = {1, 0, 0},
+                 huge[3] = {0, 1e15, 0}, ten[3] = {0, 10, 0};
+    expect_error(kb_space_set_log_levels(box, half, &err), &err, KB_EINVAL, "levels[1]");
+    expect_error(kb_space_set_log_levels(box, on_cat, &err), &err, KB_EINVAL, "levels[2]");
+    expect_error(kb_space_set_log_levels(box, on_float, &err), &err, KB_EINVAL, "levels[0]");
+    expect_error(kb_space_set_log_levels(box, huge, &err), &err, KB_EINVAL, "levels[1]");
+    assert_null(box->log_low); /* refusals left the levels as they were */
+    assert_int_equal(kb_space_set_log_levels(fin, ten, &err), KB_EUNSUPPORTED);
+    assert_int_equal(kb_space_set_log_levels(box, ten, &err), KB_OK); /* 10 .. 109 */
     const kb_space *s = box;
-    double u[6] = {0.3, 0.05, 0.7, 0.0501, 0.2, 0.56};
-    kb__space_snap(s, u, 3);
-    assert_true(u[0] == 0.3 && u[2] == 0.7 && u[4] == 0.2); /* coordinate 0 continuous */
-    assert_true(u[1] == 0.0 && u[3] == 0.1 && u[5] == 1.0); /* 0.05 ties to 0.0 */
-    int on[3] = {0};
-    for (size_t i = 0; i < kb_space_size(box); i++) {
-        double v = s->u[i * 2 + 1];
-        assert_true(v == 0.0 || v == 0.1 || v == 1.0);
-        on[v == 0.0 ? 0 : v == 0.1 ? 1 : 2] = 1;
+    assert_true(kb__space_level_pos(s, 1, 0) == 0.0 && kb__space_level_pos(s, 1, 99) == 1.0);
+    for (size_t l = 0; l < 100; l++) {
+        double p = kb__space_level_pos(s, 1, l);
+        assert_true(p == kb_log_level_pos(10, 109, 10.0 + (double)l));
+        assert_int_equal(kb__space_level(s, 1, p), l);
+        if (l > 0) { /* just past the midpoint to the level below: this level */
+            double q = kb__space_level_pos(s, 1, l - 1), mid = q + (p - q) / 2;
+            assert_int_equal(kb__space_level(s, 1, nextafter(mid, 2.0)), l);
+            assert_int_equal(kb__space_level(s, 1, nextafter(mid, -1.0)), l - 1);
+        }
     }
-    assert_true(on[0] && on[1] && on[2]);
+    double u[3] = {0.3, kb__space_level_pos(s, 1, 7) + 1e-9, 0.9};
+    kb__space_snap(s, u, 1);
+    assert_true(u[0] == 0.3 && u[1] == kb__space_level_pos(s, 1, 7) && u[2] == 0.875);
+    for (size_t i = 0; i < kb_space_size(box); i++)
+        assert_true(s->u[i * 3 + 1] == kb__space_level_pos(s, 1, kb__space_level(s, 1, s->u[i * 3 + 1])));
     kb_space *copy = kb__space_copy(box);
-    assert_int_equal(kb_space_set_levels(box, NULL, NULL, &err), KB_OK);
-    assert_null(box->placed);
-    assert_true(copy->placed && copy->placed[1] && copy->placed[1][1] == 0.1);
+    assert_true(copy->log_low && copy->log_low[1] == 10.0 && copy->log_low[0] == 0.0);
+    assert_int_equal(kb_space_set_levels(box, levels, cat, &err), KB_OK);
+    assert_null(box->log_low);
     kb_space_free(copy);
     kb_space_free(box);
     kb_space_free(fin);
@@ -2999,8 +3011,8 @@ int main(void)
         cmocka_unit_test(repeats_policy_is_enforced),
         cmocka_unit_test(deterministic_values_stop_repeats),
         cmocka_unit_test(discrete_box_points_are_handed_out_once),
-        cmocka_unit_test(placed_levels_points_are_handed_out_once),
-        cmocka_unit_test(placed_levels_are_checked_and_nearest),
+        cmocka_unit_test(log_levels_points_are_handed_out_once),
+        cmocka_unit_test(log_levels_are_checked_and_nearest),
         cmocka_unit_test(exhausted_asks_change_nothing),
         cmocka_unit_test(discrete_box_larger_than_its_pool),
         cmocka_unit_test(restore_anywhere_continues_identically),

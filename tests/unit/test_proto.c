@@ -321,11 +321,24 @@ static void stored_spec_round_trips(void **state)
     (void)state;
     study_spec a, b;
     spec_for(P_OBS_BOX, &a);
-    json_t *j = proto_study_spec_json(&a, 1);
+    json_t *j = proto_study_spec_json(&a, 1), *copy = json_deep_copy(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "rules")), PROTO_RULES);
     api_error err;
-    assert_int_equal(proto_study_spec_parse(j, &b, &err), 0);
+    assert_int_equal(proto_study_spec_parse_stored(copy, &b, &err), 0);
+    assert_int_equal(b.rules, PROTO_RULES);
     json_t *k = proto_study_spec_json(&b, 1);
     assert_true(json_equal(j, k));
+    json_decref(copy);
+    /* without "rules": a study stored before they were recorded, rules 1; a user's
+     * document may not set them */
+    json_object_del(j, "rules");
+    proto_study_spec_clear(&b);
+    assert_int_equal(proto_study_spec_parse_stored(j, &b, &err), 0);
+    assert_int_equal(b.rules, 1);
+    proto_study_spec_clear(&b);
+    json_object_set_new(j, "rules", json_integer(2));
+    assert_int_equal(proto_study_spec_parse(j, &b, &err), -1);
+    assert_string_equal(err.field, "rules");
     json_decref(j);
     json_decref(k);
     proto_study_spec_clear(&a);
