@@ -1,7 +1,7 @@
 /*
  * fuzz_csv.c - libFuzzer target for the CSV candidate-set reader (proto/csv.c), checked
  * against the table it must read. The input bytes do not form the CSV: they choose a
- * table (names, finite doubles) and how to write it within the documented grammar (a
+ * table (distinct names, finite doubles) and how to write it within the documented grammar (a
  * byte-order mark, plain or quoted fields, blanks around fields, LF or CRLF, blank lines,
  * a final record with or without its line end, numbers in %.17g, %e or %g). The reader
  * must accept the text and return exactly that table, every double bit for bit, with the
@@ -101,6 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fputs(style & 1 ? "\xef\xbb\xbf" : "", f);
     for (size_t j = 0; j < d && (style & 2); j++) {
         take_name(&b, names[j]);
+        names[j][0] = (char)('a' + j); /* a set's column names are distinct */
         put_blanks(f, j ? take(&b) : 0); /* blanks before a header would be part of no name */
         put_name(f, names[j], take(&b));
         put_blanks(f, take(&b));

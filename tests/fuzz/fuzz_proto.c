@@ -30,8 +30,8 @@ static void parse_study(json_t *doc)
     if (proto_study_spec_config(&s, &err) == 0) {
         json_t *j = proto_study_spec_json(&s, 1);
         study_spec t;
-        if (proto_study_spec_parse(j, &t, &err)) /* the stored form must parse back */
-            abort();
+        if (proto_study_spec_parse_stored(j, &t, &err) || t.rules != s.rules)
+            abort(); /* the stored form must parse back, under the same rules */
         proto_study_spec_clear(&t);
         json_decref(j);
     }
