@@ -303,10 +303,20 @@ int study_rebuild(study *s)
     if (r == 0) {
         s->engine = kb_engine_restore(snap, len, &rc.kerr);
         free(snap);
-    } else if (r == STORE_NOTFOUND) {
+        if (!s->engine && rc.kerr.code != KB_ENOMEM) {
+            /* A snapshot this build cannot read (damaged, or of a format it does not
+             * know) is no loss: events are never pruned, so replay them all. */
+            log_json(LOG_WARN, "snapshot passed over",
+                     json_pack("{s:I,s:I,s:s}", "study", (json_int_t)s->id, "snapshot_seq",
+                               (json_int_t)s->snap_seq, "error", rc.kerr.message));
+            r = STORE_NOTFOUND;
+            rc.kerr = (kb_error){0};
+        }
+    }
+    if (r == STORE_NOTFOUND) {
         s->snap_seq = 0;
         s->engine = engine_build(&s->spec, &rc.kerr);
-    } else {
+    } else if (r != 0) {
         snprintf(rc.kerr.message, sizeof rc.kerr.message, "snapshot unreadable");
     }
     rc.rejected = !s->engine && (r == 0 || r == STORE_NOTFOUND) && refused(&rc.kerr);

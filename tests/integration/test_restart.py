@@ -270,8 +270,9 @@ def test_refining_study_restarts_with_the_same_asks(daemons, tmp_path):
 
 def check_restarts(daemons, a, sids, tmp_path):
     """sids[1]'s next asks, then a kill -9 of daemon a: on copies of its database, sids[0]
-    hands out the same after a replay of its events and after a restore from the shutdown
-    snapshot."""
+    hands out the same after a replay of its events, after a restore from the shutdown
+    snapshot, and when that snapshot is damaged (passed over, every event replayed: such
+    a study failed for good)."""
     expected = next_asks(a.client(), sids[1])
     assert a.kill9() == -signal.SIGKILL
 
@@ -285,8 +286,17 @@ def check_restarts(daemons, a, sids, tmp_path):
     assert con.execute("SELECT COUNT(*) FROM snapshots WHERE study_id = ?",
                        (sids[0],)).fetchone()[0] == 1
     con.close()
+    damaged = copy_db(snap.db, tmp_path / "damaged")
     snap.start()
     assert next_asks(snap.client(), sids[0]) == expected
+    con = sqlite3.connect(damaged)
+    with con:
+        con.execute("UPDATE snapshots SET bytes = substr(bytes, 1, length(bytes) - 9) "
+                    "WHERE study_id = ?", (sids[0],))
+    con.close()
+    d = daemons(name="damaged", db=damaged)
+    assert next_asks(d.client(), sids[0]) == expected
+    assert "snapshot passed over" in d.stderr()
 
 
 @pytest.mark.parametrize("engine", ["gp-ucb", "gp-bucb", "gp-ts", "sgp-ts"])
