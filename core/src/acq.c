@@ -82,10 +82,10 @@ static int acq_build(acq_gp *g, const kb_kernel *k, double noise, const double *
     int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (int)n, g->L, (int)n);
     if (info)
         return kb__lapack_status(info);
-    /* row-major LAPACKE allocates transposed copies: it fails, a untouched, without memory */
-    if (LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)n, 1, g->L, (int)n, g->a, 1) != 0)
-        return KB_ENOMEM;
-    return KB_OK;
+    /* row-major LAPACKE allocates transposed copies (it fails, a untouched, without
+     * memory) and refuses a NaN: out of memory or a numerical failure */
+    info = LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', (int)n, 1, g->L, (int)n, g->a, 1);
+    return info ? kb__lapack_status(info) : KB_OK;
 }
 
 /* u(x) and, when grad is not NULL, its gradient. */

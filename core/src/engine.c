@@ -1362,7 +1362,10 @@ double kb__output_y(kb_engine *e, double y)
 {
     double mean, sd;
     kb__output_stats(e, &mean, &sd);
-    return (warp_tail(e, y) - mean) / sd;
+    /* Halved operands: y - mean overflows for values near +-DBL_MAX (told -1.7e308 and
+     * 1.7e308 in turn, gp-ucb's model went NaN for good). Halving and doubling are exact,
+     * so other values standardize to the same bits. */
+    return (warp_tail(e, y) / 2 - mean / 2) / sd * 2;
 }
 
 double kb__prior_mean(const kb_engine *e, const double *u)

@@ -436,6 +436,19 @@ def test_the_shortest_lengthscale_allowed_serves(api, engine):
             tell(api, sid, t["id"], toy(t["x"]) + 0.01 * i)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_values_near_the_largest_double_keep_a_study_serving(api, engine):
+    """Told values of -1.7e308 and +1.7e308 in turn (finite, accepted) made the
+    standardized outputs overflow: gp-ucb and gp-bucb answered 500 "out of memory" to
+    every later ask, restarts included."""
+    space = {"type": "box", "params": [{"name": "a", "type": "float", "low": 0, "high": 1}]}
+    sid = create_study(api, f"huge-{engine}", space=space, engine=engine, settings={"seed": 2})["id"]
+    for i in range(14):
+        (t,) = ask(api, sid)["trials"]
+        tell(api, sid, t["id"], 1.7e308 if i % 2 else -1.7e308)
+    assert api.get(f"/v1/studies/{sid}/best").json()["value"] == 1.7e308
+
+
 def test_float_params_read_back_as_written(api):
     """A warm start's 0.001 on a log scale (and 0.3 on a linear one) comes back as 0.001
     (it was 0.0010000000000000002: mapped to the unit cube and back); handed-out floats
