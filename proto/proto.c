@@ -16,6 +16,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -686,7 +687,8 @@ static const kb_option_spec *option_spec(const char *engine, const char *name)
 #define PROTO_LENGTHSCALE_MIN 1e-12
 
 /* A new study's engine settings: an integer option's JSON integer within +-2^53 (the seed
- * 2^53 + 1 read as 2^53 and passed its maximum), lengthscales >= PROTO_LENGTHSCALE_MIN. */
+ * 2^53 + 1 read as 2^53 and passed its maximum), no subnormal number, lengthscales >=
+ * PROTO_LENGTHSCALE_MIN. */
 static int settings_check_new(const study_spec *s, api_error *err)
 {
     const char *key;
@@ -701,6 +703,12 @@ static int settings_check_new(const study_spec *s, api_error *err)
             return api_fail(err, API_INVALID, p,
                             "must be an integer from -2^53 to 2^53 (a double holds no other "
                             "exactly)");
+        for (size_t i = 0; i < (json_is_array(v) ? json_array_size(v) : 1); i++) {
+            double x = json_number_value(json_is_array(v) ? json_array_get(v, i) : v);
+            if (x != 0.0 && fabs(x) < DBL_MIN) /* sgp-ts's lambda 5e-324 failed every ask */
+                return api_fail(err, API_INVALID, p, "'%s' must not be subnormal (0 < |x| < "
+                                "2.2250738585072014e-308)", key);
+        }
         int one = strcmp(key, "lengthscale") == 0, many = strcmp(key, "lengthscales") == 0;
         for (size_t i = 0; (one && i < 1) || (many && i < json_array_size(v)); i++) {
             json_t *l = one ? v : json_array_get(v, i);
@@ -1096,7 +1104,11 @@ void proto_box_levels(const study_spec *s, size_t *levels, unsigned char *catego
         double n = p->type == PARAM_CATEGORICAL ? (double)json_array_size(p->choices)
                    : p->type == PARAM_INT && !p->log ? p->high - p->low + 1.0
                                                      : 0.0;
-        levels[i] = n >= 2.0 && n <= 1e15 ? (size_t)n : 0; /* beyond: a continuum */
+        /* one value (a one-choice categorical, an int or a float with low == high) is a
+         * level of its own under rules 2: a box of such and other discrete parameters
+         * holds finitely many points (it was a continuum handing out one point forever) */
+        int one = s->rules >= 2 && (n == 1.0 || (p->type != PARAM_CATEGORICAL && p->high == p->low));
+        levels[i] = one ? 1 : n >= 2.0 && n <= 1e15 ? (size_t)n : 0; /* beyond: a continuum */
         categorical[i] = p->type == PARAM_CATEGORICAL && levels[i] >= 2;
     }
 }

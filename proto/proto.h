@@ -24,9 +24,10 @@
 
 /* The rules a new study is created under, stored with it ("rules" in its stored config;
  * absent: 1) so that a stored study keeps the behaviour it was created with:
- *   1  log-scale int parameters are a continuum, rounded;
+ *   1  log-scale int parameters are a continuum, rounded, and so is a one-value
+ *      parameter;
  *   2  (this version) a log-scale int's values are levels of their own
- *      (proto_log_int_low). */
+ *      (proto_log_int_low), and a one-value parameter is one level (proto_box_levels). */
 #define PROTO_RULES 2
 
 /* ------------------------------------------------------------- errors */
@@ -92,7 +93,7 @@ int proto_study_spec_parse_stored(json_t *doc, study_spec *out, api_error *err);
 /* The rules only a new study must pass (int bounds within +-(2^53 - 1), field
  * space.params[i].low / high; categorical choices are distinct, field
  * space.params[i].choices[j], the first repeat; integer engine options within +-2^53 and
- * lengthscales >= 1e-12, field engine.settings.<option>). A stored study is loaded under the
+ * lengthscales >= 1e-12, no subnormal number, field engine.settings.<option>). A stored study is loaded under the
  * rules it was created with, so a database written before a rule was added still opens. */
 int proto_study_spec_check_new(const study_spec *s, api_error *err);
 /* Builds spec->cfg from engine name and settings: unknown engine -> field engine.name,

@@ -169,9 +169,10 @@ KB_API kb_space *kb_space_new_finite(const double *rows, size_t n, size_t dim, k
  * pool_size x dim <= KB_MAX_POOL_POINTS (else KB_ERANGE, field "pool_size"). */
 KB_API kb_space *kb_space_new_box(size_t dim, size_t pool_size, kb_error *err);
 
-/* Box only: coordinates that take a few values. levels[j] = 0: continuous; L >= 2: the
+/* Box only: coordinates that take a few values. levels[j] = 0: continuous; L >= 1: the
  * coordinate takes the L values (i + 1/2) / L, the centres of L equal bins (an integer
- * parameter, or a categorical's choices), and pool points are placed on them;
+ * parameter, or a categorical's choices; L = 1: a one-value parameter at 1/2), and pool
+ * points are placed on them;
  * categorical[j] != 0 (with L >= 2): the values are unordered choices, compared by
  * identity in the kernel (kb_kernel_set_choices), so their order changes nothing. NULL
  * arrays mean all 0. Copies the arrays and redraws the pool. KB_EINVAL (field

@@ -204,7 +204,7 @@ int kb_space_set_levels(kb_space *s, const size_t *levels, const unsigned char *
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");
     }
     for (size_t j = 0; j < s->dim; j++) {
-        lv[j] = levels && levels[j] >= 2 ? levels[j] : 0;
+        lv[j] = levels ? levels[j] : 0;
         cat[j] = categorical && categorical[j];
     }
     free(s->levels);

@@ -660,6 +660,26 @@ def test_log_scale_ints_are_points_of_their_own(daemons, engine):
     assert all(isinstance(g, int) and 1 <= g <= 20 for g, _ in params), params
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_one_value_params_leave_a_box_discrete(api, engine):
+    """A one-value int, float (low == high) or one-choice categorical is one point of its
+    coordinate: with a 2-choice categorical and a 2-value int the box holds 4 points,
+    handed out once each, then "exhausted" (a one-value param made the box a continuum
+    that handed out one point forever)."""
+    sp = {"type": "box", "params": [
+        {"name": "c", "type": "categorical", "choices": ["a", "b"]},
+        {"name": "i", "type": "int", "low": 7, "high": 7},
+        {"name": "f", "type": "float", "low": 0.5, "high": 0.5},
+        {"name": "o", "type": "categorical", "choices": ["only"]},
+        {"name": "k", "type": "int", "low": 0, "high": 1}]}
+    sid = try_create_engine_study(api, f"one-{engine}", engine, sp, {"seed": 1})["id"]
+    points, res = sequential_until_empty(
+        api, sid, lambda t: float(t["params"]["k"]) + (t["params"]["c"] == "b"), 50)
+    assert res["status"] == "exhausted" and len(set(points)) == 4 == len(points), points
+    for t in api.get(f"/v1/studies/{sid}/trials").json()["trials"]:
+        assert (t["params"]["i"], t["params"]["f"], t["params"]["o"]) == (7, 0.5, "only"), t
+
+
 def test_stored_log_ints_keep_their_continuum(daemons):
     """A study stored before log-scale ints became levels (its config has no "rules")
     keeps its continuum however the daemon stopped, and a new study's config says
