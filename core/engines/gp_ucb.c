@@ -83,7 +83,7 @@
     {"B", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL, "bound on the RKHS norm of f"},  \
     {"R", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,                                  \
      "sub-Gaussian parameter of the noise"},                                               \
-    {"delta", KB_OPT_NUMBER, 0, 1, 1, 0.05, NULL, NULL,                                    \
+    {"delta", KB_OPT_NUMBER, 0, KB__BELOW_ONE, 1, 0.05, NULL, NULL,                                    \
      "confidence parameter, in (0, 1)"},                                                   \
     {"beta_scale", KB_OPT_NUMBER, 0, INFINITY, 1, 1.0, NULL, NULL,                         \
      "multiplies the theoretical beta_t (practical scaling, see gp_ucb.c)"}
@@ -523,8 +523,6 @@ static void gp_destroy(kb_engine *e)
 
 static int gp_create_common(kb_engine *e, int batched, kb_error *err)
 {
-    if (kb_config_number(e->cfg, "delta") >= 1.0)
-        return kb__fail(err, KB_ERANGE, "delta", "delta must be in (0, 1)");
     gp_state *s = calloc(1, sizeof *s);
     if (!s)
         return kb__fail(err, KB_ENOMEM, NULL, "out of memory");

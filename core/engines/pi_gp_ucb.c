@@ -99,7 +99,7 @@ static const kb_option_spec pi_options[] = {
      "bound on the RKHS norm of the objective (in the engine's output units)"},
     {"R", KB_OPT_NUMBER, 0, INFINITY, 0, 1.0, NULL, NULL,
      "sub-Gaussian constant of the noise (in the engine's output units)"},
-    {"delta", KB_OPT_NUMBER, 0, 1, 1, 0.1, NULL, NULL, "confidence level 1 - delta, 0 < delta < 1"},
+    {"delta", KB_OPT_NUMBER, 0, KB__BELOW_ONE, 1, 0.1, NULL, NULL, "confidence level 1 - delta, 0 < delta < 1"},
     {"lambda", KB_OPT_NUMBER, 0, INFINITY, 0, 0.0, NULL, NULL,
      "GP regularization alpha; 0: the fitted noise (hyperparameters = fit), or the "
      "paper's 1 + 2/horizon (fixed)"},
@@ -650,8 +650,6 @@ static double kernel_nu(kb_kernel_kind kind)
  * `kernel` option's own choice list). */
 static int check_config(kb_engine *e, kb_error *err)
 {
-    if (kb_config_number(e->cfg, "delta") >= 1.0)
-        return kb__fail(err, KB_ERANGE, "delta", "'delta' must be < 1");
     if (strcmp(kb_config_string(e->cfg, "output_scaling"), "warp") == 0)
         return kb__fail(err, KB_EINVAL, "output_scaling",
                         "pi-gp-ucb's leaf solves are affine in y: output_scaling must be "
@@ -693,15 +691,16 @@ static void pi_destroy(kb_engine *e)
     e->impl = NULL;
 }
 
-/* The initial grid of m^d cubes. */
-static int initial_cover(pi_state *st, kb_error *err)
+/* The initial grid of m^d cubes; a cover too large is the fault of `option` (the one that
+ * set m). */
+static int initial_cover(pi_state *st, const char *option, kb_error *err)
 {
     size_t total = 1;
     for (size_t j = 0; j < st->d; j++) {
         if (total > MAX_INITIAL_CELLS / st->m)
-            return kb__fail(err, KB_ERANGE, "initial_divisions",
-                            "the initial cover would have more than %u cells",
-                            MAX_INITIAL_CELLS);
+            return kb__fail(err, KB_ERANGE, option,
+                            "the initial cover would have more than %u cells; lower %s",
+                            MAX_INITIAL_CELLS, option);
         total *= st->m;
     }
     if (add_cells(st, total))
@@ -754,7 +753,7 @@ static int pi_create(kb_engine *e, kb_error *err)
     st->beta_scale = kb_config_number(e->cfg, "beta_scale");
     double m = kb_config_number(e->cfg, "initial_divisions");
     st->m = m > 0 ? (size_t)m : initial_divisions(e, st, T);
-    if ((rc = initial_cover(st, err)))
+    if ((rc = initial_cover(st, m > 0 ? "initial_divisions" : "horizon", err)))
         goto fail;
     st->cand_cell = malloc(n * sizeof *st->cand_cell);
     st->cand_order = malloc(n * sizeof *st->cand_order);

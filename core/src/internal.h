@@ -60,6 +60,10 @@ typedef struct kb_chol {
  * failure is the data's), else KB_ENUMERIC. */
 int kb__lapack_status(int info);
 
+/* The largest double below 1: the maximum of an option that must be < 1 (the catalogue
+ * then states the bound the engine enforces). */
+#define KB__BELOW_ONE 0x1.fffffffffffffp-1
+
 void kb__chol_init(kb_chol *f, int colmajor);
 void kb__chol_free(kb_chol *f);
 /* Capacity of exactly `need` rows when it has fewer, the factor kept. KB_ENOMEM leaves f

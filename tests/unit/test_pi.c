@@ -503,11 +503,16 @@ static void bad_configurations_are_rejected(void **state)
     double inside[4] = {0.1, 0.2, 0.9, 1.0}, outside[4] = {0.1, 0.2, 1.5, 0.3};
     kb_space *ok = kb_space_new_finite(inside, 2, D, &err);
     kb_space *out = kb_space_new_finite(outside, 2, D, &err);
-    expect_create_fails(cfg_with("delta", NULL, 1.0), ok, "delta");
+    kb_config *d1 = kb_config_new("pi-gp-ucb", &err);
+    assert_int_equal(kb_config_set_number(d1, "delta", 1.0, &err), KB_ERANGE); /* < 1 */
+    assert_string_equal(err.field, "delta");
+    kb_config_free(d1);
     expect_create_fails(cfg_with("input_scaling", "standardize", 0), ok, "input_scaling");
     expect_create_fails(cfg_with("input_scaling", "none", 0), out, "candidates[1][0]");
     kb_space *d9 = kb_space_new_box(9, 16, &err);
     expect_create_fails(cfg_with("initial_divisions", NULL, 100), d9, "initial_divisions");
+    /* a cover sized by the horizon names the horizon (it named initial_divisions, unset) */
+    expect_create_fails(cfg_with("horizon", NULL, 1e9), d9, "horizon");
     kb_config *cfg = kb_config_new("pi-gp-ucb", &err);
     /* a Matern kernel only (its own kernel option), matern32 unless set */
     assert_string_equal(kb_config_string(cfg, "kernel"), "matern32");

@@ -90,7 +90,7 @@ static const char *const floor_choices[] = {"auto", "pending", "none", NULL};
      "bound on the RKHS norm of the (standardized) objective, Theorem 2"},                    \
     {"noise", KB_OPT_NUMBER, 0, INFINITY, 0, 0.1, NULL, NULL,                                 \
      "noise standard deviation xi in standardized output units, Theorem 2"},                  \
-    {"delta", KB_OPT_NUMBER, 0, 1, 1, 0.01, NULL, NULL, "confidence level, Theorem 2"},       \
+    {"delta", KB_OPT_NUMBER, 0, KB__BELOW_ONE, 1, 0.01, NULL, NULL, "confidence level, Theorem 2"},       \
     {"beta", KB_OPT_STRING, 0, 0, 0, 0, "scaled", beta_choices,                               \
      "confidence width: theory (Theorem 2), scaled (beta_scale x theory), fixed "            \
      "(beta_fixed)"},                                                                         \
@@ -230,11 +230,6 @@ static int bbkb_create(kb_engine *e, kb_error *err)
     kb__chol_init(&st->L, 1);
     kb__chol_init(&st->Lstart, 1);
     read_options(e, st);
-    if (st->delta >= 1.0) {
-        bbkb_destroy(e);
-        e->impl = NULL;
-        return kb__fail(err, KB_ERANGE, "delta", "'delta' must be < 1");
-    }
     st->A = e->space->n;
     st->init_phase = st->P > 0;
     size_t A = st->A;
