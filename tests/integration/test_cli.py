@@ -196,6 +196,44 @@ def test_observe_warm_starts_from_an_export(cli, d, tmp_path):
     assert [(o["x"], o["params"], o["value"]) for o in obs] == [(t.data["x"], None, 2.5)]
 
 
+def test_observe_reads_back_boolean_and_numeric_choices(cli, d, tmp_path):
+    """An export writes a choice true as `true` and 1.0 as `1`: observe matches them by
+    value (it compared Python's str(), 'True' and '1.0', and refused its own export)."""
+    cli("create", "ch", "--param", "b=cat:true,false", "--param", "lr=cat:0.1,1.0,2",
+        "--engine", "random")
+    study = kbandit.Client(d.url, d.token).study("ch")
+    for i, t in enumerate(study.ask(4)):
+        t.tell(float(i))
+    cli("export", "ch", "-o", tmp_path / "ch.csv")
+    cli("create", "ch2", "--param", "b=cat:true,false", "--param", "lr=cat:0.1,1.0,2")
+    assert cli.json("observe", "ch2", tmp_path / "ch.csv") == {"added": 4}
+    got = cli.json("export", "ch2", "--format", "json")["observations"]
+    assert sorted(map(str, [o["params"] for o in got])) == \
+        sorted(map(str, [t.params for t in study.trials()]))
+
+
+def test_usage_errors_instead_of_tracebacks(cli, d, tmp_path):
+    """Non-finite numbers, negative intervals and timeouts, and flags --spec would drop
+    are usage errors (exit 2), not tracebacks or silently ignored; a name of non-ASCII
+    digits is a name, not an id; a token with a trailing newline works."""
+    make_study(cli, "u1")
+    for args in (("tell", "u1", 1, "nan"), ("tell", "u1", 1, "inf"),
+                 ("create", "n", "--param", "x=float:0:nan"),
+                 ("create", "n", "--param", "x=float:0:1", "--set", "lengthscale=NaN"),
+                 ("create", "n", "--param", "x=float:0:1", "--set", "lengthscale=1e400"),
+                 ("watch", "u1", "--interval", "-1"), ("--timeout", "-1", "studies"),
+                 ("--timeout", "0", "studies")):
+        r = cli(*args, expect=2)
+        assert "Traceback" not in r.stderr, (args, r.stderr)
+    (tmp_path / "s.json").write_text(json.dumps({"name": "fromspec", "space": {
+        "type": "box", "params": [{"name": "x", "type": "float", "low": 0, "high": 1}]}}))
+    r = cli("create", "--spec", tmp_path / "s.json", "--max-trials", "5", expect=2)
+    assert "--max-trials" in r.stderr
+    other = make_study(cli, "١٧")
+    assert cli.json("show", "١٧")["id"] == other["id"]
+    assert kbandit.Client(d.url, d.token + "\n").study("u1").name == "u1"
+
+
 def test_yaml_without_pyyaml_is_a_clear_usage_error(d, tmp_path):
     blocker = tmp_path / "block"
     blocker.mkdir()

@@ -167,6 +167,20 @@ def test_unrestored_study_restores_on_first_use_with_the_same_asks(daemons, slow
                for line in b.stderr().splitlines()) == 1
 
 
+def test_client_finds_an_unrestored_study_with_its_progress(daemons, slow_db, tmp_path):
+    """The Python client's lookup by name reads the listing, where a study not restored
+    yet has progress null (`kbandit show NAME` then failed with a TypeError): such a
+    study is fetched by id, which restores it."""
+    import client_util  # noqa: F401 - puts the client on sys.path
+    import kbandit
+    last = slow_db[1][-1]  # (id, name), restored last by the background threads
+    d, _ = start_on_copy(daemons, slow_db, tmp_path, "client")
+    assert healthz_studies(d)["restoring"] > 0
+    study = kbandit.Client(d.url).find_study(last[1])
+    assert study.id == last[0] and study.progress["trials"]["completed"] == TRIALS
+    assert restored_by(d, last[0]) == "request"
+
+
 def test_sigterm_during_restore_exits_cleanly(daemons, slow_db, tmp_path):
     d, studies = start_on_copy(daemons, slow_db, tmp_path, "term")
     assert healthz_studies(d)["restoring"] > 0

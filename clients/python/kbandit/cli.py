@@ -2,13 +2,14 @@
 parsing, one function per subcommand, and the mapping of failures to exit statuses."""
 import argparse
 import json
+import math
 import sys
 import time
 
 from . import render
 from .client import Client
 from .errors import ConnectionFailed, KbanditError, NotFound
-from .space import read_csv, read_observations
+from .space import finite, read_csv, read_observations
 from .study import Study
 
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_TRIAL = 0, 1, 2, 3, 4
@@ -52,7 +53,9 @@ def main(argv=None):
     """Runs the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        client = Client(args.url, args.token, timeout=args.timeout)
+        # a command answers within seconds when the daemon is down (worker loops keep the
+        # library's longer default, which outlasts a restart)
+        client = Client(args.url, args.token, timeout=args.timeout, retries=5)
     except ValueError as e:  # a malformed --url
         return _fail(EXIT_USAGE, e)
     try:
@@ -98,7 +101,7 @@ def build_parser():
     _ask_options(_study_arg(command("ask", cmd_ask, "ask for trials")))
     p = _study_arg(command("tell", cmd_tell, "tell a trial's value"))
     p.add_argument("trial", type=int, help="trial id")
-    p.add_argument("value", type=float, help="the measured value, in the study's direction")
+    p.add_argument("value", type=number(), help="the measured value, in the study's direction")
     p = _study_arg(command("observe", cmd_observe,
                            "warm start: add results evaluated outside the study from a CSV "
                            "file (a header with the parameters' names and 'value'; a "
@@ -132,7 +135,7 @@ def _global_options(parser, defaults):
     opt("--url", default=None, help="daemon URL (default $KB_URL, else http://127.0.0.1:8080)")
     opt("--token", default=None, help="bearer token (default $KB_TOKEN)")
     opt("--json", action="store_true", default=False, help="print JSON, not tables")
-    opt("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
+    opt("--timeout", type=number(above=0), default=30.0, help="seconds per request (default 30)")
 
 
 def _study_arg(p):
@@ -148,7 +151,8 @@ def _create_options(p):
                         "NAME=cat:A,B,... (repeat for each parameter)")
     p.add_argument("--candidates", metavar="CSV", help="candidate set: a CSV file of numbers")
     p.add_argument("--candidate-set", type=int, metavar="ID", help="an uploaded candidate set")
-    p.add_argument("--direction", choices=["maximize", "minimize"], default="maximize")
+    p.add_argument("--direction", choices=["maximize", "minimize"],
+                   help="default: maximize")
     p.add_argument("--engine", help="engine name (daemon default: bbkb)")
     p.add_argument("--set", action="append", type=parse_setting, default=[], metavar="KEY=VALUE",
                    dest="settings", help="engine setting (VALUE read as JSON, else as text)")
@@ -160,13 +164,13 @@ def _create_options(p):
 
 def _ask_options(p):
     p.add_argument("--count", type=int, default=1, help="trials to ask for (default 1)")
-    p.add_argument("--wait", type=float, default=0.0,
+    p.add_argument("--wait", type=number(at_least=0), default=0.0,
                    help="seconds to wait for a trial (default 0: answer at once)")
     p.add_argument("--worker", help="worker name (default host-pid)")
 
 
 def _watch_options(p):
-    p.add_argument("--interval", type=float, default=2.0,
+    p.add_argument("--interval", type=number(at_least=0), default=2.0,
                    help="seconds between refreshes (default 2)")
     p.add_argument("--once", action="store_true", help="print one summary and exit")
 
@@ -184,7 +188,7 @@ def parse_param(text):
     if kind not in ("float", "int") or len(parts) not in (2, 3) or parts[2:] not in ([], ["log"]):
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=float:LOW:HIGH[:log], "
                                          "NAME=int:LOW:HIGH[:log] or NAME=cat:A,B,...")
-    convert = float if kind == "float" else int
+    convert = finite if kind == "float" else int
     try:
         param = {"name": name, "type": kind, "low": convert(parts[0]), "high": convert(parts[1])}
     except ValueError as e:
@@ -202,11 +206,39 @@ def parse_setting(text):
 
 
 def _scalar(text):
-    """A JSON value when the text is one (1, 0.5, [1, 2], true), else the text itself."""
+    """A JSON value when the text is one (1, 0.5, [1, 2], true), else the text itself;
+    NaN, Infinity and numbers beyond a double (1e400) are refused: JSON cannot carry them."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError:
         return text
+    if not _all_finite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a finite number")
+    return value
+
+
+def _all_finite(value):
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_all_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_all_finite(v) for v in value.values())
+    return True
+
+
+def number(above=None, at_least=None):
+    """An argparse type: a finite float, > above / >= at_least when given."""
+    def parse(text):
+        try:
+            v = finite(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not a finite number") from None
+        if (above is not None and not v > above) or (at_least is not None and not v >= at_least):
+            bound = f"> {above:g}" if above is not None else f">= {at_least:g}"
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {bound}")
+        return v
+    return parse
 
 
 # ---------------------------------------------------------------------- commands
@@ -230,11 +262,22 @@ def cmd_studies(client, args):
 
 def cmd_create(client, args):
     if args.spec:
+        given = [flag for flag, v in (("--param", args.param), ("--candidates", args.candidates),
+                                      ("--candidate-set", args.candidate_set),
+                                      ("--direction", args.direction), ("--engine", args.engine),
+                                      ("--set", args.settings),
+                                      ("--lease-seconds", args.lease_seconds),
+                                      ("--max-trials", args.max_trials))
+                 if v not in (None, [])]
+        if given:  # they used to be dropped without a word
+            raise UsageError(f"create: --spec holds the whole study; {', '.join(given)} "
+                             "cannot be combined with it (put them in the file)")
         study = _create(client, args, spec=load_spec(args.spec))
     else:
         if not args.name:
             raise UsageError("create: a NAME, or --spec FILE, is required")
-        study = _create(client, args, **_space_kwargs(client, args), direction=args.direction,
+        study = _create(client, args, **_space_kwargs(client, args),
+                        direction=args.direction or "maximize",
                         engine=args.engine, settings=dict(args.settings),
                         lease_seconds=args.lease_seconds, max_trials=args.max_trials)
     _print_object(study, args)
@@ -436,7 +479,8 @@ def _finished(study):
 
 def resolve(client, ref):
     """STUDY: an id when all digits, else a name."""
-    return client.get_study(int(ref)) if ref.isdigit() else client.study(ref)
+    is_id = ref.isascii() and ref.isdigit()  # "١٧" is a name, not study 17
+    return client.get_study(int(ref)) if is_id else client.study(ref)
 
 
 def _print_json(obj):

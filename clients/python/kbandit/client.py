@@ -20,12 +20,16 @@ class Client:
     keep-alive connection, so one Client can be shared by worker threads.
 
     timeout: seconds for connecting and for each answer (a long-poll ask adds its wait);
-    retries: further attempts after a connection failure or a 503 (see transport.py);
+    retries: further attempts after a connection failure or a 503 (see transport.py; the
+    default 9 waits about 16-33 s in all, longer than a daemon's restart);
     worker: the name trials are handed out to (default host-pid[-thread])."""
 
-    def __init__(self, url=None, token=None, *, timeout=30.0, retries=5, worker=None):
+    def __init__(self, url=None, token=None, *, timeout=30.0, retries=9, worker=None):
         self.url = (url or os.environ.get("KB_URL") or DEFAULT_URL).rstrip("/")
-        self.token = token if token is not None else (os.environ.get("KB_TOKEN") or None)
+        token = token if token is not None else os.environ.get("KB_TOKEN")
+        # a token read from a file or a secret often ends in a newline, which no header
+        # may hold (the daemon strips its own token file the same way)
+        self.token = token.strip() or None if token else None
         self.timeout = timeout
         self.retries = retries
         self._worker = worker
@@ -100,8 +104,11 @@ class Client:
         return Study(self, self._call("GET", f"/v1/studies/{int(study_id)}").json())
 
     def find_study(self, name):
-        """The live study with this name, or None."""
-        return next((s for s in self.studies(name=name) if s.name == name), None)
+        """The live study with this name, or None. A listing shows a study not restored
+        yet after a start without its progress: such a study is fetched by id, which
+        restores it."""
+        found = next((s for s in self.studies(name=name) if s.name == name), None)
+        return self.get_study(found.id) if found is not None and found.progress is None else found
 
     def study(self, ref):
         """A study by id (an int) or by name (a str); NotFound when there is none."""

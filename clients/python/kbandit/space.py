@@ -3,6 +3,7 @@ study "space" object: box parameters from dicts, tuples and lists; candidate set
 lists of rows, numpy arrays, or CSV files (read here, so quoted header fields and the
 column names survive; uploaded as JSON)."""
 import csv
+import math
 import numbers
 import os
 
@@ -103,11 +104,33 @@ def read_observations(path, space):
     for n, row in enumerate(rows, start=2):  # line numbers, the header being line 1
         try:
             point = (_box_point(row, space["params"]) if space["type"] == "box"
-                     else [float(row[c]) for c in columns])
-            out.append((point, float(row["value"])))
+                     else [finite(row[c]) for c in columns])
+            out.append((point, finite(row["value"])))
         except (KeyError, ValueError) as e:
             raise ValueError(f"{path}: line {n}: {e}") from None
     return out
+
+
+def finite(text):
+    """A finite float from text (float() also reads nan and inf, which JSON cannot carry)."""
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"{text!r} is not a finite number")
+    return v
+
+
+def choice_is(choice, text):
+    """Whether a CSV field is this categorical choice as the daemon's export writes it:
+    true / false for a boolean, a number by value (1 for 1.0), a string as is."""
+    if isinstance(choice, bool):
+        return text == ("true" if choice else "false")
+    if isinstance(choice, (int, float)):
+        try:
+            return (int(text) == choice if isinstance(choice, int) and text.strip().lstrip("+-").isdigit()
+                    else float(text) == choice)
+        except ValueError:
+            return False
+    return text == choice
 
 
 def _box_point(row, params):
@@ -117,11 +140,11 @@ def _box_point(row, params):
             raise KeyError(f"no column for parameter {p['name']!r}")
         text = row[p["name"]]
         if p["type"] == "float":
-            point[p["name"]] = float(text)
+            point[p["name"]] = finite(text)
         elif p["type"] == "int":
-            point[p["name"]] = int(float(text))
+            point[p["name"]] = int(text) if text.strip().lstrip("+-").isdigit() else int(finite(text))
         else:
-            match = [c for c in p["choices"] if str(c) == text]
+            match = [c for c in p["choices"] if choice_is(c, text)]
             if not match:
                 raise ValueError(f"{p['name']}: {text!r} is not one of its choices")
             point[p["name"]] = match[0]

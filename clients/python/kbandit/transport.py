@@ -51,7 +51,7 @@ class _NotSent(Exception):
 class Transport:
     """Sends requests to one daemon; safe to share between threads."""
 
-    def __init__(self, url, token=None, timeout=30.0, retries=5, backoff=0.1, max_backoff=10.0):
+    def __init__(self, url, token=None, timeout=30.0, retries=9, backoff=0.1, max_backoff=10.0):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"bad daemon URL {url!r}: expected http[s]://host[:port]")
