@@ -642,7 +642,7 @@ static int choice_cmp(const void *pa, const void *pb)
 static size_t first_repeat(const json_t *choices, int *oom)
 {
     size_t n = json_array_size(choices), rep = SIZE_MAX;
-    choice_ref *r = malloc(n * sizeof *r);
+    choice_ref *r = malloc((n ? n : 1) * sizeof *r);
     *oom = !r;
     if (!r)
         return rep;
@@ -977,36 +977,12 @@ fail:
 
 /* ----------------------------------------------------- candidate sets */
 
-typedef struct name_ref {
-    const char *s;
-    size_t len, i;
-} name_ref;
-
-/* By bytes, then by position: a repeat sorts right after the earlier equal names. */
-static int name_cmp(const void *pa, const void *pb)
-{
-    const name_ref *a = pa, *b = pb;
-    int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
-    if (!c)
-        c = (a->len > b->len) - (a->len < b->len);
-    return c ? c : (a->i > b->i) - (a->i < b->i);
-}
-
 int proto_names_distinct(const json_t *names, const char *context, api_error *err)
 {
-    size_t n = json_array_size(names), rep = SIZE_MAX;
-    name_ref *r = malloc((n ? n : 1) * sizeof *r);
-    if (!r)
+    int oom;
+    size_t rep = first_repeat(names, &oom); /* strings compare by bytes, as choices do */
+    if (oom)
         return api_fail(err, API_INTERNAL, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const json_t *v = json_array_get(names, i);
-        r[i] = (name_ref){json_string_value(v), json_string_length(v), i};
-    }
-    qsort(r, n, sizeof *r, name_cmp); /* O(n log n) for the 10,000 columns a CSV may have */
-    for (size_t i = 1; i < n; i++)
-        if (r[i].len == r[i - 1].len && memcmp(r[i].s, r[i - 1].s, r[i].len) == 0 && r[i].i < rep)
-            rep = r[i].i;
-    free(r);
     if (rep == SIZE_MAX)
         return 0;
     char p[API_FIELD_MAX];
