@@ -130,6 +130,17 @@ typedef struct leaf_gp {
     size_t *tpt;     /* told row r is distinct input tpt[r]; full row r is input r */
     int broken;      /* tf, ff do not match the counts (a rebuild failed): see gp_ready */
     double *w_y, *w_1; /* told system solves, tf.n each */
+    uint64_t ff_resets; /* bumped by every change of ff other than appending rows */
+    /* The variance cache: V = L_f^-1 k(inputs, C) for the leaf's candidates C, v_rows
+     * (the full factor's leading rows) x v_cols, row-major, room for v_cap rows; valid
+     * while ff_resets == v_resets and the candidates are those of assignment v_assign
+     * (pi_state.assigns). A hand-out of a new input appends a row to ff, and the next
+     * refresh then solves that row alone (O(rows x C)) instead of the whole
+     * O(rows^2 x C) solve: one ask of 1,000 points took 22 s (a leaf of 1,000 pending
+     * inputs and 2,048 candidates), docs/BENCHMARKS.md, fifty-seventh session. */
+    double *V;
+    size_t v_rows, v_cols, v_cap;
+    uint64_t v_resets, v_assign;
 } leaf_gp;
 
 typedef struct cell {
@@ -154,8 +165,15 @@ typedef struct pi_state {
     size_t asks_since_refresh;
     int split_since_refresh;
     uint64_t splits;
+    uint64_t assigns;  /* assign_candidates calls: which candidates a variance cache is for */
+    size_t v_doubles;  /* held by the leaves' variance caches, at most PI_CACHE_DOUBLES */
     double sec_ask, sec_tell;
 } pi_state;
+
+/* The variance caches' memory bound (32 MiB per study): past it a leaf's variances are
+ * solved whole at each refresh, as before the cache (the same size as the one-off
+ * scratch that solve needs). */
+#define PI_CACHE_DOUBLES ((size_t)1 << 22)
 
 #define NO_ROW ((size_t)-1)
 
@@ -234,10 +252,20 @@ static int factor_build(kb_chol *f, const size_t *pt, size_t n, const kb_kernel 
 
 /* ---------------------------------------------------------- leaf GPs */
 
-static void gp_free(leaf_gp *g)
+/* Drops g's variance cache (its memory back to the study's bound). */
+static void cache_drop(pi_state *st, leaf_gp *g)
+{
+    st->v_doubles -= g->v_cap * g->v_cols;
+    free(g->V);
+    g->V = NULL;
+    g->v_cap = g->v_cols = g->v_rows = 0;
+}
+
+static void gp_free(pi_state *st, leaf_gp *g)
 {
     if (!g)
         return;
+    cache_drop(st, g);
     free(g->u);
     free(g->told);
     free(g->pend);
@@ -300,6 +328,7 @@ static size_t gp_find(const leaf_gp *g, const double *u, size_t d)
 static int gp_rebuild(const pi_state *st, const kb_kernel *k, leaf_gp *g)
 {
     g->broken = 1;
+    g->ff_resets++;
     double noise[g->n ? g->n : 1];
     size_t nt = 0;
     for (size_t j = 0; j < g->n; j++)
@@ -332,6 +361,15 @@ static int renoise(kb_chol *f, size_t r, double from, double to)
     return from == to ? KB_OK : diag_change(f, r, to - from);
 }
 
+/* renoise for the full factor's row j: a change of that row (not an append) makes the
+ * variance cache stale. */
+static int ff_renoise(leaf_gp *g, size_t j, double from, double to)
+{
+    if (from != to)
+        g->ff_resets++;
+    return renoise(&g->ff, j, from, to);
+}
+
 /* Adds (told, pend) to input u (new input appended if absent) and updates both factors.
  * On failure the counts are restored and the factors rebuilt from them. */
 static int gp_add(const pi_state *st, const kb_kernel *k, leaf_gp *g, const double *u,
@@ -359,7 +397,7 @@ static int gp_add(const pi_state *st, const kb_kernel *k, leaf_gp *g, const doub
     g->n_told += (size_t)dtold;
     g->n_pend = (size_t)((long)g->n_pend + dpend);
     rc = fresh ? factor_append(&g->ff, NULL, k, g, j, full_noise(st, g, j))
-               : renoise(&g->ff, j, ff_old, full_noise(st, g, j));
+               : ff_renoise(g, j, ff_old, full_noise(st, g, j));
     if (!rc && dtold && tf_old == 0.0) {
         g->tpt[g->tf.n] = j; /* the told-row invariant for the new told input */
         rc = factor_append(&g->tf, g->tpt, k, g, j, told_noise(st, g, j));
@@ -395,7 +433,7 @@ static int gp_unpend(const pi_state *st, const kb_kernel *k, leaf_gp *g, size_t 
     g->pend[j]--;
     g->n_pend--;
     if (g->told[j] + g->pend[j] > 0) {
-        if (renoise(&g->ff, j, old, full_noise(st, g, j)))
+        if (ff_renoise(g, j, old, full_noise(st, g, j)))
             gp_rebuild(st, k, g);
         return KB_OK;
     }
@@ -407,6 +445,7 @@ static int gp_unpend(const pi_state *st, const kb_kernel *k, leaf_gp *g, size_t 
     memmove(g->ysum + j, g->ysum + j + 1, tail * sizeof *g->ysum);
     g->n--;
     if (tail == 0) {
+        g->ff_resets++;
         kb__chol_truncate(&g->ff, g->ff.n - 1);
         return KB_OK;
     }
@@ -436,50 +475,117 @@ static double gp_gamma(const pi_state *st, const leaf_gp *g)
     return s;
 }
 
-/* Mean parts (k.w_y, k.w_1) and variance at the m rows of U (m x d). */
-static int gp_predict(const kb_kernel *k, const leaf_gp *g, const double *U, size_t m,
-                      double *my, double *m1, double *var)
+/* Mean parts (k.w_y, k.w_1) at the m rows of U (m x d). KB_ENOMEM. */
+static int gp_mean_parts(const kb_kernel *k, const leaf_gp *g, const double *U, size_t m,
+                         double *my, double *m1)
 {
-    size_t d = k->dim, nt = g->tf.n, nf = g->ff.n;
-    kb_kernel_diag(k, U, m, var);
-    if (m == 0)
-        return KB_OK;
-    if (nf == 0) {
+    size_t d = k->dim, nt = g->tf.n;
+    if (nt == 0 || m == 0) {
         memset(my, 0, m * sizeof *my);
         memset(m1, 0, m * sizeof *m1);
         return KB_OK;
     }
-    double *Kt = malloc((nt ? nt : 1) * m * sizeof *Kt);
-    double *Pt = malloc((nt ? nt : 1) * d * sizeof *Pt);
-    double *Kf = malloc(nf * m * sizeof *Kf);
+    double *Kt = malloc(nt * m * sizeof *Kt), *Pt = malloc(nt * d * sizeof *Pt);
     int rc = KB_ENOMEM;
-    if (!Kt || !Pt || !Kf)
-        goto done;
-    for (size_t r = 0; r < nt; r++)
-        memcpy(Pt + r * d, g->u + g->tpt[r] * d, d * sizeof *Pt);
-    if (nt) {
+    if (Kt && Pt) {
+        for (size_t r = 0; r < nt; r++)
+            memcpy(Pt + r * d, g->u + g->tpt[r] * d, d * sizeof *Pt);
         kb_kernel_matrix(k, Pt, nt, U, m, Kt);
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)nt, (int)m, 1.0, Kt, (int)m, g->w_y, 1,
                     0.0, my, 1);
         cblas_dgemv(CblasRowMajor, CblasTrans, (int)nt, (int)m, 1.0, Kt, (int)m, g->w_1, 1,
                     0.0, m1, 1);
-    } else {
-        memset(my, 0, m * sizeof *my);
-        memset(m1, 0, m * sizeof *m1);
+        rc = KB_OK;
     }
-    kb_kernel_matrix(k, g->u, nf, U, m, Kf);
-    kb__chol_trsm(&g->ff, 0, Kf, m, m);
-    for (size_t r = 0; r < nf; r++)
-        for (size_t i = 0; i < m; i++)
-            var[i] -= Kf[r * m + i] * Kf[r * m + i];
-    for (size_t i = 0; i < m; i++)
-        var[i] = var[i] > 0.0 ? var[i] : 0.0;
-    rc = KB_OK;
-done:
     free(Kt);
     free(Pt);
-    free(Kf);
     return rc;
+}
+
+/* Variances at the m rows of U, from V (ff.n x m, row-major) = L_f^-1 k(inputs, U),
+ * of which the rows before `from` are already solved: the others are computed here. */
+static void gp_variance(const kb_kernel *k, const leaf_gp *g, const double *U, size_t m,
+                        double *V, size_t from, double *var)
+{
+    size_t nf = g->ff.n, d = k->dim;
+    kb_kernel_diag(k, U, m, var);
+    if (nf > from) {
+        kb_kernel_matrix(k, g->u + from * d, nf - from, U, m, V + from * m);
+        kb__chol_trsm_tail(&g->ff, from, V, m, m);
+    }
+    for (size_t r = 0; r < nf; r++)
+        for (size_t i = 0; i < m; i++)
+            var[i] -= V[r * m + i] * V[r * m + i];
+    for (size_t i = 0; i < m; i++)
+        var[i] = var[i] > 0.0 ? var[i] : 0.0;
+}
+
+/* Mean parts and variances at the m rows of U, solved whole (no cache). KB_ENOMEM. */
+static int gp_predict(const kb_kernel *k, const leaf_gp *g, const double *U, size_t m,
+                      double *my, double *m1, double *var)
+{
+    double *V = malloc((g->ff.n ? g->ff.n : 1) * (m ? m : 1) * sizeof *V);
+    int rc = V ? gp_mean_parts(k, g, U, m, my, m1) : KB_ENOMEM;
+    if (!rc)
+        gp_variance(k, g, U, m, V, 0, var);
+    free(V);
+    return rc;
+}
+
+/* Room in g's variance cache for its full factor's rows over m candidates: 1 when the
+ * study's bound leaves none (the cache dropped), KB_ENOMEM (the cache as it was). */
+static int cache_room(pi_state *st, leaf_gp *g, size_t m)
+{
+    size_t nf = g->ff.n;
+    if (nf <= g->v_cap && m == g->v_cols)
+        return KB_OK;
+    size_t cap = m == g->v_cols && 2 * g->v_cap > nf ? 2 * g->v_cap : nf;
+    size_t others = st->v_doubles - g->v_cap * g->v_cols;
+    if (cap > (PI_CACHE_DOUBLES - others) / m) {
+        cache_drop(st, g);
+        return 1;
+    }
+    double *V = realloc(g->V, cap * m * sizeof *V);
+    if (!V)
+        return KB_ENOMEM;
+    if (m != g->v_cols)
+        g->v_rows = 0;
+    g->V = V;
+    st->v_doubles = others + cap * m;
+    g->v_cap = cap;
+    g->v_cols = m;
+    return KB_OK;
+}
+
+/* Variances of a leaf's m candidates U through its variance cache (leaf_gp.V): only the
+ * rows appended to the full factor since the cache was filled are solved. Beyond the
+ * study's bound the solve is whole, in scratch. KB_ENOMEM. */
+static int leaf_variance(pi_state *st, const kb_kernel *k, leaf_gp *g, const double *U,
+                         size_t m, double *var)
+{
+    if (g->ff.n == 0 || m == 0) {
+        kb_kernel_diag(k, U, m, var);
+        return KB_OK;
+    }
+    int valid = g->v_resets == g->ff_resets && g->v_assign == st->assigns &&
+                g->v_cols == m && g->v_rows <= g->ff.n;
+    size_t from = valid ? g->v_rows : 0;
+    int rc = cache_room(st, g, m);
+    if (rc == 1) {
+        double *V = malloc(g->ff.n * m * sizeof *V);
+        if (!V)
+            return KB_ENOMEM;
+        gp_variance(k, g, U, m, V, 0, var);
+        free(V);
+        return KB_OK;
+    }
+    if (rc)
+        return rc;
+    gp_variance(k, g, U, m, g->V, from, var);
+    g->v_rows = g->ff.n;
+    g->v_resets = g->ff_resets;
+    g->v_assign = st->assigns;
+    return KB_OK;
 }
 
 /* ------------------------------------------------------------- the cover */
@@ -545,6 +651,7 @@ static int add_cells(pi_state *st, size_t n)
 static void assign_candidates(kb_engine *e)
 {
     pi_state *st = e->impl;
+    st->assigns++;
     size_t n = e->space->n, d = st->d;
     for (size_t c = 0; c < st->n_cells; c++)
         st->cells[c].cand_n = 0;
@@ -574,7 +681,7 @@ static int split_rule(const pi_state *st, const cell *c)
 static int undo_split(pi_state *st, size_t id, size_t first, int rc)
 {
     for (size_t c = first; c < st->n_cells; c++)
-        gp_free(st->cells[c].gp);
+        gp_free(st, st->cells[c].gp);
     st->n_cells = first;
     st->cells[id].child = 0;
     return rc;
@@ -614,7 +721,7 @@ static int split(kb_engine *e, size_t id)
     }
     for (size_t c = 0; c < nch; c++)
         gp_rebuild(st, &e->kernel, st->cells[first + c].gp);
-    gp_free(g);
+    gp_free(st, g);
     p->gp = NULL;
     for (size_t i = 0; i < st->n_leaves; i++)
         if (st->leaves[i] == id)
@@ -677,7 +784,7 @@ static void pi_destroy(kb_engine *e)
     if (!st)
         return;
     for (size_t c = 0; c < st->n_cells; c++)
-        gp_free(st->cells[c].gp);
+        gp_free(st, st->cells[c].gp);
     free(st->cells);
     free(st->lo);
     free(st->leaves);
@@ -790,7 +897,8 @@ static int refresh_leaf(kb_engine *e, size_t id)
         goto done;
     for (size_t i = 0; i < m; i++)
         memcpy(U + i * d, e->space->u + st->cand_order[c->cand_off + i] * d, d * sizeof *U);
-    if ((rc = gp_predict(&e->kernel, c->gp, U, m, my, my + m, my + 2 * m)))
+    if ((rc = gp_mean_parts(&e->kernel, c->gp, U, m, my, my + m)) ||
+        (rc = leaf_variance(st, &e->kernel, c->gp, U, m, my + 2 * m)))
         goto done;
     for (size_t i = 0; i < m; i++) {
         size_t k = st->cand_order[c->cand_off + i];
@@ -1058,6 +1166,16 @@ size_t kb__pi_locate(const kb_engine *e, const double *u)
         if (st->leaves[i] == id)
             return i;
     return (size_t)-1;
+}
+
+int kb__pi_candidate_sd(kb_engine *e, double *sd, size_t *cache_doubles, kb_error *err)
+{
+    pi_state *st = e->impl;
+    int rc = score_leaves(e, err);
+    if (!rc)
+        memcpy(sd, st->sd, e->space->n * sizeof *sd);
+    *cache_doubles = st->v_doubles;
+    return rc;
 }
 
 const kb_engine_ops kb_engine_pi_gp_ucb = {

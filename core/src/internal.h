@@ -738,6 +738,9 @@ size_t kb__pi_n_cells(const kb_engine *e);
 size_t kb__pi_n_created(const kb_engine *e); /* cells ever created, initial ones included */
 void kb__pi_cell(const kb_engine *e, size_t i, kb_pi_cell *out);
 size_t kb__pi_locate(const kb_engine *e, const double *u); /* cell holding u (internal) */
+/* The sd of every candidate as the next ask scores it (stale leaves refreshed, through
+ * their variance caches), and the doubles those caches hold. */
+int kb__pi_candidate_sd(kb_engine *e, double *sd, size_t *cache_doubles, kb_error *err);
 
 /* gp-ucb / gp-bucb (engines/gp_ucb.c), for tests: the incrementally maintained mean and
  * variance of every candidate (brought up to date first, as the next ask would) and

@@ -476,6 +476,61 @@ static void deterministic_and_snapshot_restore(void **state)
     }
 }
 
+/* The sd each candidate is scored with (through the leaves' variance caches) against
+ * kb_engine_posterior's, solved whole; *held: the doubles the caches hold. */
+static void check_scored_sd(kb_engine *e, const double *cand, size_t n, size_t *held)
+{
+    kb_error err;
+    double sd[n], m[n], s[n], var[n], want[n];
+    assert_int_equal(kb__pi_candidate_sd(e, sd, held, &err), KB_OK);
+    assert_int_equal(kb_engine_posterior(e, cand, n, m, s, &err), KB_OK);
+    for (size_t i = 0; i < n; i++) {
+        var[i] = sd[i] * sd[i];
+        want[i] = s[i] * s[i];
+    }
+    assert_true(tu_max_rel_err(var, want, n, 1e-6) <= 1e-9);
+}
+
+/* The variance cache (pi_gp_ucb.c, leaf_gp.V) solves only the rows appended since it
+ * was filled: after bursts of hand-outs in one leaf, repeats of pending candidates
+ * (a row's noise changed: the cache is stale), tells, abandons, splits and (fitted)
+ * refits, every candidate's scored sd equals a whole solve's. */
+static void cached_variances_equal_a_whole_solve(void **state)
+{
+    (void)state;
+    kb_error err;
+    enum { NC = 60 };
+    for (int fitted = 0; fitted < 2; fitted++) {
+        kb_rng drv;
+        kb_rng_seed(&drv, 31);
+        double *cand = tu_uniform_matrix(&drv, NC, D, 0.0, 1.0);
+        kb_space *sp = kb_space_new_finite(cand, NC, D, &err);
+        kb_engine *e = new_engine(sp, "1", 300, 6, fitted);
+        record *r = calloc(1, sizeof *r);
+        size_t held, cached = 0;
+        for (int round = 0; round < 30; round++) {
+            for (size_t b = 1 + (size_t)kb_rng_below(&drv, 12); b > 0; b--) {
+                kb_point pt;
+                kb_ask_result res;
+                assert_int_equal(kb_engine_ask(e, 1, &pt, &res, &err), KB_OK);
+                assert_int_equal(res.n, 1);
+                r->pend_h[r->n_pend] = pt.handle;
+                memcpy(r->pend_u + r->n_pend++ * D, pt.x, D * sizeof(double));
+            }
+            check_scored_sd(e, cand, NC, &held);
+            cached += held > 0;
+            for (int s = 0; s < 6; s++)
+                random_step(e, r, &drv);
+            check_scored_sd(e, cand, NC, &held);
+        }
+        assert_true(cached > 0);
+        free(r);
+        kb_engine_free(e);
+        kb_space_free(sp);
+        free(cand);
+    }
+}
+
 static void expect_create_fails(kb_config *cfg, const kb_space *sp, const char *field)
 {
     kb_error err = {0};
@@ -586,6 +641,7 @@ int main(void)
         cmocka_unit_test(cell_gp_equals_exact_gp),
         cmocka_unit_test(pending_points_are_hallucinated_in_their_cell),
         cmocka_unit_test(failed_leaf_rebuild_is_never_indexed),
+        cmocka_unit_test(cached_variances_equal_a_whole_solve),
         cmocka_unit_test(deterministic_and_snapshot_restore),
         cmocka_unit_test(bad_configurations_are_rejected),
         cmocka_unit_test(dimension_limit_is_stated_and_enforced),
