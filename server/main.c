@@ -5,8 +5,8 @@
  * threads serve; lease sweeper) and the orderly shutdown on SIGTERM/SIGINT (stop
  * accepting and restoring, finish in-flight requests, snapshot, close the DB).
  *
- * Threads: SIGTERM/SIGINT are blocked in every thread and taken by sigwait() in main,
- * so no handler runs in async-signal context.
+ * Threads: SIGTERM/SIGINT (and SIGHUP, logged and ignored) are blocked in every thread
+ * and taken by sigwait() in main, so no handler runs in async-signal context.
  *
  * Start-up may execute the daemon once more, right after the options are parsed, to set
  * OPENBLAS_CORETYPE (blas.c); nothing is opened or started before that point.
@@ -346,7 +346,10 @@ static void serve(int port, const options *o, int auth, const sigset_t *sigs)
                        getenv("OPENBLAS_CORETYPE")),
              port_only);
     int sig = 0;
-    sigwait(sigs, &sig);
+    /* SIGHUP (a closed terminal, `systemctl reload`, a logrotate hook) killed the daemon
+     * without its orderly shutdown; it has nothing to reload (the log is stderr). */
+    while (sigwait(sigs, &sig) == 0 && sig == SIGHUP)
+        log_json(LOG_WARN, "SIGHUP ignored", json_pack("{s:s}", "hint", "stop with SIGTERM"));
     log_json(LOG_INFO, "shutting down", json_pack("{s:s}", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
 }
 
@@ -377,6 +380,7 @@ int main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* inherited by every thread started below */
 
     char *token = o.token_file ? read_token(o.token_file) : NULL;

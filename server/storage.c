@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ migrations */
@@ -193,6 +194,7 @@ typedef struct writer {
 
 struct store {
     char *path;
+    int lock_fd;          /* the database file, flock()ed for the store's life: lock_db */
     pthread_key_t key;
     pthread_mutex_t lock; /* protects `conns` */
     conn *conns;
@@ -229,9 +231,11 @@ static void conn_release(void *p)
 /* Without a handle, SQLite could not allocate the connection (sqlite3_open_v2). */
 static void db_log(sqlite3 *db, const char *what)
 {
+    int os = db ? sqlite3_system_errno(db) : 0; /* "unable to open database file" says not why */
     log_json(LOG_ERROR, "database error",
-             json_pack("{s:s,s:s}", "op", what, "error",
-                       db ? sqlite3_errmsg(db) : sqlite3_errstr(SQLITE_NOMEM)));
+             json_pack("{s:s,s:s,s:s?}", "op", what, "error",
+                       db ? sqlite3_errmsg(db) : sqlite3_errstr(SQLITE_NOMEM), "reason",
+                       os ? strerror(os) : NULL));
 }
 
 static conn *conn_raw(store *s)
@@ -402,19 +406,61 @@ static int migrate(sqlite3 *db, char *errbuf, size_t errsize)
 static int writer_open(store *s, char *errbuf, size_t errsize);
 static void writer_close(store *s);
 
+/* A path SQLite would not open as a file of that name: "" (a temporary database),
+ * ":memory:", or a "file:" URI (Debian's SQLite takes URIs). Studies must outlive the
+ * process, and the syncer opens the WAL by the file's name. */
+static int plain_path(const char *p)
+{
+    return p[0] && strcmp(p, ":memory:") != 0 && strncmp(p, "file:", 5) != 0;
+}
+
+/* One daemon per database: two daemons on one file took the same ids, answered tells of
+ * valid trials 404 and asks 503 "database write failed" (ops review, fifty-seventh
+ * session). An exclusive flock() on the database file, held until store_close: flock
+ * locks are apart from the POSIX locks SQLite takes, and this descriptor is closed only
+ * after every connection (closing any descriptor of a file drops the process's POSIX
+ * locks on it). Also refuses a file this process may not write. */
+static int lock_db(store *s, char *errbuf, size_t errsize)
+{
+    s->lock_fd = open(s->path, O_RDWR | O_CLOEXEC);
+    if (s->lock_fd < 0)
+        return snprintf(errbuf, errsize, "cannot open database %s for writing: %s", s->path,
+                        strerror(errno)), -1;
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0)
+        return 0;
+    if (errno == EWOULDBLOCK)
+        return snprintf(errbuf, errsize, "database %s is in use by another kbanditd", s->path), -1;
+    return snprintf(errbuf, errsize, "cannot lock database %s: %s", s->path, strerror(errno)), -1;
+}
+
 store *store_open(const char *path, char *errbuf, size_t errsize)
 {
+    if (!plain_path(path)) {
+        snprintf(errbuf, errsize, "database path \"%s\" must name a file (not empty, "
+                 ":memory: or a file: URI)", path);
+        return NULL;
+    }
     store *s = calloc(1, sizeof *s);
     if (!s || !(s->path = strdup(path))) {
         free(s);
         snprintf(errbuf, errsize, "out of memory");
         return NULL;
     }
+    s->lock_fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_key_create(&s->key, conn_release);
     conn *c = get_conn(s);
     if (!c) {
-        snprintf(errbuf, errsize, "cannot open database %s", path);
+        snprintf(errbuf, errsize, "cannot open database %s (the log line before says why)", path);
+        store_close(s);
+        return NULL;
+    }
+    if (lock_db(s, errbuf, errsize)) {
+        store_close(s);
+        return NULL;
+    }
+    if (sqlite3_db_readonly(c->db, "main") == 1) {
+        snprintf(errbuf, errsize, "database %s is read-only to this process", path);
         store_close(s);
         return NULL;
     }
@@ -437,6 +483,8 @@ void store_close(store *s)
         s->conns = c->next;
         conn_free(c);
     }
+    if (s->lock_fd >= 0)
+        close(s->lock_fd);
     pthread_mutex_destroy(&s->lock);
     free(s->path);
     free(s);
@@ -709,12 +757,12 @@ static void *syncer_main(void *arg)
  * with synchronous=NORMAL only at the first checkpoint. */
 static int wal_open(store *s)
 {
-    size_t n = strlen(s->path);
-    char *wal = malloc(n + 5), *dir = strdup(s->path);
+    /* SQLite's own name for it: a --db that is a symbolic link has its WAL beside the
+     * link's target, not beside the link. */
+    const char *wal = sqlite3_filename_wal(sqlite3_db_filename(s->w.c->db, "main"));
+    char *dir = strdup(wal);
     int ok = 0;
-    if (wal && dir) {
-        memcpy(wal, s->path, n);
-        memcpy(wal + n, "-wal", 5);
+    if (dir) {
         s->w.wal_fd = open(wal, O_RDONLY | O_CLOEXEC);
         char *slash = strrchr(dir, '/');
         const char *d = !slash ? "." : slash == dir ? "/" : (*slash = 0, dir);
@@ -725,8 +773,7 @@ static int wal_open(store *s)
     }
     if (!ok)
         log_json(LOG_ERROR, "cannot open the WAL file",
-                 json_pack("{s:s,s:s}", "path", wal ? wal : s->path, "error", strerror(errno)));
-    free(wal);
+                 json_pack("{s:s,s:s}", "path", wal, "error", strerror(errno)));
     free(dir);
     return ok ? 0 : -1;
 }

@@ -2,14 +2,18 @@
 used to turn insecure mode on), --version, and the defaults shown by --help; and of issue
 16: a database another connection holds locked for a moment is waited for, not refused."""
 import json
+import shutil
+import signal
 import sqlite3
 import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import requests
 
-from conftest import daemon_binary
+from conftest import create_study, daemon_binary
 from test_faults import shim_env
 
 
@@ -124,3 +128,67 @@ def test_database_locked_for_a_moment_is_waited_for(daemons):
     finally:
         release.join()
     assert "database is locked" not in d.stderr()
+
+
+def test_second_daemon_on_one_database_is_refused(daemons, tmp_path):
+    """Two daemons on one database took the same trial ids: tells of valid trials were
+    answered 404 and asks 503 (ops review, fifty-seventh session). The second one exits,
+    also when it names the file through a symbolic link (whose WAL is beside the target:
+    a link alone used to fail with "cannot open the WAL file"); once the first stops, the
+    link serves."""
+    first = daemons(name="first")
+    sid = create_study(first.client(), "held")["id"]
+    err = start_fails(daemons, db=first.db)
+    assert f"database {first.db} is in use by another kbanditd" in err, err
+    link = tmp_path / "link.db"
+    link.symlink_to(first.db)
+    err = start_fails(daemons, db=link)
+    assert "is in use by another kbanditd" in err, err
+    assert first.client().get(f"/v1/studies/{sid}").status_code == 200
+    first.stop()
+    via_link = daemons(name="link", db=link)
+    assert via_link.client().get(f"/v1/studies/{sid}").json()["name"] == "held"
+
+
+def test_sighup_is_ignored(daemons):
+    """SIGHUP (a closed terminal, a logrotate hook) killed the daemon without its orderly
+    shutdown; it is logged and the daemon serves on, and SIGTERM stops it cleanly."""
+    d = daemons()
+    d.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "SIGHUP ignored" not in d.stderr() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "SIGHUP ignored" in d.stderr() and d.running
+    assert requests.get(f"{d.url}/healthz", timeout=10).status_code == 200
+    assert d.stop() == 0
+
+
+def test_database_paths_that_are_not_files_are_refused(daemons, tmp_path):
+    """"" (a temporary database), ":memory:" and "file:" URIs opened and migrated a
+    database the daemon then could not find the WAL of ("cannot open the WAL file"), and
+    the URI form left a stray database behind."""
+    for bad in ("", ":memory:", f"file:{tmp_path / 'uri.db'}"):
+        err = start_fails(daemons, args=["--db", bad])  # the last --db counts
+        assert "must name a file" in err, (bad, err)
+    assert not (tmp_path / "uri.db").exists()
+
+
+def test_unwritable_database_is_refused_at_start(daemons):
+    """A database file the daemon may not write was opened read-only by SQLite: /healthz
+    said ok while every ask answered 503 and every creation 500. Run as another user
+    (root may write any file) in a directory it may write, the start-up stops saying why."""
+    d = daemons(name="ro")
+    d.stop()
+    home = Path(tempfile.mkdtemp(prefix="kb-ro-"))  # /tmp/pytest-of-root is 0700
+    try:
+        home.chmod(0o777)
+        db = home / "kbandit.db"
+        shutil.copy2(d.db, db)
+        db.chmod(0o444)
+        out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                              str(daemon_binary()), "--listen", "127.0.0.1:0", "--db", str(db)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0, out.stderr
+        assert f"cannot open database {db} for writing: Permission denied" in out.stderr, out.stderr
+    finally:
+        shutil.rmtree(home)
