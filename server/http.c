@@ -36,11 +36,13 @@
 #include "ratelimit.h"
 #include "../proto/numfmt.h"
 #include "study.h"
+#include "workpool.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,9 +99,13 @@ struct request {
     double t0;
     void *state;
     void (*state_free)(void *);
-    /* commit wait (commits.lock): the kept answer */
+    /* commit wait (commits.lock), or a worker's answer (answered): the kept answer */
     struct MHD_Response *kept;
     int kept_status;
+    int answered;            /* a worker's job ended: send kept (NULL: a 500), or close the
+                              * connection when job_rc is MHD_NO and nothing was kept */
+    int job_rc;
+    wp_job job;              /* queued for the request workers (run_job) */
     study_pending pending;
     struct request *commit_next;
     /* wait list (waits.lock) */
@@ -128,6 +134,15 @@ static struct {
     int stopping;         /* http_stop began: answers wait for their commit in place */
 } commits = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* The request workers (workpool.h): a thread that runs a handler for a connection
+ * libmicrohttpd suspended may not queue answers or suspend it again. Its answer is kept
+ * in the request and the connection resumed (run_job), unless the handler parked the
+ * connection in the commit or wait list, whose wakers resume it. */
+static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
+    int on;     /* this thread is a request worker */
+    int parked; /* the current job's connection went to the commit or wait list */
+} worker;
+
 /* ------------------------------------------------------------ replies */
 
 static int queue_error(request *rq, const api_error *err);
@@ -139,9 +154,16 @@ static const char oom_body[] =
     "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\",\"field\":null}}";
 static struct MHD_Response *oom_response;
 
-/* Queues resp (NULL: its allocation failed) and drops the caller's reference. */
+/* Queues resp (NULL: its allocation failed) and drops the caller's reference; on a
+ * request worker, keeps it for libmicrohttpd's thread (on_access). */
 static int queue_now(request *rq, int status, struct MHD_Response *resp)
 {
+    if (worker.on) {
+        rq->kept = resp;
+        rq->kept_status = status;
+        rq->answered = 1;
+        return MHD_YES;
+    }
     rq->status = resp ? status : 500;
     int rc = MHD_queue_response(rq->conn, (unsigned)rq->status, resp ? resp : oom_response);
     if (resp)
@@ -175,7 +197,10 @@ static int queue(request *rq, int status, struct MHD_Response *resp)
         pthread_mutex_unlock(&commits.lock);
         return send_kept(rq, status, resp, &p);
     }
-    MHD_suspend_connection(rq->conn);
+    if (worker.on)
+        worker.parked = 1;
+    else
+        MHD_suspend_connection(rq->conn);
     rq->kept = resp;
     rq->kept_status = status;
     rq->pending = p;
@@ -363,7 +388,10 @@ int rq_suspend(request *rq, int64_t study_id, uint64_t version, int64_t deadline
         pthread_mutex_unlock(&waits.lock);
         return 1;
     }
-    MHD_suspend_connection(rq->conn);
+    if (worker.on)
+        worker.parked = 1;
+    else
+        MHD_suspend_connection(rq->conn);
     rq->waiting = 1;
     rq->wait_study = study_id;
     rq->wait_deadline = deadline_ms;
@@ -692,12 +720,16 @@ static int head_hides_bytes(struct MHD_Connection *c, const char *method)
 
 static void request_release(void *rq);
 
+/* Request contexts alive: requests read or being answered (http_stop waits for them). */
+static atomic_int live_requests;
+
 static request *request_new(void)
 {
     request *rq = calloc(1, sizeof *rq);
     if (rq) {
         rq->t0 = mono_sec();
         rq->route = -1;
+        atomic_fetch_add(&live_requests, 1);
     }
     return rq;
 }
@@ -892,6 +924,70 @@ static int on_headers(request *rq, const char *url, const char *method, int *rc)
     return 0;
 }
 
+/* The body's checks and the route's handler, commit waits deferred (see the top). */
+static int run_request(request *rq)
+{
+    int rc;
+    if (!rq->ready) {
+        if (body_finish(rq, &rc)) {
+            rq->ready = -1;
+            return rc;
+        }
+        rq->ready = 1;
+    }
+    study_defer_begin();
+    proto_json_alloc_take(); /* from here on, a failure concerns this request's answer */
+    rc = kb_routes[rq->route].fn(rq);
+    study_pending left; /* not answered (a long-poll suspended): nothing to keep */
+    if (study_defer_end(&left))
+        study_pending_finish(&left, &(api_error){0});
+    return rc;
+}
+
+/* A request worker's job: run_request, then the connection resumed for on_access to send
+ * the kept answer, unless the handler parked it (its waker resumes it, and rq may be
+ * freed by then). */
+static void run_job(wp_job *j)
+{
+    request *rq = (request *)((char *)j - offsetof(request, job));
+    worker.on = 1;
+    worker.parked = 0;
+    int rc = run_request(rq);
+    if (worker.parked)
+        return;
+    rq->job_rc = rc;
+    rq->answered = 1;
+    MHD_resume_connection(rq->conn);
+}
+
+/* Hands rq to the request workers, its connection suspended until its job ends; a
+ * study's routes in that study's lane. Once the workers drained (shutdown): a 503. */
+static int offload(request *rq)
+{
+    static const char study_path[] = "/v1/studies/{id}";
+    int of_study = strncmp(kb_routes[rq->route].pattern, study_path, sizeof study_path - 1) == 0;
+    rq->job.lane = of_study ? rq->ids[0] : 0;
+    MHD_suspend_connection(rq->conn);
+    if (wp_push(&rq->job) == 0)
+        return MHD_YES;
+    worker.on = 1; /* kept as a worker's answer: the connection is suspended */
+    reply_code(rq, API_UNAVAILABLE, "%s", "shutting down");
+    worker.on = 0;
+    MHD_resume_connection(rq->conn);
+    return MHD_YES;
+}
+
+/* Sends a worker's kept answer (on_access, the connection resumed by run_job). */
+static int send_answered(request *rq)
+{
+    struct MHD_Response *resp = rq->kept;
+    rq->kept = NULL;
+    rq->answered = 0;
+    if (!resp && rq->job_rc == MHD_NO)
+        return MHD_NO;
+    return queue_now(rq, rq->kept_status, resp);
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
                                  const char *method, const char *version,
                                  const char *upload_data, size_t *upload_data_size,
@@ -922,25 +1018,15 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         *upload_data_size = 0;
         return br == BODY_DROP ? MHD_NO : MHD_YES;
     }
+    if (rq->answered)
+        return (enum MHD_Result)send_answered(rq);
     if (rq->ready < 0)
         return MHD_YES;
-    if (!rq->ready) {
-        if (body_finish(rq, &rc)) {
-            rq->ready = -1;
-            return (enum MHD_Result)rc;
-        }
-        rq->ready = 1;
-    }
     conn_guard_busy(conn);
     if (rq->pending.s)
         return (enum MHD_Result)resume_kept(rq);
-    study_defer_begin();
-    proto_json_alloc_take(); /* from here on, a failure concerns this request's answer */
-    rc = kb_routes[rq->route].fn(rq);
-    study_pending left; /* not answered (a long-poll suspended): nothing to keep */
-    if (study_defer_end(&left))
-        study_pending_finish(&left, &(api_error){0});
-    return (enum MHD_Result)rc;
+    /* open routes (probes) run here, whatever the workers do */
+    return (enum MHD_Result)(kb_routes[rq->route].open ? run_request(rq) : offload(rq));
 }
 
 /* Frees a request context: out of the wait and commit lists first, where a connection
@@ -964,10 +1050,11 @@ static void request_free(request *rq)
                 break;
             }
         pthread_mutex_unlock(&commits.lock);
-        if (rq->kept)
-            MHD_destroy_response(rq->kept);
         study_put(rq->pending.s);
     }
+    if (rq->kept)
+        MHD_destroy_response(rq->kept);
+    atomic_fetch_sub(&live_requests, 1);
     if (rq->state_free)
         rq->state_free(rq->state);
     json_decref(rq->json);
@@ -1138,8 +1225,13 @@ int http_start(const http_config *cfg, char *why, size_t why_len)
                  strerror(rc));
         goto no_sweeper;
     }
+    /* A study may take half the workers: a busy one leaves the rest to the others. */
+    if (wp_start(cfg->threads, cfg->threads > 1 ? cfg->threads / 2 : 1, run_job, why, why_len))
+        goto no_workers;
     if ((srv.d = mhd_start(cfg, why, why_len)))
         return 0;
+    wp_drain();
+no_workers:
     conn_guard_stop_sweeper();
 no_sweeper:
     timer_stop();
@@ -1165,6 +1257,7 @@ void http_stop(void)
     pthread_mutex_lock(&commits.lock);
     commits.stopping = 1;
     pthread_mutex_unlock(&commits.lock);
+    wp_drain(); /* the requests read before quiescing are answered (asks: 503) */
     for (int i = 0; i < 10000; i++) {
         pthread_mutex_lock(&commits.lock);
         int busy = commits.head != NULL;
@@ -1173,6 +1266,11 @@ void http_stop(void)
             break;
         usleep(1000);
     }
+    /* MHD_stop_daemon closes every connection: an answer not sent by then was lost, and
+     * an ask's trial with it until its lease expired (worker-fleet review, fifty-seventh
+     * session). A request still being read (a slow body) is not waited for past 3 s. */
+    for (int i = 0; i < 3000 && atomic_load(&live_requests) > 0; i++)
+        usleep(1000);
     timer_stop();
     conn_guard_stop_sweeper();
     MHD_stop_daemon(srv.d);

@@ -44,7 +44,7 @@ static void usage(FILE *f)
     fputs("usage: kbanditd [options]\n"
           "  --listen HOST:PORT      address to serve on (default 127.0.0.1:8080)\n"
           "  --db PATH               SQLite database (default ./kbandit.db)\n"
-          "  --threads N             HTTP worker threads, 1..256 (default 4)\n"
+          "  --threads N             HTTP threads and request workers, 1..256 (default 4)\n"
           "  --token-file PATH       bearer token file (default: none, auth off on loopback)\n"
           "  --max-body-bytes N      largest request body (default 67108864)\n"
           "  --log-level LEVEL       debug|info|warn|error (default info)\n"

@@ -101,6 +101,9 @@ struct study {
      * without mu by listings, which leave such a study out) is 0 until then. */
     char *stored_config;
     atomic_int spec_loaded;
+    /* Read and written by the lease sweeper's thread alone (sweep_study): sweeps that
+     * found the study busy in a row. */
+    unsigned sweep_skips;
 };
 
 /* The counters of /metrics that are sums over studies. */
