@@ -121,8 +121,15 @@ static int query_int(request *rq, const char *key, int64_t min, int64_t max, int
 /* ------------------------------------------------------------ operational */
 
 /* Answers at once, restore or not: "studies" says how far the restore after a start is. */
+/* 503 once shutting down, for a load balancer still holding a kept-alive connection
+ * (new connections are refused then). */
 static int h_healthz(request *rq)
 {
+    if (registry_is_closing()) {
+        api_error err;
+        api_fail(&err, API_UNAVAILABLE, NULL, "shutting down");
+        return reply_error(rq, &err);
+    }
     size_t restored, restoring, failed;
     registry_restore_counts(&restored, &restoring, &failed);
     return reply_json(rq, 200, json_pack("{s:s,s:s,s:{s:I,s:I,s:I}}", "status", "ok", "version",

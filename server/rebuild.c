@@ -324,11 +324,19 @@ int study_rebuild(study *s)
     if (!s->engine || store_events_each(registry.cfg.db, s->id, s->snap_seq, s->spec.dim,
                                         replay_cb, &rc) ||
         store_trials_each(registry.cfg.db, s->id, s->spec.dim, load_trial_cb, s)) {
+        /* A damaged database file stays so: no retry, the study counts as failed (it
+         * stayed "restoring" and answered 503 for good: ops review, fifty-seventh
+         * session). Otherwise a read error may pass (I/O, a lock). */
+        char why[256] = "";
+        if (!rc.rejected && store_read_error(registry.cfg.db, why, sizeof why))
+            rc.rejected = 1;
+        else if (!rc.rejected && rc.kerr.message[0])
+            why[0] = 0; /* the engine's error says it (the connection's may be stale) */
         log_json(LOG_ERROR, "study rebuild failed",
-                 json_pack("{s:I,s:I,s:s,s:b}", "study", (json_int_t)s->id, "seq",
+                 json_pack("{s:I,s:I,s:s,s:s?,s:b}", "study", (json_int_t)s->id, "seq",
                            (json_int_t)s->seq, "error",
-                           rc.kerr.message[0] ? rc.kerr.message : "database read failed", "retried",
-                           !rc.rejected));
+                           rc.kerr.message[0] ? rc.kerr.message : "database read failed",
+                           "reason", why[0] ? why : NULL, "retried", !rc.rejected));
         return rc.rejected ? REBUILD_REJECTED : REBUILD_RETRY;
     }
     s->epoch = study_engine_count(s, "epoch");

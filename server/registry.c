@@ -264,6 +264,8 @@ int registry_open(const registry_config *cfg)
     return 0;
 }
 
+int registry_is_closing(void) { return atomic_load(&registry.closing); }
+
 void registry_shutting_down(void)
 {
     atomic_store(&registry.closing, 1);

@@ -24,6 +24,10 @@
 
 typedef struct store store;
 
+/* After a read of this thread's that failed: SQLite's message for it in msg, and 1 when
+ * the database file is damaged (SQLITE_CORRUPT, SQLITE_NOTADB), which no retry reads. */
+int store_read_error(store *s, char *msg, size_t n);
+
 /* Opens (creating) the database, sets WAL + synchronous=FULL and applies pending
  * migrations, each in its own transaction. Refuses (NULL, reason in errbuf) a database
  * whose schema version is newer than this binary's. */

@@ -507,13 +507,23 @@ int study_tell_batch(study *s, const tell_item *items, size_t n, tell_outcome **
     return rc;
 }
 
+/* A retried fail (its first answer lost): the trial failed already, for the same reason. */
+static int fail_repeated(const trial_rec *t, const char *reason)
+{
+    return t->state == TRIAL_FAILED &&
+           (t->reason && reason ? strcmp(t->reason, reason) == 0 : t->reason == reason);
+}
+
 int study_fail(study *s, int64_t trial_id, const char *reason, trial_rec *out,
                api_error *err)
 {
     memset(out, 0, sizeof *out);
     if (study_lock_live(s, err))
         return -1;
-    trial_rec *t = study_find_pending(s, trial_id, err);
+    trial_rec *t = study_find_trial(s, trial_id, err);
+    if (t && fail_repeated(t, reason))
+        return study_answer_trial(s, t, 0, out, err);
+    t = study_find_pending(s, trial_id, err);
     if (t) {
         free(t->reason);
         t->reason = reason ? strdup(reason) : NULL;

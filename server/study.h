@@ -49,6 +49,8 @@ void registry_shutting_down(void);
 /* Joins the restore threads, stores a snapshot of every restored study and frees them
  * all. */
 void registry_close(void);
+/* Whether registry_shutting_down was called. */
+int registry_is_closing(void);
 /* Live studies restored, still to restore (a rebuild waiting for its retry included),
  * and that failed to restore. */
 void registry_restore_counts(size_t *restored, size_t *restoring, size_t *failed);

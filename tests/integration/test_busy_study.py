@@ -7,7 +7,7 @@ study took all four threads (five waiting for the study's mutex), and /healthz w
 behind them; a cheap ask on a connection served by a busy thread waited for the whole slow
 ask (8.3 s); and at SIGTERM an ask inside the engine committed its trial, then lost its
 answer when the daemon closed the connection (ops and worker-fleet reviews, fifty-seventh
-session)."""
+session). /healthz answers 503 once shutting down, as openapi.yaml said it did."""
 import random
 import signal
 import threading
@@ -108,11 +108,17 @@ def test_sigterm_answers_the_asks_it_read(daemons):
     d = daemons()
     api = d.client()
     heavy = heavy_study(api, "heavy", 2000)
+    probe = requests.Session()  # a load balancer's kept-alive connection
+    assert probe.get(f"{d.url}/healthz", timeout=30).status_code == 200
     results = []
     asks = [threading.Thread(target=slow_ask, args=(d.url, heavy, results)) for _ in range(3)]
     for t in asks:
         t.start()
     time.sleep(0.5)  # one ask in the engine, two queued behind it
+    d.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    r = probe.get(f"{d.url}/healthz", timeout=30)  # it answered 200 until the end
+    assert r.status_code == 503 and r.headers["Retry-After"], r.text
     assert d.stop(signal.SIGTERM) == 0
     for t in asks:
         t.join()

@@ -237,6 +237,16 @@ def test_fail_trial(api):
     assert api.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": 1}).status_code == 409
     s = api.get(f"/v1/studies/{sid}").json()
     assert s["progress"]["trials"]["failed"] == 1
+    # A retried fail (its answer lost) is exactly-once, as a tell: the same reason answers
+    # the stored trial, another reason 409 (it answered 409 "is failed" whatever the reason).
+    r = api.post(f"/v1/studies/{sid}/trials/{t['id']}/fail", json={"reason": "OOM"})
+    assert r.status_code == 200 and r.json() == api.get(f"/v1/studies/{sid}/trials/{t['id']}").json()
+    assert api.post(f"/v1/studies/{sid}/trials/{t['id']}/fail", json={"reason": "other"}).status_code == 409
+    assert api.post(f"/v1/studies/{sid}/trials/{t['id']}/fail").status_code == 409
+    u = ask(api, sid)["trials"][0]
+    for _ in range(2):  # no reason, twice
+        assert api.post(f"/v1/studies/{sid}/trials/{u['id']}/fail").status_code == 200
+    assert api.get(f"/v1/studies/{sid}").json()["progress"]["trials"]["failed"] == 2
 
 
 def test_max_trials(api):

@@ -342,3 +342,36 @@ def test_warm_started_study_restarts_with_the_same_asks(daemons, tmp_path, engin
             t = ask(api, sid)["trials"][0]
             tell(api, sid, t["id"], mixed_value(t["params"]))
     check_restarts(daemons, a, sids, tmp_path)
+
+
+def test_damaged_database_file_fails_its_studies_for_good(daemons):
+    """A damaged page (here the root of the events table) was taken for a passing read
+    error: the studies stayed "restoring" for good, answered 503 with Retry-After, and the
+    log said only "database read failed". SQLite's SQLITE_CORRUPT is final: the studies
+    count as failed, answer 500, and the log gives SQLite's reason (ops review,
+    fifty-seventh session)."""
+    d = daemons(name="damaged")
+    api = d.client()
+    sids = [create_study(api, f"s{i}")["id"] for i in range(2)]
+    for sid in sids:
+        ask(api, sid)
+    d.stop()
+    con = sqlite3.connect(d.db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+    con.close()
+    with open(d.db, "r+b") as f:
+        f.seek((root - 1) * page)
+        f.write(b"\xff" * 8)
+    d.start()
+    assert wait_restored(d) == {"restored": 0, "restoring": 0, "failed": 2}
+    r = d.client().get(f"/v1/studies/{sids[0]}")
+    assert r.status_code == 500 and "cannot be restored" in error_of(r)["message"], r.text
+    failed = [json.loads(line) for line in d.stderr().splitlines()
+              if '"study rebuild failed"' in line]
+    assert failed and all("malformed" in m.get("reason", "") and m["retried"] is False
+                          for m in failed), failed
+    # the 500's log line names its route and study (it gave the message alone)
+    logged = [json.loads(line) for line in d.stderr().splitlines() if '"internal error"' in line]
+    assert any(m["route"] == "/v1/studies/{id}" and m["id"] == sids[0] for m in logged), logged
