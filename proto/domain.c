@@ -13,8 +13,10 @@ int trial_rec_copy(trial_rec *dst, const trial_rec *src, size_t dim)
     *dst = *src;
     dst->worker = strdup(src->worker ? src->worker : "");
     dst->reason = src->reason ? strdup(src->reason) : NULL;
+    dst->request_id = src->request_id ? strdup(src->request_id) : NULL;
     dst->x = malloc((dim ? dim : 1) * sizeof *dst->x);
-    if (!dst->worker || (src->reason && !dst->reason) || !dst->x) {
+    if (!dst->worker || (src->reason && !dst->reason) ||
+        (src->request_id && !dst->request_id) || !dst->x) {
         trial_rec_clear(dst);
         return -1;
     }
@@ -26,6 +28,7 @@ void trial_rec_clear(trial_rec *t)
 {
     free(t->worker);
     free(t->reason);
+    free(t->request_id);
     free(t->x);
     memset(t, 0, sizeof *t);
 }

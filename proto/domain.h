@@ -75,6 +75,7 @@ typedef struct trial_rec {
     trial_state state;
     char *worker;        /* owned */
     char *reason;        /* owned, NULL unless failed with a reason */
+    char *request_id;    /* owned: the ask's request_id, NULL when it gave none */
     int64_t cand_index;  /* candidates: row; box: -1 */
     double value;        /* user's direction; valid when completed */
     int64_t created_ms, lease_ms, completed_ms; /* completed_ms 0 = none */

@@ -822,9 +822,10 @@ json_t *proto_study_spec_json(const study_spec *s, int with_candidates)
 
 int proto_ask_parse(json_t *doc, ask_req *out, api_error *err)
 {
-    static const char *const keys[] = {"worker", "count", "wait_ms", NULL};
+    static const char *const keys[] = {"worker", "count", "wait_ms", "request_id", NULL};
     memset(out, 0, sizeof *out);
     if (check_keys(doc, keys, "", err) || get_string(doc, "worker", "", 1, 200, &out->worker, err) ||
+        get_string(doc, "request_id", "", 0, 200, &out->request_id, err) ||
         get_int(doc, "count", "", 0, 1, 1000, 1, &out->count, err) ||
         get_int(doc, "wait_ms", "", 0, 0, 60000, 0, &out->wait_ms, err)) {
         proto_ask_clear(out);
@@ -836,7 +837,8 @@ int proto_ask_parse(json_t *doc, ask_req *out, api_error *err)
 void proto_ask_clear(ask_req *r)
 {
     free(r->worker);
-    r->worker = NULL;
+    free(r->request_id);
+    r->worker = r->request_id = NULL;
 }
 
 static int value_member(json_t *obj, const char *base, double *value, api_error *err)

@@ -107,6 +107,7 @@ json_t *proto_study_spec_json(const study_spec *s, int with_candidates);
 
 typedef struct ask_req {
     char *worker;
+    char *request_id;    /* NULL when not given: an ask retried with it is answered again */
     int64_t count;       /* 1..1000, default 1 */
     int64_t wait_ms;     /* 0..60000, default 0 */
 } ask_req;

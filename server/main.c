@@ -19,6 +19,7 @@
 #include "study.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -99,12 +100,13 @@ static int parse_env_bool(const char *name, int *out)
     return 0;
 }
 
+/* A whole decimal number in [min, max]; strtoll's leading blanks and '+' are refused. */
 static int parse_long(const char *s, long long min, long long max, long long *out)
 {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < min || v > max)
+    if (!(isdigit((unsigned char)s[0]) || s[0] == '-') || *end || errno || v < min || v > max)
         return -1;
     *out = v;
     return 0;

@@ -41,9 +41,10 @@
 EMBED(kb_migration_0001, "migrations/0001_init.sql")
 EMBED(kb_migration_0002, "migrations/0002_ids_never_reused.sql")
 EMBED(kb_migration_0003, "migrations/0003_study_state.sql")
+EMBED(kb_migration_0004, "migrations/0004_ask_request_id.sql")
 
 static const char *const migrations[] = {kb_migration_0001, kb_migration_0002,
-                                         kb_migration_0003};
+                                         kb_migration_0003, kb_migration_0004};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
 int store_latest_version(void) { return N_MIGRATIONS; }
@@ -80,10 +81,10 @@ static const char *const sql[Q__COUNT] = {
                       "VALUES(?, ?, ?, ?, ?)",
     [Q_CSET_GET] = "SELECT n_rows, dim, names, data FROM candidate_sets WHERE id = ?",
     [Q_TRIAL_PUT] = "INSERT OR REPLACE INTO trials(study_id, id, state, worker, "
-                    "candidate_index, x, value, reason, created_ms, lease_ms, completed_ms) "
-                    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "candidate_index, x, value, reason, created_ms, lease_ms, completed_ms, "
+                    "request_id) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [Q_TRIALS] = "SELECT id, state, worker, candidate_index, x, value, reason, created_ms, "
-                 "lease_ms, completed_ms FROM trials WHERE study_id = ? ORDER BY id",
+                 "lease_ms, completed_ms, request_id FROM trials WHERE study_id = ? ORDER BY id",
     [Q_EVENT_PUT] = "INSERT INTO events(study_id, seq, kind, trial_id, value, x) "
                     "VALUES(?, ?, ?, ?, ?, ?)",
     /* an ask's point is its trial's x (what the worker was given) */
@@ -159,7 +160,7 @@ typedef struct wval {
     size_t n;
 } wval;
 
-#define MAX_ARGS 11
+#define MAX_ARGS 12 /* the most any write statement takes (NARGS checks it) */
 typedef struct wcall {
     int q, n;
     wval v[MAX_ARGS];
@@ -991,7 +992,11 @@ void store_counts(store *s, uint64_t *batches, uint64_t *ops, uint64_t *syncs)
 #define R(x) {.type = V_REAL, .d = (x)}
 #define T(x) {.type = (x) ? V_TEXT : V_NULL, .p = (void *)(x)}
 #define B(x, len) {.type = (x) ? V_BLOB : V_NULL, .p = (void *)(x), .n = (len)}
-#define NARGS(v) ((int)(sizeof v / sizeof v[0]))
+/* The arguments of a statement, which must fit a recorded call (MAX_ARGS: a trials row
+ * of 12 overran the 11 it had, found by ASan; now a compile error). */
+#define NARGS(v)                                                                          \
+    ((int)(sizeof v / sizeof v[0] +                                                       \
+           0 * sizeof(char[sizeof v / sizeof v[0] <= MAX_ARGS ? 1 : -1])))
 
 int store_study_insert(store *s, const char *name, const char *config, int64_t created_ms,
                        int64_t *id)
@@ -1088,7 +1093,7 @@ int store_trial_put(store *s, int64_t study_id, const trial_rec *t, size_t dim)
     wval v[] = {I(study_id), I(t->id), T(proto_trial_state_name(t->state)),
                 T(t->worker ? t->worker : ""), I(t->cand_index), B(t->x, dim * sizeof *t->x),
                 R(t->value), T(t->reason), I(t->created_ms), I(t->lease_ms),
-                I(t->completed_ms)};
+                I(t->completed_ms), T(t->request_id)};
     if (t->cand_index < 0)
         v[4] = none;
     if (t->state != TRIAL_COMPLETED)
@@ -1121,6 +1126,7 @@ int store_trials_each(store *s, int64_t study_id, size_t dim, store_trial_cb cb,
         t.created_ms = sqlite3_column_int64(st, 7);
         t.lease_ms = sqlite3_column_int64(st, 8);
         t.completed_ms = sqlite3_column_int64(st, 9);
+        t.request_id = (char *)sqlite3_column_text(st, 10);
         ret = cb(ud, &t) ? -1 : 0;
     }
     if (ret == 0 && rc != SQLITE_DONE)

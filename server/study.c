@@ -335,7 +335,7 @@ static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char
     size_t base = s->n_trials;
     for (size_t i = 0; i < res->n; i++) {
         trial_rec t = {.id = (int64_t)pts[i].handle, .state = TRIAL_PENDING,
-                       .worker = req->worker,
+                       .worker = req->worker, .request_id = req->request_id,
                        .cand_index = s->spec.space == SPACE_CANDIDATES ? (int64_t)pts[i].index : -1,
                        .created_ms = now, .lease_ms = now + s->spec.lease_seconds * 1000,
                        .x = (double *)pts[i].x};
@@ -352,6 +352,13 @@ static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char
     if (study_finish_txn(s))
         return study_abort_txn(s, err);
     return (int)res->n;
+}
+
+/* Whether t is a pending trial of the ask req retries (same worker and request_id). */
+static int ask_retry_of(const trial_rec *t, const ask_req *req)
+{
+    return t->state == TRIAL_PENDING && t->request_id &&
+           strcmp(t->request_id, req->request_id) == 0 && strcmp(t->worker, req->worker) == 0;
 }
 
 /* Copies trials v[0..n) for an answer (*out: trial_recs_free(*out, n)). */
@@ -371,6 +378,31 @@ static int trials_copy(const study *s, const trial_rec *v, size_t n, trial_rec *
     return 0;
 }
 
+/* An ask retried with its request_id (s->mu held): the pending trials that ask handed
+ * out to that worker, copied into out (out->n of them, 0 when none: ask anew). Why: an
+ * ask whose answer was lost (a dropped connection, a daemon restart) left its trials
+ * pending until their lease expired, 600 s by default, and a closed bbkb batch waited
+ * for them (worker-fleet review, fifty-seventh session). Request ids are the client's,
+ * one per ask; only pending trials can be the lost ones, so the scan starts at the first
+ * of them. */
+static int retried_ask(study *s, const ask_req *req, ask_answer *out, api_error *err)
+{
+    size_t n = 0;
+    for (size_t i = s->first_pending; i < s->n_trials; i++)
+        n += ask_retry_of(&s->trials[i], req);
+    if (n == 0)
+        return 0;
+    out->trials = calloc(n, sizeof *out->trials);
+    if (!out->trials)
+        return api_fail(err, API_INTERNAL, NULL, "out of memory");
+    for (size_t i = s->first_pending; i < s->n_trials && out->n < n; i++)
+        if (ask_retry_of(&s->trials[i], req) &&
+            study_trial_copy(s, &s->trials[i], &out->trials[out->n++], err))
+            return -1;
+    out->status = "ok"; /* awaiting 0, no retry: as the first answer */
+    return 0;
+}
+
 int study_ask(study *s, const ask_req *req, ask_answer *out, int *can_wait,
               uint64_t *version, api_error *err)
 {
@@ -379,6 +411,14 @@ int study_ask(study *s, const ask_req *req, ask_answer *out, int *can_wait,
         return api_fail(err, API_UNAVAILABLE, NULL, "shutting down");
     if (study_lock_live(s, err))
         return -1;
+    *can_wait = 0;
+    int retried = req->request_id ? retried_ask(s, req, out, err) : 0;
+    if (retried || out->n) {
+        int rc = study_unlock_settle_relaxed(s, retried, err);
+        if (rc)
+            proto_ask_answer_clear(out);
+        return rc;
+    }
     kb_ask_result res;
     const char *status = "ok";
     *version = atomic_load(&s->version);

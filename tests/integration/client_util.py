@@ -116,11 +116,13 @@ def _pump(src, dst):
 
 class ScriptedServer:
     """An HTTP server answering each request with the next (status, headers, body) of its
-    script (the last one repeats); .times holds when each request arrived."""
+    script (the last one repeats); .times holds when each request arrived, .bodies their
+    bodies."""
 
     def __init__(self, script):
         self.script = list(script)
         self.times = []
+        self.bodies = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -128,7 +130,7 @@ class ScriptedServer:
 
             def do_any(self):
                 length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
+                outer.bodies.append(self.rfile.read(length))
                 outer.times.append(time.monotonic())
                 status, headers, body = outer.script[min(len(outer.times), len(outer.script)) - 1]
                 self.send_response(status)

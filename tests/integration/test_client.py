@@ -4,6 +4,7 @@ proxy that drops responses and a server that answers 503, heartbeats keeping a s
 alive past its lease, and optimize() with threads and processes finishing exactly
 n_trials. Objects the client returns are validated against openapi.yaml's schemas."""
 import importlib.util
+import json
 import threading
 import time
 
@@ -353,6 +354,25 @@ def test_503_is_retried_honouring_retry_after():
         srv.close()
 
 
+def test_ask_without_request_id_for_an_older_daemon():
+    """Each ask carries a request_id (its retries the same one); a daemon older than the
+    field refuses it (400 naming it), and the client asks without it from then on."""
+    refused = (400, {"Content-Type": "application/json"},
+               b'{"error":{"code":"invalid","message":"unknown field \'request_id\'",'
+               b'"field":"request_id"}}')
+    empty = (200, {"Content-Type": "application/json"},
+             b'{"trials":[],"status":"exhausted","awaiting":0,"retry_after_ms":null}')
+    srv = ScriptedServer([refused, empty])
+    try:
+        s = kbandit.Study(kbandit.Client(srv.url), {"id": 1, "name": "old"})
+        assert s.ask().status == "exhausted" and s.ask().status == "exhausted"
+        sent = [json.loads(b) for b in srv.bodies]
+        assert len(sent) == 3 and len(sent[0]["request_id"]) == 32, sent
+        assert all("request_id" not in b for b in sent[1:]), sent
+    finally:
+        srv.close()
+
+
 def test_error_without_json_body():
     srv = ScriptedServer([(502, {"Content-Type": "text/html"}, b"<h1>Bad Gateway</h1>")])
     try:
@@ -379,7 +399,10 @@ def test_requests_retried_after_a_dropped_response(daemon, kb):
         proxy.drop()
         assert b.fail("crashed").state == "failed"  # the retry sees it failed already
         proxy.drop()
-        assert len(s.ask()) == 1  # the lost ask's trial stays pending until its lease
+        got = s.ask()  # the lost answer's trial comes back: the retry has its request_id
+        assert len(got) == 1
+        pending = kb.get_study(s.id).trials(state="pending")
+        assert [t.id for t in pending] == [got[0].id], pending  # none left behind
         proxy.drop()
         assert s.tell_many([(a, 0.75)])[0].status == 200
         proxy.drop()

@@ -108,6 +108,7 @@ def test_multistage_bookworm(dockerfile):
     rt = apt_packages(runtime)
     assert not [p for p in rt if p.endswith("-dev")], f"-dev packages in the runtime stage: {rt}"
     assert "build-essential" not in rt and "curl" in rt
+    assert "sqlite3" in rt  # the README's backup runs in the container (docker exec)
     stage_name = build["from"].split()[-1]
     copies = [a for i, a in runtime["ins"] if i == "COPY"]
     assert any(a.startswith(f"--from={stage_name} ") and "kbanditd" in a for a in copies), copies

@@ -79,3 +79,34 @@ def test_lease_expires_across_restart(daemons):
     assert t["state"] == "expired", t
     t2 = ask(api, sid, worker="next")["trials"][0]
     assert t2["candidate_index"] == 0 and t2["id"] != t1["id"]
+
+
+def test_retried_ask_gets_its_trials_again(daemons):
+    """An ask whose answer was lost (a dropped connection, kill -9 after the commit) left
+    its trials pending for the whole lease, and a closed bbkb batch waited for them
+    (worker-fleet review, fifty-seventh session). Retried with its request_id it is
+    answered with those trials, after a restart too; other workers and ids ask anew."""
+    d = daemons()
+    api = d.client()
+    sid = create_study(api, "retry", engine="gp-ucb", settings={"seed": 3},
+                       space={"type": "box", "params": [
+                           {"name": "x", "type": "float", "low": 0, "high": 1}]})["id"]
+    first = ask(api, sid, worker="w1", count=3, request_id="r-1")
+    assert first["status"] == "ok" and len(first["trials"]) == 3, first
+    ids = [t["id"] for t in first["trials"]]
+    again = ask(api, sid, worker="w1", count=3, request_id="r-1")
+    assert again == first
+    assert ask(api, sid, worker="w2", count=1, request_id="r-1")["trials"][0]["id"] not in ids
+    fresh = ask(api, sid, worker="w1", count=1, request_id="r-2")["trials"]
+    assert fresh and fresh[0]["id"] not in ids
+    d.kill9()
+    d.start()
+    api = d.client()
+    assert ask(api, sid, worker="w1", count=3, request_id="r-1")["trials"] == first["trials"]
+    tell(api, sid, ids[0], 1.0)  # only the trials still pending come back
+    assert [t["id"] for t in ask(api, sid, worker="w1", count=3, request_id="r-1")["trials"]] == ids[1:]
+    total = api.get(f"/v1/studies/{sid}").json()["progress"]["trials"]
+    assert sum(total.values()) == 5, total  # three, w2's one, r-2's one: no more
+    for bad in ("", 5, "x" * 201, None):
+        r = api.post(f"/v1/studies/{sid}/ask", json={"worker": "w1", "request_id": bad})
+        assert r.status_code == 400 and error_of(r)["field"] == "request_id", (bad, r.text)

@@ -192,3 +192,10 @@ def test_unwritable_database_is_refused_at_start(daemons):
         assert f"cannot open database {db} for writing: Permission denied" in out.stderr, out.stderr
     finally:
         shutil.rmtree(home)
+
+
+def test_numbers_with_blanks_or_signs_are_refused(daemons):
+    """strtoll skips leading blanks and takes a '+': --threads " 4" started with 4."""
+    for bad in (" 4", "+4", "4 ", "0x4", ""):
+        err = start_fails(daemons, args=["--threads", bad])
+        assert "invalid --threads (1..256)" in err, (bad, err)

@@ -182,7 +182,7 @@ static void migration_makes_studies_active_and_states_round_trip(void **state)
     char err[256] = "", got[256] = "";
     store *s = store_open(path, err, sizeof err);
     assert_non_null(s);
-    assert_int_equal(store_schema_version(s), 3);
+    assert_int_equal(store_schema_version(s), store_latest_version());
     int64_t id = insert_study(s, "new");
     assert_int_equal(store_begin(s), 0);
     assert_int_equal(store_study_set_state(s, id, "paused"), 0);
@@ -202,6 +202,10 @@ static int count_trial(void *ud, const trial_rec *t)
     int *n = ud;
     assert_int_equal(t->id, *n + 1);
     assert_string_equal(t->worker, "w");
+    if (t->id == 2) /* the ask's request_id (migration 0004) round trips; NULL stays NULL */
+        assert_string_equal(t->request_id, "req-2");
+    else
+        assert_null(t->request_id);
     (*n)++;
     return 0;
 }
@@ -228,7 +232,8 @@ static void queries_round_trip(void **state)
     double x[2] = {1, 2.5};
     for (int i = 1; i <= 3; i++) {
         trial_rec t = {.id = i, .state = TRIAL_PENDING, .worker = "w", .cand_index = -1,
-                       .created_ms = 5, .lease_ms = 6, .x = x};
+                       .created_ms = 5, .lease_ms = 6, .x = x,
+                       .request_id = i == 2 ? "req-2" : NULL};
         assert_int_equal(store_trial_put(s, id, &t, 2), 0);
         store_event ev = {.seq = i, .kind = 'a', .trial_id = i};
         assert_int_equal(store_event_append(s, id, &ev, 2), 0);

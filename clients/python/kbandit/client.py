@@ -34,6 +34,7 @@ class Client:
         self.retries = retries
         self._worker = worker
         self._http = Transport(self.url, self.token, timeout, retries)
+        self.asks_have_request_id = True  # False once a daemon refused the field (older)
 
     def config(self):
         """The constructor arguments, to build an equal Client in another process."""

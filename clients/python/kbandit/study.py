@@ -4,9 +4,11 @@ best trial, warm-start observations, exports (JSON, CSV, pandas), its state (pau
 resume, complete) and optimize()."""
 import io
 import time
+import uuid
 
 from . import optimize as _optimize
-from .errors import NoTrialAvailable, NotFound, error_from_json, error_from_response
+from .errors import (InvalidRequest, NoTrialAvailable, NotFound, error_from_json,
+                     error_from_response)
 from .trial import AskResult, TellResult, Trial, TrialScope
 
 MAX_WAIT_MS = 60000  # the daemon's longest long-poll (AskRequest.wait_ms)
@@ -63,16 +65,31 @@ class Study:
         empty, with .status ("ok", "awaiting_feedback", "exhausted",
         "max_trials_reached", "study_paused", "study_completed") and .retry_after. A
         paused study is waited for like a closed batch. An ask whose answer is lost is
-        retried; the lost trials stay pending until their lease expires."""
+        retried with the same request_id, so the daemon answers it with the trials the
+        lost answer held (still pending) instead of handing out more."""
         deadline = time.monotonic() + max(0.0, wait)
         while True:
             wait_ms = int(min(MAX_WAIT_MS, max(0.0, deadline - time.monotonic()) * 1000))
-            body = {"worker": worker or self.client.worker, "count": count, "wait_ms": wait_ms}
-            result = AskResult(self, self._call(
-                "POST", "/ask", body, replayable=True,
-                timeout=self.client.timeout + wait_ms / 1000.0).json())
+            body = {"worker": worker or self.client.worker, "count": count, "wait_ms": wait_ms,
+                    "request_id": uuid.uuid4().hex}
+            result = AskResult(self, self._ask_call(body, wait_ms))
             if result or result.status not in WAITABLE or time.monotonic() >= deadline:
                 return result
+
+    def _ask_call(self, body, wait_ms):
+        """POST .../ask; a daemon older than request_id (400 naming it) is asked without
+        it from then on."""
+        if not self.client.asks_have_request_id:
+            body.pop("request_id")
+        timeout = self.client.timeout + wait_ms / 1000.0
+        try:
+            return self._call("POST", "/ask", body, replayable=True, timeout=timeout).json()
+        except InvalidRequest as e:
+            if "request_id" not in body or e.field != "request_id":
+                raise
+            self.client.asks_have_request_id = False
+            body.pop("request_id")
+            return self._call("POST", "/ask", body, replayable=True, timeout=timeout).json()
 
     def trial(self, wait=None, worker=None):
         """`with study.trial() as t: t.tell(f(t.params))` -- see TrialScope. Waits up to
