@@ -204,6 +204,13 @@ char *metrics_render(size_t *len)
     registry_stats_get(&st);
     fprintf(f, "# HELP kbandit_studies Live studies.\n# TYPE kbandit_studies gauge\n"
                "kbandit_studies %zu\n", st.studies);
+    size_t restored, restoring, failed;
+    registry_restore_counts(&restored, &restoring, &failed);
+    fprintf(f, "# HELP kbandit_studies_restore Live studies by restore state, as /healthz counts them.\n"
+               "# TYPE kbandit_studies_restore gauge\n"
+               "kbandit_studies_restore{state=\"restored\"} %zu\n"
+               "kbandit_studies_restore{state=\"restoring\"} %zu\n"
+               "kbandit_studies_restore{state=\"failed\"} %zu\n", restored, restoring, failed);
     fputs("# HELP kbandit_trials Trials by state over all studies.\n"
           "# TYPE kbandit_trials gauge\n", f);
     for (int k = 0; k < TRIAL__STATES; k++)
@@ -223,10 +230,13 @@ char *metrics_render(size_t *len)
                "kbandit_store_operations_total %llu\n"
                "# HELP kbandit_store_syncs_total WAL fsyncs making durable operations durable.\n"
                "# TYPE kbandit_store_syncs_total counter\n"
-               "kbandit_store_syncs_total %llu\n",
+               "kbandit_store_syncs_total %llu\n"
+               "# HELP kbandit_store_failed_writes_total Write batches, or operations queued after one, that failed (a full disk, an I/O error).\n"
+               "# TYPE kbandit_store_failed_writes_total counter\n"
+               "kbandit_store_failed_writes_total %llu\n",
             (unsigned long long)st.resparsifications, st.engine_sec,
             (unsigned long long)st.store_batches, (unsigned long long)st.store_ops,
-            (unsigned long long)st.store_syncs);
+            (unsigned long long)st.store_syncs, (unsigned long long)st.store_failed);
     fprintf(f, "# HELP kbandit_replay_adopted_asks_total Replayed asks adopted at study rebuilds: the engine chose another point than the one handed out (a newer kbandit).\n"
                "# TYPE kbandit_replay_adopted_asks_total counter\n"
                "kbandit_replay_adopted_asks_total %llu\n",

@@ -371,7 +371,8 @@ void registry_stats_get(registry_stats *out)
         pthread_mutex_unlock(&v[i]->mu);
     }
     reg_put_all(v, n);
-    store_counts(registry.cfg.db, &out->store_batches, &out->store_ops, &out->store_syncs);
+    store_counts(registry.cfg.db, &out->store_batches, &out->store_ops, &out->store_syncs,
+                 &out->store_failed);
 }
 
 void registry_close(void)

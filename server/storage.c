@@ -977,11 +977,13 @@ void store_rollback(store *s)
     me->in_op = OP_NONE;
 }
 
-void store_counts(store *s, uint64_t *batches, uint64_t *ops, uint64_t *syncs)
+void store_counts(store *s, uint64_t *batches, uint64_t *ops, uint64_t *syncs,
+                  uint64_t *failed)
 {
     pthread_mutex_lock(&s->w.m);
     *batches = s->w.batches;
     *syncs = s->w.syncs;
+    *failed = s->w.n_failed;
     *ops = s->w.last_ticket;
     pthread_mutex_unlock(&s->w.m);
 }

@@ -78,7 +78,8 @@ int store_ticket_done(store *s, uint64_t ticket, uint64_t durable);
  * block): lets a server resume requests waiting for them. */
 void store_set_batch_hook(store *s, void (*hook)(uint64_t done, uint64_t synced));
 /* Batches run by the writer thread, queued operations and WAL syncs so far (statistics). */
-void store_counts(store *s, uint64_t *batches, uint64_t *ops, uint64_t *syncs);
+void store_counts(store *s, uint64_t *batches, uint64_t *ops, uint64_t *syncs,
+                  uint64_t *failed);
 
 /* Studies. Insert (direct operations only): STORE_CONFLICT when the name is taken. */
 int store_study_insert(store *s, const char *name, const char *config, int64_t created_ms,

@@ -151,6 +151,8 @@ typedef struct registry_stats {
     double engine_sec;
     uint64_t store_batches, store_ops; /* group commit: ops per batch = ops / batches */
     uint64_t store_syncs;              /* fsyncs of the WAL for durable operations */
+    uint64_t store_failed;             /* write batches (or operations queued after one)
+                                          that failed: a full disk, an I/O error */
 } registry_stats;
 void registry_stats_get(registry_stats *out);
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ask, create_study, error_of
+from conftest import ask, create_study, error_of, metrics
 
 ROWS = {"type": "candidates", "candidates": [[float(i), float(i % 7)] for i in range(400)]}
 
@@ -65,6 +65,7 @@ def test_full_disk_answers_at_once_and_recovers(daemons, small_disk):
     # 3 s before): the run above took well under 5 s for its ~100 failed tells.
     errors = [line for line in d.stderr().splitlines() if '"database error"' in line]
     assert 0 < len(errors) <= 40, len(errors)
+    assert metrics(api)[("kbandit_store_failed_writes_total", ())] > 0
     os.remove(small_disk / "filler")
     deadline = time.monotonic() + 20
     rest = [t for t in trials[120:]]

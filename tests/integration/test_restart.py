@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from conftest import (SANITIZED, Daemon, ask, copy_db, create_study, db_dump, error_of,
+from conftest import (SANITIZED, Daemon, ask, copy_db, create_study, db_dump, error_of, metrics,
                       shutdown_and_check, tell, toy)
 
 STUDIES = 8
@@ -372,6 +372,8 @@ def test_damaged_database_file_fails_its_studies_for_good(daemons):
               if '"study rebuild failed"' in line]
     assert failed and all("malformed" in m.get("reason", "") and m["retried"] is False
                           for m in failed), failed
+    m = metrics(d.client())
+    assert [m[("kbandit_studies_restore", (("state", s),))] for s in ("restored", "restoring", "failed")] == [0, 0, 2]
     # the 500's log line names its route and study (it gave the message alone)
     logged = [json.loads(line) for line in d.stderr().splitlines() if '"internal error"' in line]
     assert any(m["route"] == "/v1/studies/{id}" and m["id"] == sids[0] for m in logged), logged
