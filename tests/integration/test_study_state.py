@@ -233,7 +233,8 @@ def test_a_schema_2_database_upgrades_with_its_studies_active(daemons, tmp_path)
     trial = ask(api, sid)["trials"][0]
     assert d.stop() == 0
     con = sqlite3.connect(d.db)  # back to what kbandit stored before migration 0003
-    con.executescript("ALTER TABLE studies DROP COLUMN state; PRAGMA user_version = 2;")
+    con.executescript("ALTER TABLE studies DROP COLUMN state; "
+                      "ALTER TABLE trials DROP COLUMN request_id; PRAGMA user_version = 2;")
     con.close()
     d.start()
     api = d.client()
@@ -242,7 +243,7 @@ def test_a_schema_2_database_upgrades_with_its_studies_active(daemons, tmp_path)
     assert tell(api, sid, trial["id"], 1.0)["state"] == "completed"
     set_state(api, sid, "paused")
     con = sqlite3.connect(d.db)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 4  # 0003 and 0004 applied
     assert con.execute("SELECT state FROM studies WHERE id = ?", (sid,)).fetchone()[0] == "paused"
     with pytest.raises(sqlite3.IntegrityError):  # the table refuses other values
         con.execute("UPDATE studies SET state = 'done' WHERE id = ?", (sid,))
