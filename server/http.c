@@ -1085,9 +1085,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!rq)
         return;
     conn_guard_hold(conn, NULL, NULL);
-    if (rq->conn) /* requests MHD refused before on_access are not counted */
-        metrics_request(rq->route, rq->status ? rq->status : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499),
-                        mono_sec() - rq->t0);
+    if (rq->conn) { /* requests MHD refused before on_access are not counted */
+        int status = rq->status ? rq->status
+                                : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499);
+        metrics_request(rq->route, status, mono_sec() - rq->t0);
+        if (log_enabled(LOG_DEBUG)) /* an access log for operators (--log-level debug) */
+            log_json(LOG_DEBUG, "request",
+                     json_pack("{s:s?,s:s?,s:I,s:I,s:i,s:f}", "method",
+                               rq->route >= 0 ? kb_routes[rq->route].method : NULL, "route",
+                               rq->route >= 0 ? kb_routes[rq->route].pattern : NULL, "id",
+                               (json_int_t)rq->ids[0], "id2", (json_int_t)rq->ids[1],
+                               "status", status, "seconds", mono_sec() - rq->t0));
+    }
     request_free(rq);
     *con_cls = NULL;
 }

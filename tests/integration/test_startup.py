@@ -199,3 +199,23 @@ def test_numbers_with_blanks_or_signs_are_refused(daemons):
     for bad in (" 4", "+4", "4 ", "0x4", ""):
         err = start_fails(daemons, args=["--threads", bad])
         assert "invalid --threads (1..256)" in err, (bad, err)
+
+
+def test_debug_level_logs_each_request(daemons):
+    """An operator had no access log at any level: debug writes one line per request."""
+    d = daemons(args=["--log-level", "debug"])
+    api = d.client()
+    sid = create_study(api, "logged")["id"]
+    assert api.get(f"/v1/studies/{sid}/trials/99").status_code == 404
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = [json.loads(line) for line in d.stderr().splitlines() if '"msg":"request"' in line]
+        if any(m.get("status") == 404 for m in lines):
+            break
+        time.sleep(0.05)
+    assert any(m["method"] == "GET" and m["route"] == "/v1/studies/{id}/trials/{id}" and
+               m["id"] == sid and m["id2"] == 99 and m["status"] == 404 for m in lines), lines
+    assert any(m["route"] == "/v1/studies" and m["status"] == 201 for m in lines), lines
+    quiet = daemons(name="quiet")
+    assert quiet.client().get("/healthz").status_code == 200
+    assert '"msg":"request"' not in quiet.stderr()
