@@ -965,13 +965,20 @@ static void run_job(wp_job *j)
     MHD_resume_connection(rq->conn);
 }
 
+/* The lane of listings, which read every study under its mutex. */
+#define LANE_LISTINGS (-1)
+
 /* Hands rq to the request workers, its connection suspended until its job ends; a
- * study's routes in that study's lane. Once the workers drained (shutdown): a 503. */
+ * study's routes in that study's lane, listings in theirs (a few of them waiting behind
+ * a busy study took every worker: review of the fifty-seventh session). Once the workers
+ * drained (shutdown): a 503. */
 static int offload(request *rq)
 {
     static const char study_path[] = "/v1/studies/{id}";
-    int of_study = strncmp(kb_routes[rq->route].pattern, study_path, sizeof study_path - 1) == 0;
-    rq->job.lane = of_study ? rq->ids[0] : 0;
+    const route *r = &kb_routes[rq->route];
+    int of_study = strncmp(r->pattern, study_path, sizeof study_path - 1) == 0;
+    int listing = strcmp(r->pattern, "/v1/studies") == 0 && strcmp(r->method, "GET") == 0;
+    rq->job.lane = of_study ? rq->ids[0] : listing ? LANE_LISTINGS : 0;
     MHD_suspend_connection(rq->conn);
     if (wp_push(&rq->job) == 0)
         return MHD_YES;
@@ -1245,8 +1252,13 @@ int http_start(const http_config *cfg, char *why, size_t why_len)
                  strerror(rc));
         goto no_sweeper;
     }
-    /* A study may take half the workers: a busy one leaves the rest to the others. */
-    if (wp_start(cfg->threads, cfg->threads > 1 ? cfg->threads / 2 : 1, run_job, why, why_len))
+    /* Twice as many workers as HTTP threads, a quarter of them at most per study (or for
+     * listings): three busy studies leave a quarter to the others. With as many workers
+     * as threads, two busy studies took every worker (review of the fifty-seventh
+     * session). A study's operations hold its mutex, so more than two of its workers
+     * would only wait for it. */
+    if (wp_start(2 * cfg->threads, cfg->threads > 1 ? cfg->threads / 2 : 1, run_job, why,
+                 why_len))
         goto no_workers;
     if ((srv.d = mhd_start(cfg, why, why_len)))
         return 0;

@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int study_heartbeat(study *s, int64_t trial_id, trial_rec *out, api_error *err)
 {
@@ -33,25 +34,38 @@ int study_heartbeat(study *s, int64_t trial_id, trial_rec *out, api_error *err)
     return study_answer_trial(s, t, 1, out, err);
 }
 
-/* Sweeps that pass over a busy study before one waits for it: SWEEP_SKIPS_MAX x the sweep
- * period (200 ms by default, 5 s). */
+/* Sweeps that pass over a busy study before they wait for it, SWEEP_WAIT_MS at most each
+ * time: SWEEP_SKIPS_MAX x the sweep period (200 ms by default, 5 s). */
 #define SWEEP_SKIPS_MAX 25
+#define SWEEP_WAIT_MS 50
 
 /* Takes s->mu for a sweep: a busy study is passed over, so that its operations (a batch
  * call may hold it for minutes) do not hold up the expiries of every other study (a 1-s
  * lease expired 5.6 s late behind another study's ask: worker-fleet review, fifty-seventh
- * session); one busy for SWEEP_SKIPS_MAX sweeps in a row is waited for. */
+ * session). One found busy SWEEP_SKIPS_MAX sweeps in a row, whose mutex a stream of
+ * operations may never leave free at the instant of a sweep, is waited for a little at
+ * each sweep after that, never for a whole operation (a wait without a bound brought the
+ * stall back behind a 20-s ask: review of the change). */
 static int sweep_lock(study *s)
 {
-    if (pthread_mutex_trylock(&s->mu) == 0)
-        s->sweep_skips = 0;
-    else if (++s->sweep_skips < SWEEP_SKIPS_MAX)
-        return -1;
-    else {
-        pthread_mutex_lock(&s->mu);
-        s->sweep_skips = 0;
+    int rc;
+    if (s->sweep_skips < SWEEP_SKIPS_MAX) {
+        rc = pthread_mutex_trylock(&s->mu);
+    } else {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += SWEEP_WAIT_MS * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        rc = pthread_mutex_timedlock(&s->mu, &until);
     }
-    return 0;
+    if (rc == 0) {
+        s->sweep_skips = 0;
+        return 0;
+    }
+    if (s->sweep_skips < SWEEP_SKIPS_MAX)
+        s->sweep_skips++;
+    return -1;
 }
 
 static size_t sweep_study(study *s, int64_t now)

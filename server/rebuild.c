@@ -360,6 +360,7 @@ study *study_alloc(int64_t id, int64_t created_ms, study_spec *spec)
     atomic_init(&s->state, STUDY_ACTIVE);
     atomic_init(&s->spec_loaded, 1);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->stats_mu, NULL);
     return s;
 }
 

@@ -52,6 +52,7 @@ void study_free(study *s)
     proto_study_spec_clear(&s->spec);
     free(s->stored_config);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->stats_mu);
     free(s);
 }
 
@@ -361,14 +362,22 @@ void registry_stats_get(registry_stats *out)
     out->engine_sec = retired.engine_sec;
     /* A study deleted since reg_all is counted here: retired was copied before it was. */
     for (size_t i = 0; i < n; i++) {
-        if (atomic_load(&v[i]->restore) != RESTORED)
+        study *s = v[i];
+        if (atomic_load(&s->restore) != RESTORED)
             continue;
-        pthread_mutex_lock(&v[i]->mu);
-        for (int k = 0; k < TRIAL__STATES; k++) /* zero while a failed rebuild waits */
-            out->trials[k] += v[i]->counts[k];
-        out->resparsifications += v[i]->epoch_high;
-        out->engine_sec += v[i]->engine_sec;
-        pthread_mutex_unlock(&v[i]->mu);
+        int fresh = pthread_mutex_trylock(&s->mu) == 0; /* else: as last read */
+        pthread_mutex_lock(&s->stats_mu);
+        if (fresh) {
+            memcpy(s->stats_counts, s->counts, sizeof s->counts); /* 0 while a rebuild waits */
+            s->stats_epochs = s->epoch_high;
+            s->stats_engine_sec = s->engine_sec;
+            pthread_mutex_unlock(&s->mu);
+        }
+        for (int k = 0; k < TRIAL__STATES; k++)
+            out->trials[k] += s->stats_counts[k];
+        out->resparsifications += s->stats_epochs;
+        out->engine_sec += s->stats_engine_sec;
+        pthread_mutex_unlock(&s->stats_mu);
     }
     reg_put_all(v, n);
     store_counts(registry.cfg.db, &out->store_batches, &out->store_ops, &out->store_syncs,

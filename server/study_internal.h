@@ -104,6 +104,13 @@ struct study {
     /* Read and written by the lease sweeper's thread alone (sweep_study): sweeps that
      * found the study busy in a row. */
     unsigned sweep_skips;
+    /* What /metrics last read of the study under mu (registry_stats_get), shown while an
+     * operation holds mu: a scrape never waits for one (it held up libmicrohttpd's thread,
+     * and /healthz with it, for a whole ask: review of the fifty-seventh session). */
+    pthread_mutex_t stats_mu; /* protects the three fields below */
+    size_t stats_counts[TRIAL__STATES];
+    uint64_t stats_epochs;
+    double stats_engine_sec;
 };
 
 /* The counters of /metrics that are sums over studies. */

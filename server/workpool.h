@@ -8,9 +8,9 @@
  * reviews, fifty-seventh session).
  *
  * Jobs run in arrival order, except that at most lane_cap of them run at once per lane
- * (a study's id; lane 0 has no cap): requests for one study wait in the queue, not in a
- * worker blocked on the study's mutex, so a busy study leaves the other workers to the
- * other studies.
+ * (a study's id, or another nonzero lane the caller names; lane 0 has no cap): requests
+ * for one study wait in the queue, not in a worker blocked on the study's mutex, so a
+ * busy study leaves the other workers to the other studies.
  *
  * Thread safety: every function may be called from any thread. The queue and the
  * workers' lanes are protected by one mutex, held to link or unlink a job (a scan of
