@@ -384,7 +384,8 @@ static int trials_copy(const study *s, const trial_rec *v, size_t n, trial_rec *
  * pending until their lease expired, 600 s by default, and a closed bbkb batch waited
  * for them (worker-fleet review, fifty-seventh session). Request ids are the client's,
  * one per ask; only pending trials can be the lost ones, so the scan starts at the first
- * of them. */
+ * of them. Their leases start again, as the answer's first delivery (a relaxed write, as
+ * a heartbeat): after a restart they were close to expiring. */
 static int retried_ask(study *s, const ask_req *req, ask_answer *out, api_error *err)
 {
     size_t n = 0;
@@ -392,6 +393,19 @@ static int retried_ask(study *s, const ask_req *req, ask_answer *out, api_error 
         n += ask_retry_of(&s->trials[i], req);
     if (n == 0)
         return 0;
+    int64_t lease = now_ms() + s->spec.lease_seconds * 1000;
+    if (study_begin_write(s, 0))
+        return study_abort_txn(s, err);
+    for (size_t i = s->first_pending; i < s->n_trials; i++) {
+        trial_rec *t = &s->trials[i];
+        if (!ask_retry_of(t, req))
+            continue;
+        t->lease_ms = lease;
+        if (store_trial_put(registry.cfg.db, s->id, t, s->spec.dim))
+            return study_abort_txn(s, err); /* memory rebuilt from the store: old leases */
+    }
+    if (study_finish_txn(s))
+        return study_abort_txn(s, err);
     out->trials = calloc(n, sizeof *out->trials);
     if (!out->trials)
         return api_fail(err, API_INTERNAL, NULL, "out of memory");

@@ -94,15 +94,22 @@ def test_retried_ask_gets_its_trials_again(daemons):
     first = ask(api, sid, worker="w1", count=3, request_id="r-1")
     assert first["status"] == "ok" and len(first["trials"]) == 3, first
     ids = [t["id"] for t in first["trials"]]
+    time.sleep(0.01)
     again = ask(api, sid, worker="w1", count=3, request_id="r-1")
-    assert again == first
+    lease = [t.pop("lease_expires_at") for t in first["trials"]]
+    relet = [t.pop("lease_expires_at") for t in again["trials"]]
+    assert again == first  # the same trials, their leases started again:
+    assert all(b > a for a, b in zip(lease, relet)), (lease, relet)
     assert ask(api, sid, worker="w2", count=1, request_id="r-1")["trials"][0]["id"] not in ids
     fresh = ask(api, sid, worker="w1", count=1, request_id="r-2")["trials"]
     assert fresh and fresh[0]["id"] not in ids
     d.kill9()
     d.start()
     api = d.client()
-    assert ask(api, sid, worker="w1", count=3, request_id="r-1")["trials"] == first["trials"]
+    after = ask(api, sid, worker="w1", count=3, request_id="r-1")["trials"]
+    for t in after:
+        t.pop("lease_expires_at")
+    assert after == first["trials"]
     tell(api, sid, ids[0], 1.0)  # only the trials still pending come back
     assert [t["id"] for t in ask(api, sid, worker="w1", count=3, request_id="r-1")["trials"]] == ids[1:]
     total = api.get(f"/v1/studies/{sid}").json()["progress"]["trials"]
