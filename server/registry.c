@@ -273,11 +273,11 @@ void registry_shutting_down(void)
     atomic_store(&restorer.stop, 1);
     size_t n;
     study **v = reg_all(&n, NULL);
-    for (size_t i = 0; i < n; i++) {
-        pthread_mutex_lock(&v[i]->mu);
+    /* Without the studies' mutexes, which a busy study held for its whole operation and
+     * so delayed SIGTERM's quiescing: a long-poll suspending after this wake-up is resumed
+     * by http_quiesce, which follows and refuses new suspensions. */
+    for (size_t i = 0; i < n; i++)
         study_wake(v[i]);
-        pthread_mutex_unlock(&v[i]->mu);
-    }
     reg_put_all(v, n);
 }
 

@@ -151,7 +151,9 @@ void reg_put_all(study **v, size_t n);
 /* Fast path of the name check; the UNIQUE constraint in the store is the real guard. */
 int64_t reg_name_owner(const char *name); /* its study id, 0: none */
 void study_free(study *s);
-/* Feedback arrived (s->mu held): bumps the version, then wakes long-polls. */
+/* Feedback arrived: bumps the version, then wakes long-polls. Callers hold s->mu, but
+ * for the shutdown's wake-up (registry_shutting_down): the version is atomic and the
+ * wait list has its own lock. */
 void study_wake(study *s);
 
 /* ------------------------------------------------------------ rebuild.c */
