@@ -88,11 +88,12 @@ def test_bad_log_level_is_named(daemons):
 def test_http_start_failure_says_why(daemons):
     """"cannot start the HTTP daemon" said nothing more. The daemon binds its socket
     itself ("cannot listen" above carries the errno), so what fails there is a thread
-    (the long-poll timer, the header-timeout sweeper, libmicrohttpd's workers) or
-    libmicrohttpd itself: the line now has the reason, libmicrohttpd's own message for
-    its failures. Thread creation fails at each n-th call from main (fault shim)."""
+    (the long-poll timer, the header-timeout sweeper, the request workers, libmicrohttpd's
+    threads) or libmicrohttpd itself: the line now has the reason, libmicrohttpd's own
+    message for its failures. Thread creation fails at each n-th call from main (fault
+    shim)."""
     reasons = []
-    for n in range(1, 9):
+    for n in range(1, 17):
         d = daemons(name=f"thread{n}", args=["--threads", "2"], start=False,
                     env=shim_env(f"thread:{n}", arm_at_start=True))
         d.start(expect_fail=True)
@@ -101,8 +102,9 @@ def test_http_start_failure_says_why(daemons):
         assert d.exit_codes[-1] == 1, d.stderr()
         reasons += [line["reason"] for line in map(json.loads, d.stderr().splitlines())
                     if line.get("msg") == "cannot start the HTTP daemon"]
-    assert len(reasons) >= 3, reasons  # timer, sweeper, a libmicrohttpd worker
+    assert len(reasons) >= 4, reasons  # timer, sweeper, request workers, libmicrohttpd's
     assert any(r.startswith("cannot start the long-poll timer thread: ") for r in reasons)
+    assert any(r.startswith("cannot start a request worker thread: ") for r in reasons)
     assert any("pool thread" in r for r in reasons), reasons  # libmicrohttpd's message
     assert all("thread" in r for r in reasons), reasons
 
