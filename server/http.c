@@ -1252,13 +1252,13 @@ int http_start(const http_config *cfg, char *why, size_t why_len)
                  strerror(rc));
         goto no_sweeper;
     }
-    /* Twice as many workers as HTTP threads, a quarter of them at most per study (or for
-     * listings): three busy studies leave a quarter to the others. With as many workers
-     * as threads, two busy studies took every worker (review of the fifty-seventh
-     * session). A study's operations hold its mutex, so more than two of its workers
-     * would only wait for it. */
-    if (wp_start(2 * cfg->threads, cfg->threads > 1 ? cfg->threads / 2 : 1, run_job, why,
-                 why_len))
+    /* Twice as many workers as HTTP threads, one at a time per study (or for listings):
+     * a study's operations hold its mutex, so a second worker of the study would only
+     * wait for it (one study's load benchmark: 814 / 803 round trips/s with one, 788
+     * with two; docs/BENCHMARKS.md, fifty-seventh session), and k busy studies take k
+     * workers. With as many workers as threads and half of them per study, two busy
+     * studies took every worker (review of the fifty-seventh session). */
+    if (wp_start(2 * cfg->threads, 1, run_job, why, why_len))
         goto no_workers;
     if ((srv.d = mhd_start(cfg, why, why_len)))
         return 0;
