@@ -957,7 +957,7 @@ static void run_job(wp_job *j)
     request *rq = (request *)((char *)j - offsetof(request, job));
     worker.on = 1;
     worker.parked = 0;
-    int rc = run_request(rq);
+    int rc = rq->pending.s ? resume_kept(rq) : run_request(rq);
     if (worker.parked)
         return;
     rq->job_rc = rc;
@@ -1035,8 +1035,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     if (rq->ready < 0)
         return MHD_YES;
     conn_guard_busy(conn);
-    if (rq->pending.s)
+    /* A failed commit's answer rebuilds the study first (a replay): on a worker. */
+    if (rq->pending.s && !study_pending_failed(&rq->pending))
         return (enum MHD_Result)resume_kept(rq);
+    if (rq->pending.s)
+        return (enum MHD_Result)offload(rq);
     /* open routes (probes) run here, whatever the workers do */
     return (enum MHD_Result)(kb_routes[rq->route].open ? run_request(rq) : offload(rq));
 }

@@ -137,6 +137,8 @@ typedef struct study_pending {
 void study_defer_begin(void);
 int study_defer_end(study_pending *p);
 int study_pending_ready(const study_pending *p);
+/* Whether p's commit failed: study_pending_finish then rebuilds the study (a replay). */
+int study_pending_failed(const study_pending *p);
 int study_pending_finish(study_pending *p, api_error *err);
 
 /* Expires the leases that ended before now_ms in every study. Returns how many. */

@@ -173,6 +173,12 @@ int study_pending_ready(const study_pending *p)
     return store_ticket_done(registry.cfg.db, p->ticket, p->durable);
 }
 
+int study_pending_failed(const study_pending *p)
+{
+    return store_ticket_failed(registry.cfg.db, p->ticket) ||
+           (p->durable && store_ticket_failed(registry.cfg.db, p->durable));
+}
+
 int study_pending_finish(study_pending *p, api_error *err)
 {
     int rc = settle(p->s, p->ticket, p->durable, 0, err);
