@@ -464,6 +464,12 @@ store *store_open(const char *path, char *errbuf, size_t errsize)
         return NULL;
     }
     s->lock_fd = -1;
+    /* A new database is created 0640 (less the umask), not 0644: studies hold what the
+     * world need not read. SQLite gives its -wal and -shm files the database file's mode.
+     * No SQLite lock exists yet whose descriptor this close could drop. */
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+    if (fd >= 0)
+        close(fd);
     pthread_mutex_init(&s->lock, NULL);
     pthread_key_create(&s->key, conn_release);
     conn *c = get_conn(s);

@@ -2,6 +2,7 @@
 used to turn insecure mode on), --version, and the defaults shown by --help; and of issue
 16: a database another connection holds locked for a moment is waited for, not refused."""
 import json
+import os
 import shutil
 import signal
 import sqlite3
@@ -221,3 +222,13 @@ def test_debug_level_logs_each_request(daemons):
     quiet = daemons(name="quiet")
     assert quiet.client().get("/healthz").status_code == 200
     assert '"msg":"request"' not in quiet.stderr()
+
+
+def test_new_database_is_not_world_readable(daemons):
+    """The database, its -wal and -shm were created 0644: anyone on the host could read
+    every study. A new one is 0640 (less the umask), and SQLite's files follow it."""
+    d = daemons()
+    create_study(d.client(), "private")
+    for suffix in ("", "-wal", "-shm"):
+        mode = os.stat(f"{d.db}{suffix}").st_mode & 0o777
+        assert mode & 0o007 == 0, (suffix, oct(mode))
