@@ -436,10 +436,13 @@ static int plain_path(const char *p)
  * session). An exclusive flock() on the database file, held until store_close: flock
  * locks are apart from the POSIX locks SQLite takes, and this descriptor is closed only
  * after every connection (closing any descriptor of a file drops the process's POSIX
- * locks on it). Also refuses a file this process may not write. */
+ * locks on it). Taken before SQLite opens the file, so a second daemon migrates nothing.
+ * Also refuses a file this process may not write, and creates a new one 0640 (less the
+ * umask), not 0644: studies hold what the world need not read (SQLite gives its -wal and
+ * -shm files the database file's mode). */
 static int lock_db(store *s, char *errbuf, size_t errsize)
 {
-    s->lock_fd = open(s->path, O_RDWR | O_CLOEXEC);
+    s->lock_fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
     if (s->lock_fd < 0)
         return snprintf(errbuf, errsize, "cannot open database %s for writing: %s", s->path,
                         strerror(errno)), -1;
@@ -464,21 +467,15 @@ store *store_open(const char *path, char *errbuf, size_t errsize)
         return NULL;
     }
     s->lock_fd = -1;
-    /* A new database is created 0640 (less the umask), not 0644: studies hold what the
-     * world need not read. SQLite gives its -wal and -shm files the database file's mode.
-     * No SQLite lock exists yet whose descriptor this close could drop. */
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
-    if (fd >= 0)
-        close(fd);
     pthread_mutex_init(&s->lock, NULL);
     pthread_key_create(&s->key, conn_release);
-    conn *c = get_conn(s);
-    if (!c) {
-        snprintf(errbuf, errsize, "cannot open database %s (the log line before says why)", path);
+    if (lock_db(s, errbuf, errsize)) {
         store_close(s);
         return NULL;
     }
-    if (lock_db(s, errbuf, errsize)) {
+    conn *c = get_conn(s);
+    if (!c) {
+        snprintf(errbuf, errsize, "cannot open database %s (the log line before says why)", path);
         store_close(s);
         return NULL;
     }
