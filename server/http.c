@@ -1035,13 +1035,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     if (rq->ready < 0)
         return MHD_YES;
     conn_guard_busy(conn);
-    /* A failed commit's answer rebuilds the study first (a replay): on a worker. */
+    /* A kept answer is sent here, unless its commit failed: that one rebuilds the study
+     * first (a replay), on a worker. Open routes (probes) run here, whatever the workers
+     * do; the others on a worker. */
     if (rq->pending.s && !study_pending_failed(&rq->pending))
         return (enum MHD_Result)resume_kept(rq);
-    if (rq->pending.s)
-        return (enum MHD_Result)offload(rq);
-    /* open routes (probes) run here, whatever the workers do */
-    return (enum MHD_Result)(kb_routes[rq->route].open ? run_request(rq) : offload(rq));
+    int here = !rq->pending.s && kb_routes[rq->route].open;
+    return (enum MHD_Result)(here ? run_request(rq) : offload(rq));
 }
 
 /* Frees a request context: out of the wait and commit lists first, where a connection
