@@ -29,6 +29,7 @@
  */
 #include "http.h"
 
+#include "bodymem.h"
 #include "conn_guard.h"
 #include "log.h"
 #include "metrics.h"
@@ -90,7 +91,8 @@ struct request {
     int64_t ids[MAX_IDS];
     char *body;
     size_t len, cap;
-    int too_large, csv, ready;
+    size_t reserved;         /* bytes of the body budget this request holds (bodymem.h) */
+    int too_large, over_budget, csv, ready;
     const char *target_refused; /* why on_uri refused the target (answered 400, or 414
                                  * when it is too long; its query emptied), or NULL */
     const char *target;      /* the raw request target in MHD's read buffer (on_uri; read
@@ -596,10 +598,30 @@ static int media_is(struct MHD_Connection *c, const char *type)
 
 typedef enum body_result { BODY_MORE = 0, BODY_DROP } body_result;
 
-/* Appends a chunk. Over the cap the rest is discarded and 413 is answered at the end. */
+/* Takes bytes of the body budget for rq; over it the body is dropped and a 503 answered
+ * at the end (body_finish). */
+static int body_reserve(request *rq, size_t bytes)
+{
+    if (bodymem_take(bytes, rq->reserved)) {
+        rq->over_budget = 1;
+        free(rq->body);
+        rq->body = NULL;
+        rq->len = rq->cap = 0;
+        bodymem_give(rq->reserved);
+        rq->reserved = 0;
+        return -1;
+    }
+    rq->reserved += bytes;
+    return 0;
+}
+
+/* Appends a chunk. Over the cap, or the body budget, the rest is discarded and 413 or
+ * 503 answered at the end. */
 static body_result body_append(request *rq, const char *data, size_t size)
 {
-    if (rq->too_large || rq->len + size > srv.cfg.max_body) {
+    if (rq->too_large || rq->over_budget)
+        return BODY_MORE;
+    if (rq->len + size > srv.cfg.max_body) {
         rq->too_large = 1;
         return BODY_MORE;
     }
@@ -607,6 +629,8 @@ static body_result body_append(request *rq, const char *data, size_t size)
         size_t nc = rq->cap ? rq->cap : 4096;
         while (nc < rq->len + size + 1)
             nc *= 2;
+        if (body_reserve(rq, nc - rq->cap))
+            return BODY_MORE;
         char *b = realloc(rq->body, nc);
         if (!b)
             return BODY_DROP;
@@ -629,6 +653,8 @@ static int body_finish(request *rq, int *rc)
         api_fail(&err, API_PAYLOAD_TOO_LARGE, NULL, "the body exceeds %zu bytes", srv.cfg.max_body);
         goto answer;
     }
+    if (rq->over_budget)
+        goto busy;
     if (r->body == BODY_NONE)
         return 0;
     if (rq->len == 0 && r->body == BODY_JSON_OPTIONAL)
@@ -646,9 +672,16 @@ static int body_finish(request *rq, int *rc)
                  r->body == BODY_JSON_OR_CSV ? "application/json or text/csv" : "application/json");
         goto answer;
     }
+    if (body_reserve(rq, rq->len * BODYMEM_JSON_FACTOR))
+        goto busy;
     rq->json = proto_parse_object(rq->body, rq->len, &err);
     if (rq->json)
         return 0;
+    goto answer;
+busy:
+    api_fail(&err, API_UNAVAILABLE, NULL,
+             "request bodies in memory are over --max-body-memory (%zu bytes); retry",
+             bodymem_budget());
 answer:
     *rc = reply_error(rq, &err);
     return -1;
@@ -1074,6 +1107,7 @@ static void request_free(request *rq)
         rq->state_free(rq->state);
     json_decref(rq->json);
     free(rq->body);
+    bodymem_give(rq->reserved);
     /* A large JSON body is ~27 times its size as jansson's objects, small blocks that
      * stay in the heap once freed: one 60 MB body left the daemon at 1.6 GB (ops review,
      * fifty-seventh session). Past 1 MiB, the free pages go back to the system. */
@@ -1229,6 +1263,7 @@ int http_start(const http_config *cfg, char *why, size_t why_len)
 {
     MHD_set_panic_func(mhd_panic, NULL);
     conn_guard_init(cfg->max_connections, cfg->header_timeout_s);
+    bodymem_init(cfg->max_body_memory);
     srv.cfg = *cfg;
     atomic_store(&srv.quiescing, 0);
     waits.stop = 0;

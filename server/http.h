@@ -41,6 +41,7 @@ typedef struct http_config {
     unsigned threads;
     const char *token;      /* NULL: no authentication */
     size_t max_body;
+    size_t max_body_memory; /* the body budget (bodymem.h); 0: none */
     /* Connection limits (issue 16 item 4): beyond them a new connection is closed at
      * once; a connection silent for idle_timeout_s (headers included: slowloris) is
      * closed (keep-alive workers reconnect; a long-poll's wait_ms is far below it); one

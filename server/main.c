@@ -36,7 +36,8 @@
 
 typedef struct options {
     const char *listen, *db, *token_file, *log_level;
-    long long threads, sweep_ms, max_conn, max_conn_ip, idle_s, header_s, max_body;
+    long long threads, sweep_ms, max_conn, max_conn_ip, idle_s, header_s, max_body,
+        max_body_mem;
     int insecure;
 } options;
 
@@ -49,6 +50,9 @@ static void usage(FILE *f)
           "                          (default 4)\n"
           "  --token-file PATH       bearer token file (default: none, auth off on loopback)\n"
           "  --max-body-bytes N      largest request body (default 67108864)\n"
+          "  --max-body-memory N     bytes all request bodies being read or parsed may\n"
+          "                          hold at once (503 beyond), 0 = no cap (default\n"
+          "                          1073741824)\n"
           "  --log-level LEVEL       debug|info|warn|error (default info)\n"
           "  --sweep-ms N            lease sweep period, 10..3600000 (default 200)\n"
           "  --max-connections N     open connections in all, 1..100000 (default 1000); at\n"
@@ -62,9 +66,10 @@ static void usage(FILE *f)
           "  --insecure              allow a non-loopback listen without a token\n"
           "  --version               print the version and exit\n"
           "Each flag may also be given as KB_<FLAG> in the environment (KB_LISTEN, KB_DB,\n"
-          "KB_THREADS, KB_TOKEN_FILE, KB_MAX_BODY_BYTES, KB_LOG_LEVEL, KB_SWEEP_MS,\n"
-          "KB_MAX_CONNECTIONS, KB_MAX_CONNECTIONS_PER_IP, KB_IDLE_TIMEOUT_S, KB_HEADER_TIMEOUT_S,\n"
-          "KB_INSECURE=0|1|false|true); flags win.\n",
+          "KB_THREADS, KB_TOKEN_FILE, KB_MAX_BODY_BYTES, KB_MAX_BODY_MEMORY, KB_LOG_LEVEL,\n"
+          "KB_SWEEP_MS, KB_MAX_CONNECTIONS, KB_MAX_CONNECTIONS_PER_IP, KB_IDLE_TIMEOUT_S,\n"
+          "KB_HEADER_TIMEOUT_S, KB_INSECURE=0|1|false|true); flags win. Flags are spelled\n"
+          "out in full (--max-body is refused, not taken for --max-body-bytes).\n",
           f);
 }
 
@@ -113,12 +118,21 @@ static int parse_long(const char *s, long long min, long long max, long long *ou
     return 0;
 }
 
+/* Whether arg ("--name" or "--name=value") names the flag name in full. */
+static int spelled_out(const char *arg, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(arg, "--", 2) == 0 && strncmp(arg + 2, name, n) == 0 &&
+           (arg[2 + n] == 0 || arg[2 + n] == '=');
+}
+
 static int parse_options(int argc, char **argv, options *o)
 {
     static const struct option longopts[] = {
         {"listen", required_argument, 0, 'l'}, {"db", required_argument, 0, 'd'},
         {"threads", required_argument, 0, 't'}, {"token-file", required_argument, 0, 'k'},
         {"max-body-bytes", required_argument, 0, 'm'}, {"log-level", required_argument, 0, 'v'},
+        {"max-body-memory", required_argument, 0, 'M'},
         {"sweep-ms", required_argument, 0, 's'}, {"insecure", no_argument, 0, 'i'},
         {"max-connections", required_argument, 0, 'c'},
         {"max-connections-per-ip", required_argument, 0, 'p'},
@@ -126,7 +140,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"header-timeout-s", required_argument, 0, 'H'},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     const char *threads = env_or("KB_THREADS", "4"), *max_body = env_or("KB_MAX_BODY_BYTES", "67108864"),
-               *sweep = env_or("KB_SWEEP_MS", "200");
+               *sweep = env_or("KB_SWEEP_MS", "200"),
+               *max_body_mem = env_or("KB_MAX_BODY_MEMORY", "1073741824");
     const char *max_conn = env_or("KB_MAX_CONNECTIONS", "1000"),
                *max_conn_ip = env_or("KB_MAX_CONNECTIONS_PER_IP", "256"),
                *idle = env_or("KB_IDLE_TIMEOUT_S", "60"),
@@ -136,14 +151,23 @@ static int parse_options(int argc, char **argv, options *o)
     o->token_file = env_or("KB_TOKEN_FILE", NULL);
     o->log_level = env_or("KB_LOG_LEVEL", "info");
     int env_insecure_bad = parse_env_bool("KB_INSECURE", &o->insecure);
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    int c, at = optind, li = -1;
+    /* "+": no reordering, so the option just read is argv[at]; getopt takes any unique
+     * prefix of a flag's name, which a later flag could make ambiguous: refused. */
+    while ((c = getopt_long(argc, argv, "+", longopts, &li)) != -1) {
+        if (c != '?' && !spelled_out(argv[at], longopts[li].name)) {
+            fprintf(stderr, "kbanditd: '%s' is not spelled out: use --%s\n", argv[at],
+                    longopts[li].name);
+            return -1;
+        }
+        at = optind;
         switch (c) {
         case 'l': o->listen = optarg; break;
         case 'd': o->db = optarg; break;
         case 't': threads = optarg; break;
         case 'k': o->token_file = optarg; break;
         case 'm': max_body = optarg; break;
+        case 'M': max_body_mem = optarg; break;
         case 'v': o->log_level = optarg; break;
         case 's': sweep = optarg; break;
         case 'c': max_conn = optarg; break;
@@ -178,6 +202,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"idle-timeout-s", idle, 1, 3600, &o->idle_s},
         {"header-timeout-s", header, 1, 3600, &o->header_s},
         {"max-body-bytes", max_body, 1024, (long long)1 << 40, &o->max_body},
+        {"max-body-memory", max_body_mem, 0, (long long)1 << 50, &o->max_body_mem},
     };
     for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
         if (parse_long(numbers[i].text, numbers[i].min, numbers[i].max, numbers[i].out)) {
@@ -424,7 +449,8 @@ int main(int argc, char **argv)
     handlers_init(db);
     store_set_batch_hook(db, http_commits_done); /* answers waiting for a commit */
     http_config hc = {.listen_fd = fd, .threads = (unsigned)o.threads, .token = token,
-                      .max_body = (size_t)o.max_body, .max_connections = (unsigned)o.max_conn,
+                      .max_body = (size_t)o.max_body, .max_body_memory = (size_t)o.max_body_mem,
+                      .max_connections = (unsigned)o.max_conn,
                       .max_connections_per_ip = (unsigned)o.max_conn_ip,
                       .idle_timeout_s = (unsigned)o.idle_s,
                       .header_timeout_s = (unsigned)o.header_s};

@@ -2,14 +2,15 @@
  * metrics.c - This file contains the request counters and latency histograms, kept in
  * fixed arrays of atomics indexed by route (so recording never takes a lock), and the
  * Prometheus text rendering: those, the registry's figures, the connections evicted at
- * the cap (conn_guard.c), the standard process_* metrics (read from /proc at scrape
- * time) and kbandit_build_info.
+ * the cap (conn_guard.c), the body budget (bodymem.c), the standard process_* metrics
+ * (read from /proc at scrape time) and kbandit_build_info.
  *
  * Invariant: every *_total is a counter that never goes down while the process lives
  * (the registry keeps the totals of deleted studies); gauges may.
  */
 #include "metrics.h"
 
+#include "bodymem.h"
 #include "conn_guard.h"
 #include "http.h"
 #include "study.h"
@@ -247,6 +248,12 @@ char *metrics_render(size_t *len)
     fprintf(f, "# HELP kbandit_connections_header_timeouts_total Connections closed because their request headers took longer than --header-timeout-s.\n"
                "# TYPE kbandit_connections_header_timeouts_total counter\n"
                "kbandit_connections_header_timeouts_total %llu\n", conn_guard_header_timeouts());
+    fprintf(f, "# HELP kbandit_body_memory_bytes Bytes request bodies being read or parsed hold (their estimate against --max-body-memory).\n"
+               "# TYPE kbandit_body_memory_bytes gauge\n"
+               "kbandit_body_memory_bytes %zu\n"
+               "# HELP kbandit_body_memory_refused_total Requests answered 503 because --max-body-memory was spent.\n"
+               "# TYPE kbandit_body_memory_refused_total counter\n"
+               "kbandit_body_memory_refused_total %llu\n", bodymem_held(), bodymem_refused());
     render_process(f);
     fclose(f);
     return buf;

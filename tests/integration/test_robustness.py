@@ -1,13 +1,14 @@
 """This file contains races and transport edge cases: long-poll asks woken by a tell,
 SIGTERM while asks are suspended, deleting a study under load, chunked bodies over the
-size limit, and requests cut off mid-body. Sanitizer reports fail each test (conftest)."""
+size limit, requests cut off mid-body, and the memory budget of bodies (--max-body-memory).
+Sanitizer reports fail each test (conftest)."""
 import socket
 import threading
 import time
 
 import requests
 
-from conftest import SANITIZED, ask, create_study, error_of, tell
+from conftest import SANITIZED, ask, create_study, error_of, metrics, tell
 
 ONE = {"type": "candidates", "candidates": [[0.0, 1.0]]}
 
@@ -125,6 +126,46 @@ def test_chunked_body_over_limit(daemons):
     r = api.post("/v1/studies", data=chunks(), headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and error_of(r)["code"] == "payload_too_large"
     assert api.get("/v1/studies").json()["studies"] == []
+
+
+def wait_metric(api, name, pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = metrics(api)[(name, ())]
+        if pred(v) or time.monotonic() > deadline:
+            return v
+        time.sleep(0.02)
+
+
+def test_body_memory_budget(daemons):
+    """A body read while others hold the budget gets a 503 with Retry-After and changes
+    nothing; one larger than the budget alone still goes through; nothing stays held."""
+    d = daemons(args=["--max-body-memory", str(1 << 20)])
+    api = d.client()
+    big = b'{"name": "' + b"b" * 1_100_000 + b'"}'
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    s.sendall(b"POST /v1/studies HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(big) + big[:1_050_000])
+    held = wait_metric(api, "kbandit_body_memory_bytes", lambda v: v >= 1 << 20)
+    assert held >= 1 << 20, held
+
+    r = api.post("/v1/studies", json={"name": "small", "space": ONE})
+    assert r.status_code == 503 and error_of(r)["code"] == "unavailable", r.text
+    assert "--max-body-memory" in error_of(r)["message"]
+    assert r.headers["Retry-After"] == "1"
+    assert api.get("/v1/studies").json()["studies"] == []
+    assert api.get("/healthz").status_code == 200  # bodiless requests are not held up
+
+    s.sendall(big[1_050_000:])  # alone, the large body is parsed (then refused: its name)
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += s.recv(65536)
+    s.close()
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+
+    assert create_study(api, "small", space=ONE)["name"] == "small"
+    assert wait_metric(api, "kbandit_body_memory_bytes", lambda v: v == 0) == 0
+    assert metrics(api)[("kbandit_body_memory_refused_total", ())] == 1
 
 
 def test_truncated_request_does_not_hurt(daemon):

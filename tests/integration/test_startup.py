@@ -204,6 +204,17 @@ def test_numbers_with_blanks_or_signs_are_refused(daemons):
         assert "invalid --threads (1..256)" in err, (bad, err)
 
 
+def test_flags_must_be_spelled_out(daemons):
+    """getopt took any unique prefix: --thread 2 was --threads, and a later flag sharing
+    the prefix would silently change what an operator's script meant."""
+    err = start_fails(daemons, args=["--thread", "2"])
+    assert "'--thread' is not spelled out: use --threads" in err, err
+    err = start_fails(daemons, args=["--max-body-b=4096"])
+    assert "use --max-body-bytes" in err, err
+    d = daemons(args=["--threads=2", "--max-body-memory", "0"])
+    assert d.client().get("/healthz").status_code == 200
+
+
 def test_debug_level_logs_each_request(daemons):
     """An operator had no access log at any level: debug writes one line per request."""
     d = daemons(args=["--log-level", "debug"])
