@@ -484,13 +484,13 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
     return (size_t)(w - s);
 }
 
-/* Matches path against pattern; fills ids. 1 match, 0 no match, -1 the shape matches
- * but an {id} is not a positive integer (404 either way, but stop searching). */
+/* Matches path against pattern; fills ids. 1 match, 0 no match. A "{name}" segment
+ * (openapi.yaml's parameter name) matches an integer of 1 to 18 digits. */
 static int match(const char *pattern, const char *path, int64_t *ids)
 {
     int n = 0;
     while (*pattern && *path) {
-        if (strncmp(pattern, "{id}", 4) == 0) {
+        if (*pattern == '{') {
             const char *end = strchr(path, '/');
             size_t len = end ? (size_t)(end - path) : strlen(path);
             if (len == 0 || len > 18 || n >= MAX_IDS)
@@ -502,7 +502,7 @@ static int match(const char *pattern, const char *path, int64_t *ids)
                 v = v * 10 + (path[i] - '0');
             }
             ids[n++] = v;
-            pattern += 4;
+            pattern = strchr(pattern, '}') + 1;
             path += len;
             continue;
         }
@@ -1007,7 +1007,7 @@ static void run_job(wp_job *j)
  * drained (shutdown): a 503. */
 static int offload(request *rq)
 {
-    static const char study_path[] = "/v1/studies/{id}";
+    static const char study_path[] = "/v1/studies/{study_id}";
     const route *r = &kb_routes[rq->route];
     int of_study = strncmp(r->pattern, study_path, sizeof study_path - 1) == 0;
     int listing = strcmp(r->pattern, "/v1/studies") == 0 && strcmp(r->method, "GET") == 0;

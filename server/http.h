@@ -26,7 +26,8 @@ typedef int (*handler_fn)(request *rq);
 
 typedef struct route {
     const char *method;
-    const char *pattern; /* "{id}" segments match positive integers */
+    const char *pattern; /* "{name}" segments (openapi.yaml's names) match positive
+                          * integers; the pattern is the route's label in /metrics */
     handler_fn fn;
     body_kind body;
     int open;            /* 1: no authentication (healthz, metrics) */
@@ -65,7 +66,7 @@ void http_commits_done(uint64_t done, uint64_t synced);
 
 /* ---------------------------------------------------------- handler API */
 
-int64_t rq_id(const request *rq, int i);          /* i-th {id} of the path */
+int64_t rq_id(const request *rq, int i);          /* i-th {name} id of the path */
 const char *rq_arg(request *rq, const char *key); /* query argument or NULL */
 /* How many times key is in the query (with a value or without: "?limit&limit=5"). */
 int rq_arg_times(request *rq, const char *key);

@@ -28,8 +28,8 @@ typedef struct int_arg {
 static const int_arg int_args[] = {
     {"/v1/studies", "limit", 1, 1000},
     {"/v1/studies", "cursor", 0, INT64_MAX},
-    {"/v1/studies/{id}/trials", "limit", 1, 10000},
-    {"/v1/studies/{id}/trials", "cursor", 0, INT64_MAX},
+    {"/v1/studies/{study_id}/trials", "limit", 1, 10000},
+    {"/v1/studies/{study_id}/trials", "cursor", 0, INT64_MAX},
 };
 
 static int hex(char c)
@@ -55,15 +55,15 @@ static void decode(const char *s, size_t n, int plus, char *out)
     out[w] = 0;
 }
 
-/* Whether the decoded path matches pattern, every {id} being 1 to 18 digits. */
+/* Whether the decoded path matches pattern, every {name} id being 1 to 18 digits. */
 static int path_matches(const char *pattern, const char *path)
 {
     while (*pattern) {
-        if (strncmp(pattern, "{id}", 4) == 0) {
+        if (*pattern == '{') {
             size_t d = strspn(path, "0123456789");
             if (d == 0 || d > 18)
                 return 0;
-            pattern += 4;
+            pattern = strchr(pattern, '}') + 1;
             path += d;
         } else if (*pattern++ != *path++) {
             return 0;
@@ -122,10 +122,10 @@ static int strict_ok(const char *pattern, const char *query, size_t qn, char *bu
             (arg_of(query, qn, int_args[i].key, buf, &v) ||
              (v && !digits_in(v, int_args[i].min, int_args[i].max))))
             return 0;
-    if (strcmp(pattern, "/v1/studies/{id}/trials") == 0 &&
+    if (strcmp(pattern, "/v1/studies/{study_id}/trials") == 0 &&
         (arg_of(query, qn, "state", buf, &v) || (v && !one_of(v, states))))
         return 0;
-    if (strcmp(pattern, "/v1/studies/{id}/export") == 0 &&
+    if (strcmp(pattern, "/v1/studies/{study_id}/export") == 0 &&
         (arg_of(query, qn, "format", buf, &v) || (v && !one_of(v, formats))))
         return 0;
     if (strcmp(pattern, "/v1/studies") == 0 &&

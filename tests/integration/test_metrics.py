@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ask, create_study, grid, metrics, tell
+from openapi_check import load_spec
 
 COUNTERS = ("kbandit_resparsifications_total", "kbandit_engine_seconds_total",
             "kbandit_store_batches_total", "kbandit_store_operations_total")
@@ -54,6 +55,23 @@ def test_every_metric_is_documented(api):
     doc = (Path(__file__).resolve().parents[2] / "openapi.yaml").read_text()
     described = doc[doc.index("operationId: metrics"):doc.index("responses:", doc.index("operationId: metrics"))]
     assert [f for f in families if f"`{f}" not in described] == []
+
+
+def test_route_labels_are_openapi_paths(api):
+    """The route label of every request row is its path as openapi.yaml writes it
+    ({study_id}, {trial_id}, {set_id}): an operator reads one in terms of the other."""
+    sid = create_study(api, "labels")["id"]
+    run_trials(api, sid, 1)
+    api.get(f"/v1/studies/{sid}/trials/1")
+    api.get("/v1/candidate-sets/424242")
+    api.get(f"/v1/studies/{sid}")
+    spec = load_spec().doc
+    rows = [labels for (name, labels) in metrics(api) if name == "kbandit_http_requests_total"]
+    routes = {(dict(lb)["method"], dict(lb)["route"]) for lb in rows} - {("", "unmatched")}
+    assert ("GET", "/v1/studies/{study_id}/trials/{trial_id}") in routes, routes
+    assert len(routes) >= 6, routes
+    for method, route in routes:
+        assert method.lower() in spec["paths"].get(route, {}), (method, route)
 
 
 def test_counters_keep_deleted_studies(api):

@@ -376,4 +376,4 @@ def test_damaged_database_file_fails_its_studies_for_good(daemons):
     assert [m[("kbandit_studies_restore", (("state", s),))] for s in ("restored", "restoring", "failed")] == [0, 0, 2]
     # the 500's log line names its route and study (it gave the message alone)
     logged = [json.loads(line) for line in d.stderr().splitlines() if '"internal error"' in line]
-    assert any(m["route"] == "/v1/studies/{id}" and m["id"] == sids[0] for m in logged), logged
+    assert any(m["route"] == "/v1/studies/{study_id}" and m["id"] == sids[0] for m in logged), logged

@@ -227,7 +227,7 @@ def test_debug_level_logs_each_request(daemons):
         if any(m.get("status") == 404 for m in lines):
             break
         time.sleep(0.05)
-    assert any(m["method"] == "GET" and m["route"] == "/v1/studies/{id}/trials/{id}" and
+    assert any(m["method"] == "GET" and m["route"] == "/v1/studies/{study_id}/trials/{trial_id}" and
                m["id"] == sid and m["id2"] == 99 and m["status"] == 404 for m in lines), lines
     assert any(m["route"] == "/v1/studies" and m["status"] == 201 for m in lines), lines
     quiet = daemons(name="quiet")
