@@ -435,6 +435,71 @@ static void fitted_kernel_epochs_match_exact_gp(void **state)
     free(Xc);
 }
 
+/* With the interior prior mean (finite set, unit input scaling), each epoch start is the
+ * exact GP on the residuals y - c b(u) for the height c fitted at that start: the rows'
+ * residuals were taken before the refit, with the previous height, while the candidates'
+ * means took the new one (fifty-eighth session). */
+static void interior_prior_epochs_use_the_refitted_height(void **state)
+{
+    (void)state;
+    enum { N = 30, M = 50, D = 2 };
+    kb_rng rng;
+    kb_rng_seed(&rng, 7);
+    double *X = tu_uniform_matrix(&rng, 2 * N, D, 0, 1);
+    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
+    double y[2 * N], Xall[4 * N * D], yall[4 * N], Uc[M * D];
+    for (size_t i = 0; i < 2 * N; i++)
+        y[i] = objective(X + i * D, D) + 0.05 * kb_rng_normal(&rng);
+    kb_error err;
+    kb_config *c = kb_config_new("bbkb", &err);
+    assert_int_equal(kb_config_set_string(c, "kernel", "matern52", &err), 0);
+    assert_int_equal(kb_config_set_string(c, "output_scaling", "none", &err), 0);
+    assert_int_equal(kb_config_set_string(c, "dictionary", "all", &err), 0);
+    kb_space *s = kb_space_new_finite(Xc, M, D, &err);
+    kb_engine *e = kb_engine_create(c, s, &err);
+    assert_non_null(e);
+    for (size_t i = 0; i < M; i++)
+        kb__space_to_internal(e->space, Xc + i * D, Uc + i * D);
+    double heights[2];
+    for (size_t half = 0; half < 2; half++) {
+        for (size_t i = half * N; i < (half + 1) * N; i++)
+            assert_int_equal(kb_engine_observe(e, X + i * D, y[i], &err), 0);
+        kb_point p;
+        kb_ask_result res;
+        while (half && ask1(e, &p, &res))
+            ;
+        tell_all_pending(e, D);
+        assert_true(ask1(e, &p, &res));
+        assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
+        kb_hyperparameters hp;
+        kb_engine_hyperparameters(e, &hp);
+        heights[half] = hp.interior_prior;
+        kb_kernel *k = tu_kernel_with(KB_KERNEL_MATERN52, D, hp.kernel_variance,
+                                      hp.lengthscales);
+        double mean[M], sd[M], emean[M], evar[M], dm, dsd;
+        size_t n = (half + 1) * N, nt = told_data(e, D, Xall + n * D, yall + n, &dm, &dsd);
+        memcpy(Xall, X, n * D * sizeof *X);
+        memcpy(yall, y, n * sizeof *y);
+        for (size_t i = 0; i < n + nt; i++) { /* internal coordinates, residuals */
+            double u[D];
+            kb__space_to_internal(e->space, Xall + i * D, u);
+            memcpy(Xall + i * D, u, sizeof u);
+            yall[i] -= hp.interior_prior * kb__interior_basis(&e->kernel, u);
+        }
+        assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
+        assert_int_equal(tu_exact_posterior(k, Xall, yall, n + nt, hp.noise, Uc, M, emean,
+                                            evar), 0);
+        assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
+        kb_kernel_free(k);
+    }
+    assert_true(heights[0] != KB_INTERIOR_C && heights[1] != heights[0]);
+    kb_engine_free(e);
+    kb_space_free(s);
+    kb_config_free(c);
+    free(X);
+    free(Xc);
+}
+
 /* Points observed off the candidate set between epochs (one of them twice) stay in a
  * dictionary = all across resparsifications with their own coordinates and kernel
  * columns (place_dictionary matches them by coordinates): the posterior after several
@@ -2041,6 +2106,7 @@ int main(void)
         cmocka_unit_test(rows_beyond_one_block),
         cmocka_unit_test(dictionary_growth_is_capped),
         cmocka_unit_test(fitted_kernel_epochs_match_exact_gp),
+        cmocka_unit_test(interior_prior_epochs_use_the_refitted_height),
         cmocka_unit_test(off_pool_observes_across_epochs_match_exact_gp),
         cmocka_unit_test(outputs_standardized_over_distinct_points),
         cmocka_unit_test(sampled_dictionary_posterior_is_dtc),

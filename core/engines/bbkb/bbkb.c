@@ -341,8 +341,10 @@ static int resparsify(kb_engine *e)
     st->row_var_ok = 0; /* the closing variances are read; rebuild_model sets them anew */
     if (!rc)
         rc = refit_kernel(e, &ds);
-    if (!rc)
+    if (!rc) {
+        kb__bbkb_residual_rows(e, &ds);
         rc = build_model(e, &ds);
+    }
     if (!rc)
         open_epoch(e, ds.n == 0);
     free(ds.rows);

@@ -253,8 +253,14 @@ int kb__bbkb_resolve_next(bbkb *st, size_t i, size_t *idx, size_t *n);
  * cached kernel column and coin dropped, every row of Z invalidated. */
 void kb__bbkb_new_pool(kb_engine *e);
 /* The data rows of every non-abandoned trial and observe, with rows[].in marking the
- * new dictionary (Algorithm 1 L11-16, retain). KB_ENOMEM. */
+ * new dictionary (Algorithm 1 L11-16, retain); rows[].ysum is each row's average told y,
+ * standardized, until kb__bbkb_residual_rows. KB_ENOMEM. */
 int kb__bbkb_draw_dictionary(kb_engine *e, dataset *ds);
+/* rows[].ysum to n_told times the row's residual from the prior mean (what the model
+ * fits). After the epoch's refit, which moves the interior prior's height: a residual
+ * taken before it kept the previous height for the whole epoch while the candidates'
+ * means took the new one (newcomer review, fifty-eighth session). */
+void kb__bbkb_residual_rows(kb_engine *e, dataset *ds);
 /* The rows marked in as the new dictionary: S, m, dcand, slot_of, Kc (and what
  * low_rank_start needs of the old one). KB_ENOMEM; then no cached column is trusted. */
 int kb__bbkb_place_dictionary(kb_engine *e, dataset *ds);

@@ -55,18 +55,25 @@ static int add_datum(dataset *ds, const double *u, size_t cand, uint64_t trial)
     return KB_OK;
 }
 
-/* On entry ysum holds each row's average told y, on exit n_told times that average as
- * kb__output_y models it (standardized over distinct points: the standardization fixes
- * the units of the prior (k(x, x) = 1), of F (Theorem 2) and of lambda, i.e. it
- * estimates the spread of f over the domain, which repeated evaluations of one arm say
- * nothing about. Per evaluation, on abalone seed 3 the sd fell from 0.16 to 0.027 while
- * Algorithm 1 repeated one arm (f = 0.61) in ever larger batches, the standardized gaps
- * to the unexplored arms grew six-fold while the width alpha sigma~ stays in fixed
- * units, and the run never left the arm: regret ratio 0.58). */
+/* rows[].ysum from the average told y to that average as kb__output_y models it:
+ * standardized over distinct points. Why: the standardization fixes the units of the
+ * prior (k(x, x) = 1), of F (Theorem 2) and of lambda, i.e. it estimates the spread of f
+ * over the domain, which repeated evaluations of one arm say nothing about. Per
+ * evaluation, on abalone seed 3 the sd fell from 0.16 to 0.027 while Algorithm 1 repeated
+ * one arm (f = 0.61) in ever larger batches, the standardized gaps to the unexplored arms
+ * grew six-fold while the width alpha sigma~ stays in fixed units, and the run never left
+ * the arm: regret ratio 0.58. Done before the epoch's refit, whose kernel and noise are
+ * fitted to values in these units (the output scaling moves with the fit: kb__hyper_refit). */
 static void standardize_rows(kb_engine *e, dataset *ds)
 {
     for (size_t j = 0; j < ds->n; j++)
-        ds->rows[j].ysum = ds->rows[j].n_told * (kb__output_y(e, ds->rows[j].ysum) -
+        ds->rows[j].ysum = kb__output_y(e, ds->rows[j].ysum);
+}
+
+void kb__bbkb_residual_rows(kb_engine *e, dataset *ds)
+{
+    for (size_t j = 0; j < ds->n; j++)
+        ds->rows[j].ysum = ds->rows[j].n_told * (ds->rows[j].ysum -
                                                  kb__prior_mean(e, ds->rows[j].u));
 }
 
@@ -143,7 +150,7 @@ static int window_rows(kb_engine *e, dataset *ds)
             keep[j] = 1;
             k++;
         } else {
-            y[j - k] = dt->ysum / dt->n_told;
+            y[j - k] = dt->ysum; /* standardized, not yet a residual sum */
             rest[j - k] = j;
         }
     }
