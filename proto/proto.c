@@ -826,7 +826,7 @@ int proto_ask_parse(json_t *doc, ask_req *out, api_error *err)
     memset(out, 0, sizeof *out);
     if (check_keys(doc, keys, "", err) || get_string(doc, "worker", "", 1, 200, &out->worker, err) ||
         get_string(doc, "request_id", "", 0, 200, &out->request_id, err) ||
-        get_int(doc, "count", "", 0, 1, 1000, 1, &out->count, err) ||
+        get_int(doc, "count", "", 0, 1, PROTO_ASK_MAX, 1, &out->count, err) ||
         get_int(doc, "wait_ms", "", 0, 0, 60000, 0, &out->wait_ms, err)) {
         proto_ask_clear(out);
         return -1;

@@ -105,10 +105,13 @@ void proto_study_spec_clear(study_spec *s);
  * with_candidates = 0, inline candidates are summarised (rows, dim) as in a Study. */
 json_t *proto_study_spec_json(const study_spec *s, int with_candidates);
 
+/* The most points one ask hands out (its `count`). */
+#define PROTO_ASK_MAX 1000
+
 typedef struct ask_req {
     char *worker;
     char *request_id;    /* NULL when not given: an ask retried with it is answered again */
-    int64_t count;       /* 1..1000, default 1 */
+    int64_t count;       /* 1..PROTO_ASK_MAX, default 1 */
     int64_t wait_ms;     /* 0..60000, default 0 */
 } ask_req;
 int proto_ask_parse(json_t *doc, ask_req *out, api_error *err);

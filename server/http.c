@@ -7,7 +7,10 @@
  * also refuses long or NUL-holding targets and oversized queries before MHD stores
  * them); the access handler is called once for the headers (we route, authenticate and
  * check the declared size, answering errors at once), once per body chunk (accumulated
- * up to max_body) and once at the end, when the route's handler runs. The request
+ * up to max_body, within the body budget of bodymem.h) and once at the end, when the
+ * route's handler runs: an open route's (probes) there, an authenticated route's body
+ * checks and handler on a request worker (workpool.h; offload, run_job), the connection
+ * suspended until its answer is kept and sent by on_access (send_answered). The request
  * context is freed in the completion callback, or, when libmicrohttpd closes the
  * connection without calling it, by the connection guard (conn_guard_hold).
  *

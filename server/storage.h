@@ -135,7 +135,7 @@ int store_snapshot_latest(store *s, int64_t study_id, unsigned char **bytes, siz
 
 int store_dictionary_put(store *s, int64_t study_id, uint64_t epoch, size_t dict_size,
                          uint64_t batch_size, int64_t event_seq, int64_t created_ms);
-/* Number of dictionary rows of a study (tests, metrics). */
+/* Number of dictionary rows of a study (tests). */
 int64_t store_dictionary_count(store *s, int64_t study_id);
 
 #endif /* KB_STORAGE_H */

@@ -295,8 +295,9 @@ static int hand_out_none(const study *s, kb_ask_result *res, const char **status
     return 0;
 }
 
-/* One ask attempt (s->mu held): hands out up to count points and makes them durable.
- * Returns the number handed out, or -1. */
+/* One ask attempt (s->mu held): hands out up to count points and queues their write
+ * (committed, not fsynced: the caller's answer waits for the commit). Returns the number
+ * handed out, or -1. */
 static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char **status,
                     api_error *err)
 {
@@ -312,7 +313,7 @@ static int ask_once(study *s, const ask_req *req, kb_ask_result *res, const char
         if (count > left)
             count = left;
     }
-    kb_point pts[1000];
+    kb_point pts[PROTO_ASK_MAX];
     kb_error kerr = {0};
     double t0 = mono_sec();
     int rc = kb_engine_ask(s->engine, count, pts, res, &kerr);

@@ -43,18 +43,7 @@ static int draw_allowed(kb_engine *e, size_t *index)
             return 1;
         }
     }
-    size_t allowed = 0;
-    for (size_t i = 0; i < n; i++)
-        allowed += !kb__excluded(e, i);
-    if (allowed == 0)
-        return 0;
-    size_t k = (size_t)kb_rng_below(&e->rng, allowed);
-    for (size_t i = 0; i < n; i++)
-        if (!kb__excluded(e, i) && k-- == 0) {
-            *index = i;
-            break;
-        }
-    return 1;
+    return kb__uniform_allowed(e, index);
 }
 
 /* A box whose pool is spent is redrawn (ops->ask_one's contract, internal.h). */

@@ -4,8 +4,9 @@
  *
  * Shared here: random Fourier features of a stationary kernel (the prior part of the
  * decomposed sampling rule, seed 001 eq. 6), the argmax of a sampled function over
- * the allowed candidates, and the refresh schedule (model every `refresh_every` tells,
- * box pool every `pool_refresh` tells) that both engines follow.
+ * the allowed candidates, and the sample scales. Both engines follow the same refresh
+ * options (model every `refresh_every` tells, box pool every `pool_refresh` tells), each
+ * with its own counters in its own file.
  */
 #ifndef KB_TS_H
 #define KB_TS_H

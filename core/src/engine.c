@@ -391,6 +391,22 @@ int kb__design_index(const kb_engine *e, size_t *index)
     return 1;
 }
 
+int kb__uniform_allowed(kb_engine *e, size_t *index)
+{
+    size_t allowed = 0, n = e->space->n;
+    for (size_t i = 0; i < n; i++)
+        allowed += !kb__excluded(e, i);
+    if (allowed == 0)
+        return 0;
+    size_t k = (size_t)kb_rng_below(&e->rng, allowed);
+    for (size_t i = 0; i < n; i++)
+        if (!kb__excluded(e, i) && k-- == 0) {
+            *index = i;
+            break;
+        }
+    return 1;
+}
+
 int kb_engine_hyperparameters(const kb_engine *e, kb_hyperparameters *out)
 {
     *out = (kb_hyperparameters){

@@ -638,8 +638,9 @@ static inline int kb__hyper_due(const kb_engine *e)
 {
     return e->fit_on && e->n_obs >= e->fit_next;
 }
-/* Refits e->kernel and e->noise to every observation (outputs standardized as the
- * engines see them) and schedules the next fit. Engines call it where their model may
+/* Refits e->kernel and e->noise to the observations (outputs standardized as the engines
+ * see them; at most fit_opts.max_rows distinct inputs, KB_HYPER_ROWS by default, the
+ * best and a sample of the rest: hyper.c) and schedules the next fit. Engines call it where their model may
  * change (before an ask, at a batch or epoch start) when kb__hyper_due(), then rebuild
  * what depends on the kernel and the noise. A failed fit keeps the previous values. */
 int kb__hyper_refit(kb_engine *e, kb_error *err);
@@ -656,6 +657,9 @@ double kb__width(const kb_engine *e, double theory, double fitted);
  * trials and warm-start observations together number fewer than design_n. Sets *index
  * and returns 1 while it applies. */
 int kb__design_index(const kb_engine *e, size_t *index);
+/* A candidate drawn uniformly among those kb__excluded allows (one draw of e->rng), in
+ * *index; 0 when none is allowed (no draw). */
+int kb__uniform_allowed(kb_engine *e, size_t *index);
 
 /* The choice a floor would give the next pool to: 1 + j x 4 + l for choice l of
  * categorical coordinate j, 0 for none (finite sets, floors off, every choice at its

@@ -101,20 +101,6 @@ void kb__bbkb_heap_rebuild(bbkb *st, int exact)
         sift_down(st, p);
 }
 
-static int uniform_pick(kb_engine *e, size_t *index)
-{
-    size_t allowed = 0, n = e->space->n;
-    for (size_t i = 0; i < n; i++)
-        allowed += !kb__excluded(e, i);
-    if (allowed == 0)
-        return 0;
-    size_t k = (size_t)kb_rng_below(&e->rng, allowed);
-    for (size_t i = 0; i < n; i++)
-        if (!kb__excluded(e, i) && k-- == 0)
-            *index = i;
-    return 1;
-}
-
 /* Excluded candidates leave the heap for st->out (their keys stay stale upper bounds)
  * and come back once the repeats policy allows them again (a tell or an abandon). Put
  * back after every pick, the epoch's handed-out points were popped and pushed again at
@@ -198,7 +184,7 @@ static int lazy_pick(kb_engine *e, size_t *index)
 int kb__bbkb_pick(kb_engine *e, size_t *index)
 {
     bbkb *st = e->impl;
-    return st->empty_model ? uniform_pick(e, index) : lazy_pick(e, index);
+    return st->empty_model ? kb__uniform_allowed(e, index) : lazy_pick(e, index);
 }
 
 int kb__bbkb_refresh_all_variances(bbkb *st)
