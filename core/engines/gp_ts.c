@@ -490,8 +490,14 @@ static int gp_ts_ask_one(kb_engine *e, size_t *index, kb_ask_result *res, kb_err
         size_t i = st->order[k];
         memcpy(U + k * d, e->space->u + i * d, d * sizeof *U);
         mu[k] = st->mu[i];
-        for (size_t r = 0; r < n; r++)
-            V[r * N + k] = st->W[r * A + i];
+    }
+    /* Row by row, W read in its own order: the column walk took a cache miss per entry,
+     * 21% of a 1,500-trial study's CPU (restore profile, fifty-eighth session). */
+    for (size_t r = 0; r < n; r++) {
+        const double *w = st->W + r * A;
+        double *vr = V + r * N;
+        for (size_t k = 0; k < N; k++)
+            vr[k] = w[st->order[k]];
     }
     posterior_cov(e, st, U, V, N, S);
     if ((rc = draw_joint(&e->rng, mu, S, N, v, f, err)))
