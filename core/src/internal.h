@@ -189,7 +189,7 @@ double kb__space_level_pos(const kb_space *s, size_t j, size_t l);
  * the fit's upper bound: a correlation above 1 - 1e-6 across the box. */
 #define KB_OFF_LENGTHSCALE 1e3
 
-/* The output warp's spread in noise sds at least (engine.c fit_warp). */
+/* The output warp's spread in noise sds at least (output.c fit_warp). */
 #define KB_WARP_NOISE_SDS 4.0
 
 /* The initial design's size on a finite set: the observations the first fit waits for
@@ -198,7 +198,7 @@ double kb__space_level_pos(const kb_space *s, size_t j, size_t l);
 /* The initial design's size on a box at most (engine.c setup_fitting). */
 #define KB_DESIGN_MAX 40
 
-/* The output warp's spread as a share of the initial design's at least (engine.c
+/* The output warp's spread as a share of the initial design's at least (output.c
  * fit_warp). */
 #define KB_WARP_DESIGN_SHARE 0.1
 
@@ -460,6 +460,16 @@ typedef struct kb_engine_ops {
     const kb__stat *stats;
 } kb_engine_ops;
 
+/* One distinct point: the observations at obs_u[first] (exact coordinate equality);
+ * kept by engine.c, read by output.c's statistics. */
+struct kb_obs_group {
+    size_t first;  /* its first observation */
+    size_t count;  /* observations at it */
+    double ymean;  /* their average y (running: y / n - mean / n, no overflow) */
+    size_t next;   /* next group in the hash chain, or NO_GROUP (engine.c) */
+    int varies;    /* its observations hold two different values */
+};
+
 struct kb_engine {
     const kb_engine_ops *ops;
     kb_config *cfg;      /* owned copy */
@@ -618,7 +628,7 @@ static inline int kb__excluded(const kb_engine *e, size_t i)
  * abalone). O(distinct points) after a new observation, O(1) otherwise (cached). */
 void kb__output_stats(kb_engine *e, double *mean, double *sd);
 /* The value y as a GP engine models it: standardized as above, after the half-rank warp
- * when e->warp (engine.c, warp_tail). Engines whose model is affine in y and that never
+ * when e->warp (output.c, warp_tail). Engines whose model is affine in y and that never
  * warp (pi-gp-ucb: fits_hyper = 0) may use kb__output_stats instead. */
 double kb__output_y(kb_engine *e, double y);
 /* The prior mean of the GP engines at internal coordinates u (at candidate i: prior_at),
