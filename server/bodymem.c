@@ -23,9 +23,10 @@ int bodymem_take(size_t bytes, size_t own)
     if (budget == 0 || before - own < budget)
         return 0;
     atomic_fetch_sub(&held, bytes);
-    atomic_fetch_add(&refused, 1);
     return -1;
 }
+
+void bodymem_note_refusal(void) { atomic_fetch_add(&refused, 1); }
 
 void bodymem_give(size_t bytes) { atomic_fetch_sub(&held, bytes); }
 

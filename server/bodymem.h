@@ -26,11 +26,12 @@
 /* 0: no budget. Called once, before the HTTP threads start. */
 void bodymem_init(size_t budget);
 /* 0: the bytes are reserved for a request that holds `own` already (give them back with
- * bodymem_give); -1: the other requests spent the budget, nothing reserved (counted in
- * bodymem_refused). */
+ * bodymem_give); -1: the other requests spent the budget, nothing reserved. */
 int bodymem_take(size_t bytes, size_t own);
 void bodymem_give(size_t bytes);
-/* For /metrics: bytes reserved now, and reservations refused since start. */
+/* A request answered 503 for want of the budget (counted for bodymem_refused). */
+void bodymem_note_refusal(void);
+/* For /metrics: bytes reserved now, and requests refused since start. */
 size_t bodymem_held(void);
 unsigned long long bodymem_refused(void);
 size_t bodymem_budget(void);

@@ -57,7 +57,7 @@
 #include <unistd.h>
 
 #define MAX_IDS 2
-#define BODY_TRIM_BYTES (1u << 20) /* request_free */
+#define BODY_TRIM_BYTES (1u << 20) /* body_release */
 /* Per-connection memory of MHD (headers, read and write buffers). MHD zeroes the pool
  * for every request on a kept-alive connection, so its size is paid per request: the
  * default 32 KiB cost more CPU than the rest of an ask. Bodies are streamed in chunks
@@ -189,10 +189,32 @@ static int send_kept(request *rq, int status, struct MHD_Response *resp, study_p
     return queue_error(rq, &err);
 }
 
+/* The body, its JSON and their share of the body budget, freed once the request is
+ * answered (queue) rather than when its connection is done with it: a client sending
+ * its next large body as soon as it read the answer found the last one still held, and
+ * got a 503 (review, fifty-eighth session). A long-poll keeps them (its handler runs
+ * again when woken); it answers through here too. A JSON body is ~27 times its size as
+ * jansson's objects, small blocks that stay in the heap once freed: one 60 MB body left
+ * the daemon at 1.6 GB (ops review, fifty-seventh session). Past 1 MiB, the free pages
+ * go back to the system. */
+static void body_release(request *rq)
+{
+    json_decref(rq->json);
+    rq->json = NULL;
+    free(rq->body);
+    rq->body = NULL;
+    bodymem_give(rq->reserved);
+    rq->reserved = 0;
+    if (rq->cap > BODY_TRIM_BYTES)
+        malloc_trim(0);
+    rq->cap = 0;
+}
+
 /* Every answer goes through here: one that depends on a commit in flight is kept and
  * the connection suspended until the commit ended (see the top of this file). */
 static int queue(request *rq, int status, struct MHD_Response *resp)
 {
+    body_release(rq);
     study_pending p;
     if (!study_defer_end(&p))
         return queue_now(rq, status, resp);
@@ -609,7 +631,7 @@ static int body_reserve(request *rq, size_t bytes)
         rq->over_budget = 1;
         free(rq->body);
         rq->body = NULL;
-        rq->len = rq->cap = 0;
+        rq->cap = 0;
         bodymem_give(rq->reserved);
         rq->reserved = 0;
         return -1;
@@ -618,14 +640,17 @@ static int body_reserve(request *rq, size_t bytes)
     return 0;
 }
 
-/* Appends a chunk. Over the cap, or the body budget, the rest is discarded and 413 or
- * 503 answered at the end. */
+/* Appends a chunk. Over the cap the rest is discarded and a 413 answered at the end;
+ * over the body budget, or for a route that reads no body, the bytes are only counted
+ * (so that a body over the cap still gets its 413, not a 503 it would retry). */
 static body_result body_append(request *rq, const char *data, size_t size)
 {
-    if (rq->too_large || rq->over_budget)
-        return BODY_MORE;
-    if (rq->len + size > srv.cfg.max_body) {
+    if (rq->too_large || rq->len + size > srv.cfg.max_body) {
         rq->too_large = 1;
+        return BODY_MORE;
+    }
+    if (rq->over_budget || kb_routes[rq->route].body == BODY_NONE) {
+        rq->len += size;
         return BODY_MORE;
     }
     if (rq->len + size + 1 > rq->cap) {
@@ -682,6 +707,7 @@ static int body_finish(request *rq, int *rc)
         return 0;
     goto answer;
 busy:
+    bodymem_note_refusal();
     api_fail(&err, API_UNAVAILABLE, NULL,
              "request bodies in memory are over --max-body-memory (%zu bytes); retry",
              bodymem_budget());
@@ -1108,16 +1134,8 @@ static void request_free(request *rq)
     atomic_fetch_sub(&live_requests, 1);
     if (rq->state_free)
         rq->state_free(rq->state);
-    json_decref(rq->json);
-    free(rq->body);
-    bodymem_give(rq->reserved);
-    /* A large JSON body is ~27 times its size as jansson's objects, small blocks that
-     * stay in the heap once freed: one 60 MB body left the daemon at 1.6 GB (ops review,
-     * fifty-seventh session). Past 1 MiB, the free pages go back to the system. */
-    int trim = rq->cap > BODY_TRIM_BYTES;
+    body_release(rq);
     free(rq);
-    if (trim)
-        malloc_trim(0);
 }
 
 /* conn_guard's release of a context libmicrohttpd dropped without on_completed. */

@@ -140,7 +140,7 @@ def wait_metric(api, name, pred, timeout=10.0):
 def test_body_memory_budget(daemons):
     """A body read while others hold the budget gets a 503 with Retry-After and changes
     nothing; one larger than the budget alone still goes through; nothing stays held."""
-    d = daemons(args=["--max-body-memory", str(1 << 20)])
+    d = daemons(args=["--max-body-memory", str(1 << 20), "--max-body-bytes", str(2 << 20)])
     api = d.client()
     big = b'{"name": "' + b"b" * 1_100_000 + b'"}'
     s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
@@ -155,6 +155,12 @@ def test_body_memory_budget(daemons):
     assert r.headers["Retry-After"] == "1"
     assert api.get("/v1/studies").json()["studies"] == []
     assert api.get("/healthz").status_code == 200  # bodiless requests are not held up
+    # a route that reads no body neither keeps nor reserves one
+    assert api.get("/healthz", data=b"x" * 10000).status_code == 200
+    # a body over --max-body-bytes gets its 413 (a 503 would be retried for ever)
+    r = api.post("/v1/studies", data=(b"x" * 65536 for _ in range(48)),
+                 headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and error_of(r)["code"] == "payload_too_large", r.text
 
     s.sendall(big[1_050_000:])  # alone, the large body is parsed (then refused: its name)
     reply = b""
