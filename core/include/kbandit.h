@@ -441,7 +441,7 @@ KB_API kb_engine *kb_engine_restore(const unsigned char *bytes, size_t len, kb_e
 /* The format version of snapshot bytes (1 to KB_SNAPSHOT_VERSION), 0 when they do not
  * start like a snapshot. Formats below 3 do not record the asks' points: a caller that
  * keeps its own history (the daemon's events and trials) may prefer replaying it. */
-#define KB_SNAPSHOT_VERSION 4u
+#define KB_SNAPSHOT_VERSION 5u
 KB_API uint32_t kb_snapshot_version(const unsigned char *bytes, size_t len);
 
 #ifdef __cplusplus

@@ -310,6 +310,36 @@ static void categorical_mix(kb_engine *e)
     k->additive = on;
 }
 
+/* During a restore: the recorded fit made at this n_obs, applied (*rc its result), or 0
+ * when there is none (records of fits made before it are passed over). */
+static int recorded_fit(kb_engine *e, int *rc)
+{
+    while (e->fit_queue_head < e->fit_queued &&
+           e->fit_queue[e->fit_queue_head].n_obs < e->n_obs)
+        e->fit_queue_head++;
+    if (e->fit_queue_head == e->fit_queued || e->fit_queue[e->fit_queue_head].n_obs != e->n_obs)
+        return 0;
+    const kb_fit_record *r = &e->fit_queue[e->fit_queue_head++];
+    kb_kernel *k = &e->kernel;
+    memcpy(k->lengthscales, r->lengthscales, k->dim * sizeof *k->lengthscales);
+    k->variance = r->variance;
+    k->mix = r->mix;
+    e->noise = r->noise;
+    e->prior_c = r->prior_c;
+    e->fit_rng = r->rng;
+    *rc = r->rc;
+    return 1;
+}
+
+/* The fit just made (or applied), for the snapshot's log. Not logged when memory is
+ * short: a restore then fits again. */
+static void log_fit(kb_engine *e, int rc)
+{
+    kb_fit_record r = {e->n_obs, rc, e->kernel.variance, e->noise, e->kernel.mix,
+                       e->prior_c, e->fit_rng, e->kernel.lengthscales};
+    kb__log_fit(e->log, &r, e->kernel.dim, e->space->dim);
+}
+
 int kb__hyper_refit(kb_engine *e, kb_error *err)
 {
     size_t n = e->n_obs;
@@ -329,23 +359,30 @@ int kb__hyper_refit(kb_engine *e, kb_error *err)
         memcpy(e->kernel.lengthscales, e->fit_ls, e->kernel.dim * sizeof *e->fit_ls);
     categorical_mix(e);
     kb_rows rows = {e->obs_u, y, n, e->obs_group, e->n_groups};
-    int rc = kb__hyper_fit(&e->kernel, &e->noise, &rows, &e->fit_opts, &e->fit_rng, &ferr);
-    /* The interior prior mean c b(u), c re-estimated by the fitted GP after each fit
-     * (kb__interior_coef, prior c ~ N(1, 1)). Why: a stationary GP's sd is largest at a
-     * finite set's boundary, where candidates have neighbours on one side only, and the
-     * UCB went there: after the first fit 36-57% of trials 4-30 sat on the boundary
-     * (base rate 12-31%), each at 2.5-4.4x an interior trial's regret (docs/BENCHMARKS.md,
-     * fifty-first session): the boundary over-exploration of Siivola et al. (MLSP 2018).
-     * A quadratic prior mean, lower towards the edges, is what DNGO uses (Snoek et al.,
-     * "Scalable Bayesian optimization using deep neural networks", ICML 2015); its height
-     * is estimated as a mean function's coefficient (Rasmussen & Williams, section 2.7)
-     * so that data whose best values lie at an edge pull it down. Mean log10 regret
-     * ratio, bbkb and gp-ucb at T = 300, fresh seeds: -0.12 on seven held-out problems
-     * with interior optima, 0.00 on twelve whose optimum was put on an edge or a corner
-     * (docs/BENCHMARKS.md, fifty-second session). */
-    if (rc == KB_OK && e->prior_basis)
-        e->prior_c = kb__interior_coef(&e->kernel, e->noise, &rows, e->prior_c, &e->nomem);
+    int rc;
+    if (!recorded_fit(e, &rc)) {
+        rc = kb__hyper_fit(&e->kernel, &e->noise, &rows, &e->fit_opts, &e->fit_rng, &ferr);
+        /* The interior prior mean c b(u), c re-estimated by the fitted GP after each fit
+         * (kb__interior_coef, prior c ~ N(1, 1)). Why: a stationary GP's sd is largest at
+         * a finite set's boundary, where candidates have neighbours on one side only, and
+         * the UCB went there: after the first fit 36-57% of trials 4-30 sat on the
+         * boundary (base rate 12-31%), each at 2.5-4.4x an interior trial's regret
+         * (docs/BENCHMARKS.md, fifty-first session): the boundary over-exploration of
+         * Siivola et al. (MLSP 2018). A quadratic prior mean, lower towards the edges, is
+         * what DNGO uses (Snoek et al., "Scalable Bayesian optimization using deep neural
+         * networks", ICML 2015); its height is estimated as a mean function's coefficient
+         * (Rasmussen & Williams, section 2.7) so that data whose best values lie at an
+         * edge pull it down. Mean log10 regret ratio, bbkb and gp-ucb at T = 300, fresh
+         * seeds: -0.12 on seven held-out problems with interior optima, 0.00 on twelve
+         * whose optimum was put on an edge or a corner (docs/BENCHMARKS.md, fifty-second
+         * session). */
+        if (rc == KB_OK && e->prior_basis)
+            e->prior_c = kb__interior_coef(&e->kernel, e->noise, &rows, e->prior_c,
+                                           &e->nomem);
+    }
     free(y);
+    if (rc != KB_ENOMEM && !e->nomem) /* a failed op's fit is not replayed */
+        log_fit(e, rc);
     if (rc == KB_OK) { /* the output stats are still those the fit's y were scaled by */
         double mean, sd;
         kb__output_stats(e, &mean, &sd);
@@ -638,6 +675,7 @@ void kb_engine_free(kb_engine *e)
     free(e->pool_next);
     free(e->pool_heads);
     kb__log_free(e->log);
+    kb__fit_queue_clear(e);
     free(e->fit_ls);
     free(e);
 }

@@ -556,6 +556,11 @@ struct kb_engine {
     double *fit_ls;      /* boxes with fitted lengthscales: the fit's own values, before
                           * kb__hyper_refit drops the dimensions the noise hides from
                           * kernel.lengthscales; NULL otherwise */
+    /* The fits a snapshot recorded, queued by kb_engine_restore while it replays and
+     * applied by kb__hyper_refit in order (fit_queue_head: the next one); empty outside
+     * a restore. Owned. */
+    struct kb_fit_record *fit_queue;
+    size_t fit_queued, fit_queue_head, fit_queue_cap;
     /* The interior prior mean c b(u) (kb__prior_mean): on finite sets with fitting on,
      * prior_mean "auto" and unit input scaling, prior_basis holds b at every candidate
      * and prior_c the coefficient of the last fit (KB_INTERIOR_C before it); NULL and 0
@@ -800,5 +805,25 @@ int kb__log_ask(struct kb_log *log, const double *x, size_t dim);
 int kb__log_tell(struct kb_log *log, uint64_t handle, double y);
 int kb__log_abandon(struct kb_log *log, uint64_t handle);
 int kb__log_observe(struct kb_log *log, const double *x, size_t dim, double y);
+
+/* A hyperparameter fit's outcome (kb__hyper_refit): what kb__hyper_fit and
+ * kb__interior_coef left in the kernel, the noise and prior_c, and fit_rng after them.
+ * Snapshots record one per fit (format 5), and a restore applies each where the replay
+ * fits again instead of fitting: half of a bbkb study's restore was its fits (fifty-eighth
+ * session). The replay reaches each fit with the same data, so the values are the ones a
+ * fit would find; a record a restore does not reach at its n_obs (another kbandit, whose
+ * fits come elsewhere) is passed over and that fit is made. */
+typedef struct kb_fit_record {
+    uint64_t n_obs;        /* e->n_obs when it was made */
+    int32_t rc;            /* kb__hyper_fit's result (a numerical failure keeps the values) */
+    double variance, noise, mix, prior_c;
+    kb_rng rng;            /* fit_rng after the fit */
+    double *lengthscales;  /* kernel.dim values before hidden dimensions drop; owned */
+} kb_fit_record;
+/* Logs a fit, in room of its own: the event the current op logs next keeps the room
+ * kb__log_reserve gave it. KB_ENOMEM leaves the log as it was (a restore then fits). */
+int kb__log_fit(struct kb_log *log, const kb_fit_record *r, size_t kdim, size_t dim);
+/* Empties e's queue of recorded fits. */
+void kb__fit_queue_clear(kb_engine *e);
 
 #endif /* KB_INTERNAL_H */

@@ -8,8 +8,10 @@
  * input's asks are recorded with the points the engine chose at its replay, and a version
  * 3 input's adopted asks are adopted again (kb_engine_ask_recorded), so a restore never
  * depends on how often the study was restored before. Only running out of memory may
- * break the chain. The corpus in tests/fuzz/corpus/fuzz_snapshot/ holds valid snapshots
- * (formats 2 to 4; format 4 with a log-scale integer coordinate) as seeds.
+ * break the chain: a fit record is logged again where the replay applied it, and one it
+ * never reached is dropped from the first restore's snapshot on. The corpus in
+ * tests/fuzz/corpus/fuzz_snapshot/ holds valid snapshots (formats 2 to 5; format 4 with a
+ * log-scale integer coordinate, format 5 with fit records) as seeds.
  */
 #include "kbandit.h"
 

@@ -321,6 +321,18 @@ static unsigned char *as_version2(const kb_engine *e, const kb_engine *fresh, si
     return v2;
 }
 
+/* a and r hand out the same next n points (handles and candidates). */
+static void same_next_asks(kb_engine *a, kb_engine *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        kb_point pa, pr;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(a, 1, &pa, &res, NULL), KB_OK);
+        assert_int_equal(kb_engine_ask(r, 1, &pr, &res, NULL), KB_OK);
+        assert_true(pa.handle == pr.handle && pa.index == pr.index);
+    }
+}
+
 /* Version 2 snapshots still restore, their asks replayed as the engine chooses now: the
  * same engine goes on identically; another one adopts nothing (no point is recorded). */
 static void version2_snapshots_replay_as_before(void **state)
@@ -336,13 +348,7 @@ static void version2_snapshots_replay_as_before(void **state)
     kb_engine *r = kb_engine_restore(v2, len, NULL);
     assert_non_null(r);
     same_posterior(r, a);
-    for (int i = 0; i < 4; i++) {
-        kb_point pa, pr;
-        kb_ask_result res;
-        assert_int_equal(kb_engine_ask(a, 1, &pa, &res, NULL), KB_OK);
-        assert_int_equal(kb_engine_ask(r, 1, &pr, &res, NULL), KB_OK);
-        assert_true(pa.handle == pr.handle && pa.index == pr.index);
-    }
+    same_next_asks(a, r, 4);
     kb_engine *o = restored_under(v2, len, "gp-ts", 2, NULL);
     kb_stats st = {.size = sizeof st};
     kb_engine_stats(o, &st, NULL);
@@ -372,6 +378,77 @@ static void non_finite_recorded_point_is_corrupt(void **state)
     kb_engine_free(a);
 }
 
+/* The offset of the last copy of needle[0..n) in hay[0..len), or len when none. */
+static size_t last_copy(const unsigned char *hay, size_t len, const void *needle, size_t n)
+{
+    for (size_t i = len - n + 1; i-- > 0;)
+        if (memcmp(hay + i, needle, n) == 0)
+            return i;
+    return len;
+}
+
+/* bbkb with fitted hyperparameters, 30 points told one by one. */
+static kb_engine *fitted_run(void)
+{
+    kb_error err;
+    kb_space *sp = square();
+    kb_config *cfg = kb_config_new("bbkb", &err);
+    assert_int_equal(kb_config_set_number(cfg, "seed", 4, &err), KB_OK);
+    kb_engine *e = kb_engine_create(cfg, sp, &err);
+    assert_non_null(e);
+    kb_config_free(cfg);
+    kb_space_free(sp);
+    for (int i = 0; i < 30; i++) {
+        kb_point p;
+        kb_ask_result res;
+        assert_int_equal(kb_engine_ask(e, 1, &p, &res, &err), KB_OK);
+        assert_int_equal(res.n, 1);
+        assert_int_equal(kb_engine_tell(e, p.handle, f(p.x), &err), KB_OK);
+    }
+    return e;
+}
+
+/* A snapshot (format 5) records each fit's outcome, and a restore applies it where the
+ * replay fits again instead of fitting: a record altered in the bytes comes out in the
+ * restored engine's kernel. Unaltered, the restore snapshots to the same bytes and asks
+ * the same points. A fit record that cannot be (a zero lengthscale) is corrupt. */
+static void recorded_fits_are_applied(void **state)
+{
+    (void)state;
+    kb_engine *a = fitted_run();
+    kb_hyperparameters hp;
+    kb_engine_hyperparameters(a, &hp);
+    assert_true(hp.fits >= 3 && hp.dim == DIM);
+    double ls[DIM], moved[DIM];
+    memcpy(ls, hp.lengthscales, sizeof ls);
+    size_t len, len2;
+    unsigned char *b = snapshot(a, &len);
+    kb_engine *r = kb_engine_restore(b, len, NULL);
+    assert_non_null(r);
+    unsigned char *b2 = snapshot(r, &len2);
+    assert_true(len2 == len && memcmp(b, b2, len) == 0);
+    same_next_asks(a, r, 4);
+    size_t at = last_copy(b, len, ls, sizeof ls); /* the last fit's lengthscales */
+    assert_true(at < len);
+    for (int j = 0; j < DIM; j++)
+        moved[j] = 1.5 * ls[j];
+    memcpy(b + at, moved, sizeof moved);
+    kb_engine *m = kb_engine_restore(b, len, NULL);
+    assert_non_null(m);
+    kb_engine_hyperparameters(m, &hp);
+    assert_memory_equal(hp.lengthscales, moved, sizeof moved);
+    double zero = 0.0;
+    memcpy(b + at, &zero, sizeof zero);
+    kb_error err;
+    assert_null(kb_engine_restore(b, len, &err));
+    assert_int_equal(err.code, KB_ECORRUPT);
+    free(b);
+    free(b2);
+    kb_engine_free(a);
+    kb_engine_free(r);
+    kb_engine_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -380,6 +457,7 @@ int main(void)
         cmocka_unit_test(adopted_candidates_count_for_repeats),
         cmocka_unit_test(version2_snapshots_replay_as_before),
         cmocka_unit_test(non_finite_recorded_point_is_corrupt),
+        cmocka_unit_test(recorded_fits_are_applied),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
