@@ -64,7 +64,7 @@
  * and need no room here; 8 KiB leaves several KiB of request headers. */
 #define CONN_MEMORY (8 * 1024)
 /* Query arguments a request may carry, and bytes of its query (no route reads more than
- * three arguments; a 200-byte name filter takes 600 bytes percent-encoded). MHD stores
+ * four arguments; a 200-byte name filter takes 600 bytes percent-encoded). MHD stores
  * each argument in the connection's pool before any handler of ours runs: a few hundred
  * ("?&&&...") or one of about 8,000 bytes filled the pool, and MHD 0.9.75 then neither
  * answered nor closed the connection until the idle timeout (found by fuzz_url). See
@@ -154,6 +154,24 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 
 static int queue_error(request *rq, const api_error *err);
 static int reply_code(request *rq, api_code code, const char *fmt, const char *arg);
+
+/* A log line's fields naming the request: method and route (absent for an unrouted
+ * request), and "id" / "id2", the path's ids, only for routes that have them (they were
+ * printed for every route, uninitialized where the route had none). NULL on OOM, which
+ * log_json takes as no fields. */
+static json_t *route_fields(const request *rq)
+{
+    json_t *f = json_object();
+    if (!f || rq->route < 0)
+        return f;
+    const route *r = &kb_routes[rq->route];
+    json_object_set_new(f, "method", json_string(r->method));
+    json_object_set_new(f, "route", json_string(r->pattern));
+    const char *p = r->pattern;
+    for (int i = 0; i < MAX_IDS && (p = strchr(p, '{')); i++, p++)
+        json_object_set_new(f, i ? "id2" : "id", json_integer((json_int_t)rq->ids[i]));
+    return f;
+}
 
 /* The answer sent when an answer cannot be allocated: made by http_start and shared by
  * reference (MHD counts them), so that sending it allocates nothing. */
@@ -350,11 +368,11 @@ static int queue_error(request *rq, const api_error *err)
         snprintf(v, sizeof v, "%d", err->retry_after_s > 0 ? err->retry_after_s : 1);
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
-    if (err->code == API_INTERNAL) /* with the route and ids, which the message may lack */
-        log_json(LOG_ERROR, "internal error",
-                 json_pack("{s:s,s:s?,s:I,s:I}", "error", err->message, "route",
-                           rq->route >= 0 ? kb_routes[rq->route].pattern : NULL, "id",
-                           (json_int_t)rq->ids[0], "id2", (json_int_t)rq->ids[1]));
+    if (err->code == API_INTERNAL) { /* with the route and ids, which the message may lack */
+        json_t *f = route_fields(rq);
+        json_object_set_new(f, "error", json_string(err->message));
+        log_json(LOG_ERROR, "internal error", f);
+    }
     return queue(rq, api_status(err->code), r);
 }
 
@@ -546,7 +564,7 @@ static int route_of(const char *method, const char *path, int64_t *ids, char *al
     int path_found = 0;
     allow[0] = 0;
     for (size_t i = 0; i < kb_n_routes; i++) {
-        int64_t tmp[MAX_IDS];
+        int64_t tmp[MAX_IDS] = {0};
         if (!match(kb_routes[i].pattern, path, tmp))
             continue;
         int get = strcmp(kb_routes[i].method, "GET") == 0;
@@ -1154,13 +1172,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         int status = rq->status ? rq->status
                                 : (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499);
         metrics_request(rq->route, status, mono_sec() - rq->t0);
-        if (log_enabled(LOG_DEBUG)) /* an access log for operators (--log-level debug) */
-            log_json(LOG_DEBUG, "request",
-                     json_pack("{s:s?,s:s?,s:I,s:I,s:i,s:f}", "method",
-                               rq->route >= 0 ? kb_routes[rq->route].method : NULL, "route",
-                               rq->route >= 0 ? kb_routes[rq->route].pattern : NULL, "id",
-                               (json_int_t)rq->ids[0], "id2", (json_int_t)rq->ids[1],
-                               "status", status, "seconds", mono_sec() - rq->t0));
+        if (log_enabled(LOG_DEBUG)) { /* an access log for operators (--log-level debug) */
+            json_t *f = route_fields(rq);
+            json_object_set_new(f, "status", json_integer(status));
+            json_object_set_new(f, "seconds", json_real(mono_sec() - rq->t0));
+            log_json(LOG_DEBUG, "request", f);
+        }
     }
     request_free(rq);
     *con_cls = NULL;

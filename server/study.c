@@ -11,6 +11,7 @@
 #include "study_internal.h"
 
 #include "log.h"
+#include "../proto/numfmt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -476,8 +477,9 @@ static trial_rec *tell_apply(study *s, int64_t id, double value, int *changed, a
     if (t->state == TRIAL_COMPLETED) {
         if (t->value == value)
             return t;
-        api_fail(err, API_CONFLICT, "value", "trial %lld was already told %.17g",
-                 (long long)id, t->value);
+        char told[KB_DOUBLE_BUF];
+        api_fail(err, API_CONFLICT, "value", "trial %lld was already told %s",
+                 (long long)id, kb_format_double(told, t->value));
         return NULL;
     }
     if (t->state != TRIAL_PENDING) {

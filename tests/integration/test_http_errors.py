@@ -24,6 +24,10 @@ def test_exactly_once_tell(api):
     assert r.status_code == 409 and error_of(r)["code"] == "conflict"
     assert api.get(f"/v1/studies/{sid}/trials/{t['id']}").json()["value"] == 0.25
     assert api.get(f"/v1/studies/{sid}").json()["progress"]["trials"]["completed"] == 1
+    t2 = ask(api, sid)["trials"][0]
+    tell(api, sid, t2["id"], 0.93)
+    r = api.post(f"/v1/studies/{sid}/trials/{t2['id']}/tell", json={"value": 0.94})
+    assert error_of(r)["message"].endswith("already told 0.93"), r.text  # not 0.93000000000000005
 
 
 def test_status_paths(daemons):

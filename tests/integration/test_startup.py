@@ -230,6 +230,9 @@ def test_debug_level_logs_each_request(daemons):
     assert any(m["method"] == "GET" and m["route"] == "/v1/studies/{study_id}/trials/{trial_id}" and
                m["id"] == sid and m["id2"] == 99 and m["status"] == 404 for m in lines), lines
     assert any(m["route"] == "/v1/studies" and m["status"] == 201 for m in lines), lines
+    # ids only where the route has them (they were uninitialized memory elsewhere)
+    assert all("id" not in m and "id2" not in m for m in lines if m["route"] == "/v1/studies")
+    assert all("id2" not in m for m in lines if m["route"] == "/v1/studies/{study_id}")
     quiet = daemons(name="quiet")
     assert quiet.client().get("/healthz").status_code == 200
     assert '"msg":"request"' not in quiet.stderr()
