@@ -374,29 +374,34 @@ static size_t told_data(kb_engine *e, size_t D, double *X, double *y, double *dm
     return n;
 }
 
-/* With fitted hyperparameters (nothing set but the kernel's kind), each epoch start is still
- * the exact GP under dictionary = all, for the kernel and noise the engine fitted at that
- * start: the refit invalidates every cached kernel column and the embedding. */
-static void fitted_kernel_epochs_match_exact_gp(void **state)
+/* Runs bbkb with fitted hyperparameters (nothing set but the kernel's kind, input_scaling
+ * as given) and dictionary = all over 50 candidates: 30 observes, an epoch, 30 more and a
+ * told batch; checks that each epoch start is the exact GP, for the kernel and noise the
+ * engine fitted at that start, on the residuals y - c b(u) of the interior prior height c
+ * fitted then (0 when the prior is off), in internal coordinates. The interior prior
+ * heights of the two starts go to heights[0..2). */
+static void assert_fitted_epochs_exact(uint64_t seed, const char *input_scaling,
+                                       double *heights)
 {
-    (void)state;
     enum { N = 30, M = 50, D = 2 };
     kb_rng rng;
-    kb_rng_seed(&rng, 5);
+    kb_rng_seed(&rng, seed);
     double *X = tu_uniform_matrix(&rng, 2 * N, D, 0, 1);
     double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
-    double y[2 * N], Xall[4 * N * D], yall[4 * N];
+    double y[2 * N], Xall[4 * N * D], yall[4 * N], Uc[M * D];
     for (size_t i = 0; i < 2 * N; i++)
         y[i] = objective(X + i * D, D) + 0.05 * kb_rng_normal(&rng);
     kb_error err;
     kb_config *c = kb_config_new("bbkb", &err);
     assert_int_equal(kb_config_set_string(c, "kernel", "matern52", &err), 0);
-    assert_int_equal(kb_config_set_string(c, "input_scaling", "none", &err), 0);
+    assert_int_equal(kb_config_set_string(c, "input_scaling", input_scaling, &err), 0);
     assert_int_equal(kb_config_set_string(c, "output_scaling", "none", &err), 0);
     assert_int_equal(kb_config_set_string(c, "dictionary", "all", &err), 0);
     kb_space *s = kb_space_new_finite(Xc, M, D, &err);
     kb_engine *e = kb_engine_create(c, s, &err);
     assert_non_null(e);
+    for (size_t i = 0; i < M; i++)
+        kb__space_to_internal(e->space, Xc + i * D, Uc + i * D);
     uint64_t fits = 0;
     for (size_t half = 0; half < 2; half++) {
         for (size_t i = half * N; i < (half + 1) * N; i++)
@@ -412,6 +417,7 @@ static void fitted_kernel_epochs_match_exact_gp(void **state)
         kb_engine_hyperparameters(e, &hp);
         assert_true(hp.fitting && hp.fits > fits);
         fits = hp.fits;
+        heights[half] = hp.interior_prior;
         kb_kernel *k = tu_kernel_with(KB_KERNEL_MATERN52, D, hp.kernel_variance,
                                       hp.lengthscales);
         double mean[M], sd[M], emean[M], evar[M], dm, dsd;
@@ -419,8 +425,14 @@ static void fitted_kernel_epochs_match_exact_gp(void **state)
         memcpy(Xall, X, n * D * sizeof *X);
         memcpy(yall, y, n * sizeof *y);
         assert_true(nt + n <= 4 * N && (half == 0 || nt > 0));
+        for (size_t i = 0; i < n + nt; i++) {
+            double u[D];
+            kb__space_to_internal(e->space, Xall + i * D, u);
+            memcpy(Xall + i * D, u, sizeof u);
+            yall[i] -= hp.interior_prior * kb__interior_basis(&e->kernel, u);
+        }
         assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-        assert_int_equal(tu_exact_posterior(k, Xall, yall, n + nt, hp.noise, Xc, M, emean,
+        assert_int_equal(tu_exact_posterior(k, Xall, yall, n + nt, hp.noise, Uc, M, emean,
                                             evar), 0);
         for (size_t i = 0; i < M; i++)
             sd[i] *= sd[i];
@@ -435,69 +447,26 @@ static void fitted_kernel_epochs_match_exact_gp(void **state)
     free(Xc);
 }
 
+/* The refit invalidates every cached kernel column and the embedding: each epoch start
+ * is still the exact GP (no interior prior without unit input scaling). */
+static void fitted_kernel_epochs_match_exact_gp(void **state)
+{
+    (void)state;
+    double heights[2];
+    assert_fitted_epochs_exact(5, "none", heights);
+    assert_true(heights[0] == 0.0 && heights[1] == 0.0);
+}
+
 /* With the interior prior mean (finite set, unit input scaling), each epoch start is the
- * exact GP on the residuals y - c b(u) for the height c fitted at that start: the rows'
- * residuals were taken before the refit, with the previous height, while the candidates'
- * means took the new one (fifty-eighth session). */
+ * exact GP on the residuals for the height fitted at that start: the rows' residuals were
+ * taken before the refit, with the previous height, while the candidates' means took the
+ * new one (fifty-eighth session). */
 static void interior_prior_epochs_use_the_refitted_height(void **state)
 {
     (void)state;
-    enum { N = 30, M = 50, D = 2 };
-    kb_rng rng;
-    kb_rng_seed(&rng, 7);
-    double *X = tu_uniform_matrix(&rng, 2 * N, D, 0, 1);
-    double *Xc = tu_uniform_matrix(&rng, M, D, 0, 1);
-    double y[2 * N], Xall[4 * N * D], yall[4 * N], Uc[M * D];
-    for (size_t i = 0; i < 2 * N; i++)
-        y[i] = objective(X + i * D, D) + 0.05 * kb_rng_normal(&rng);
-    kb_error err;
-    kb_config *c = kb_config_new("bbkb", &err);
-    assert_int_equal(kb_config_set_string(c, "kernel", "matern52", &err), 0);
-    assert_int_equal(kb_config_set_string(c, "output_scaling", "none", &err), 0);
-    assert_int_equal(kb_config_set_string(c, "dictionary", "all", &err), 0);
-    kb_space *s = kb_space_new_finite(Xc, M, D, &err);
-    kb_engine *e = kb_engine_create(c, s, &err);
-    assert_non_null(e);
-    for (size_t i = 0; i < M; i++)
-        kb__space_to_internal(e->space, Xc + i * D, Uc + i * D);
     double heights[2];
-    for (size_t half = 0; half < 2; half++) {
-        for (size_t i = half * N; i < (half + 1) * N; i++)
-            assert_int_equal(kb_engine_observe(e, X + i * D, y[i], &err), 0);
-        kb_point p;
-        kb_ask_result res;
-        while (half && ask1(e, &p, &res))
-            ;
-        tell_all_pending(e, D);
-        assert_true(ask1(e, &p, &res));
-        assert_int_equal(kb_engine_abandon(e, p.handle, &err), 0);
-        kb_hyperparameters hp;
-        kb_engine_hyperparameters(e, &hp);
-        heights[half] = hp.interior_prior;
-        kb_kernel *k = tu_kernel_with(KB_KERNEL_MATERN52, D, hp.kernel_variance,
-                                      hp.lengthscales);
-        double mean[M], sd[M], emean[M], evar[M], dm, dsd;
-        size_t n = (half + 1) * N, nt = told_data(e, D, Xall + n * D, yall + n, &dm, &dsd);
-        memcpy(Xall, X, n * D * sizeof *X);
-        memcpy(yall, y, n * sizeof *y);
-        for (size_t i = 0; i < n + nt; i++) { /* internal coordinates, residuals */
-            double u[D];
-            kb__space_to_internal(e->space, Xall + i * D, u);
-            memcpy(Xall + i * D, u, sizeof u);
-            yall[i] -= hp.interior_prior * kb__interior_basis(&e->kernel, u);
-        }
-        assert_int_equal(kb_engine_posterior(e, Xc, M, mean, sd, &err), 0);
-        assert_int_equal(tu_exact_posterior(k, Xall, yall, n + nt, hp.noise, Uc, M, emean,
-                                            evar), 0);
-        assert_true(tu_max_rel_err(mean, emean, M, 1e-3) <= 1e-8);
-        kb_kernel_free(k);
-    }
+    assert_fitted_epochs_exact(7, "unit", heights);
     assert_true(heights[0] != KB_INTERIOR_C && heights[1] != heights[0]);
-    kb_engine_free(e);
-    kb_space_free(s);
-    kb_config_free(c);
-    free(X);
-    free(Xc);
 }
 
 /* Points observed off the candidate set between epochs (one of them twice) stay in a
